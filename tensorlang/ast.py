@@ -1,0 +1,696 @@
+"""The typed core AST of SPEC 2.1: immutable, hash-consed nodes.
+
+Every node is interned: constructing a node whose fields equal those of a live node returns
+that node, so structural equality *is* identity (`a is b`), hashing is O(1), and shared
+subterms are stored once.  The source location (`loc`) is metadata: it is not part of a
+node's identity, and an interned node keeps the location it was first built with.
+
+Three name spaces share one set of identifiers (the type checker forbids reusing a name in
+another role within a scope):
+  * program variables  -- `Var`, bound by `Let` and by value parameters;
+  * index variables    -- bound by `Gen`, `Sum`, `Exists`, used inside `Affine`;
+  * size variables     -- `size` parameters, used inside `Affine` (sizes, indices);
+  * relations          -- `rel(...)` parameters, used by `RelCall`.
+
+Surface-only constructs (`DefCall`, and `Add`/`Mul` with tensor operands) exist only between
+the parser and `tensorlang.elaborate`; every later stage sees the core grammar only.
+"""
+from __future__ import annotations
+
+import itertools
+import weakref
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping
+
+from .errors import Loc
+
+_TABLE: "weakref.WeakValueDictionary[tuple, Node]" = weakref.WeakValueDictionary()
+
+
+class Node:
+    """Base of all interned nodes.  Subclasses list their fields in `_fields`."""
+
+    __slots__ = ("loc", "__weakref__")
+    _fields: ClassVar[tuple[str, ...]] = ()
+
+    def __new__(cls, *args: Any, loc: Loc | None = None) -> Any:
+        if len(args) != len(cls._fields):
+            raise TypeError(f"{cls.__name__} takes {len(cls._fields)} fields, got {len(args)}")
+        args = cls._norm(*args)
+        key = (cls, *args)
+        obj = _TABLE.get(key)
+        if obj is None:
+            obj = object.__new__(cls)
+            for name, value in zip(cls._fields, args):
+                object.__setattr__(obj, name, value)
+            object.__setattr__(obj, "loc", loc)
+            _TABLE[key] = obj
+        return obj
+
+    def __init__(self, *args: Any, loc: Loc | None = None) -> None:  # work done in __new__
+        pass
+
+    @classmethod
+    def _norm(cls, *args: Any) -> tuple:
+        return args
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def __reduce__(self) -> tuple:
+        return (type(self), self.fields())
+
+    def __copy__(self) -> "Node":
+        return self
+
+    def __deepcopy__(self, memo: dict) -> "Node":
+        return self
+
+    def fields(self) -> tuple:
+        return tuple(getattr(self, f) for f in self._fields)
+
+    def with_loc(self, loc: Loc | None) -> "Node":
+        """The same node; sets the location if it has none yet."""
+        if loc is not None and self.loc is None:
+            object.__setattr__(self, "loc", loc)
+        return self
+
+    def __repr__(self) -> str:
+        inner = ", ".join(repr(getattr(self, f)) for f in self._fields)
+        return f"{type(self).__name__}({inner})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Affine expressions (indices and sizes)
+
+
+class Affine(Node):
+    """`sum(coeff * var) + const` with integer coefficients, kept canonical.
+
+    `terms` is sorted by variable name and has no zero coefficients, so two affine
+    expressions are equal iff they are the same node.
+    """
+
+    __slots__ = ("terms", "const")
+    _fields = ("terms", "const")
+    terms: tuple[tuple[str, int], ...]
+    const: int
+
+    @classmethod
+    def _norm(cls, terms: Iterable[tuple[str, int]], const: int) -> tuple:
+        acc: dict[str, int] = {}
+        for name, coeff in terms:
+            acc[name] = acc.get(name, 0) + int(coeff)
+        return (tuple(sorted((n, c) for n, c in acc.items() if c != 0)), int(const))
+
+    @staticmethod
+    def var(name: str) -> "Affine":
+        return Affine(((name, 1),), 0)
+
+    @staticmethod
+    def lit(k: int) -> "Affine":
+        return Affine((), k)
+
+    def __add__(self, other: "Affine | int") -> "Affine":
+        other = _as_affine(other)
+        return Affine(self.terms + other.terms, self.const + other.const)
+
+    __radd__ = __add__
+
+    def __neg__(self) -> "Affine":
+        return self.scale(-1)
+
+    def __sub__(self, other: "Affine | int") -> "Affine":
+        return self + (-_as_affine(other))
+
+    def __rsub__(self, other: "Affine | int") -> "Affine":
+        return _as_affine(other) - self
+
+    def scale(self, k: int) -> "Affine":
+        return Affine(tuple((n, c * k) for n, c in self.terms), self.const * k)
+
+    def __mul__(self, k: int) -> "Affine":
+        return self.scale(k)
+
+    __rmul__ = __mul__
+
+    def vars(self) -> frozenset[str]:
+        return frozenset(n for n, _ in self.terms)
+
+    def coeff(self, name: str) -> int:
+        return dict(self.terms).get(name, 0)
+
+    def is_const(self) -> bool:
+        return not self.terms
+
+    def as_var(self) -> str | None:
+        """The variable name if this is exactly one variable with coefficient 1."""
+        if self.const == 0 and len(self.terms) == 1 and self.terms[0][1] == 1:
+            return self.terms[0][0]
+        return None
+
+    def subst(self, mapping: Mapping[str, "Affine | int"]) -> "Affine":
+        out = Affine((), self.const)
+        for name, coeff in self.terms:
+            out = out + (_as_affine(mapping[name]) * coeff if name in mapping
+                         else Affine(((name, coeff),), 0))
+        return out
+
+    def rename(self, mapping: Mapping[str, str]) -> "Affine":
+        return Affine(tuple((mapping.get(n, n), c) for n, c in self.terms), self.const)
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        """Value under `env` (ints or numpy integer arrays, which broadcast)."""
+        out: Any = self.const
+        for name, coeff in self.terms:
+            out = out + coeff * env[name]
+        return out
+
+
+def _as_affine(x: "Affine | int") -> Affine:
+    return x if isinstance(x, Affine) else Affine.lit(int(x))
+
+
+# ---------------------------------------------------------------------------------------------
+# Predicates
+
+
+class Pred(Node):
+    __slots__ = ()
+
+
+class PTrue(Pred):
+    __slots__ = ()
+
+
+class PFalse(Pred):
+    __slots__ = ()
+
+
+class Cmp(Pred):
+    """`lhs op rhs` with op one of `<`, `<=`, `==` (`>`, `>=`, `!=` are sugar)."""
+
+    __slots__ = ("op", "lhs", "rhs")
+    _fields = ("op", "lhs", "rhs")
+    op: str
+    lhs: Affine
+    rhs: Affine
+    OPS: ClassVar[tuple[str, ...]] = ("<", "<=", "==")
+
+    @classmethod
+    def _norm(cls, op: str, lhs: Affine, rhs: Affine) -> tuple:
+        if op not in cls.OPS:
+            raise ValueError(f"bad comparison {op!r}")
+        return (op, _as_affine(lhs), _as_affine(rhs))
+
+
+class RelCall(Pred):
+    """Membership of the index tuple `args` in the relation parameter `name`."""
+
+    __slots__ = ("name", "args")
+    _fields = ("name", "args")
+    name: str
+    args: tuple[Affine, ...]
+
+    @classmethod
+    def _norm(cls, name: str, args: Iterable[Affine]) -> tuple:
+        return (name, tuple(_as_affine(a) for a in args))
+
+
+class And(Pred):
+    __slots__ = ("a", "b")
+    _fields = ("a", "b")
+    a: Pred
+    b: Pred
+
+
+class Or(Pred):
+    __slots__ = ("a", "b")
+    _fields = ("a", "b")
+    a: Pred
+    b: Pred
+
+
+class Exists(Pred):
+    """`exists idx:size. body` -- an index variable ranging over 0..size-1."""
+
+    __slots__ = ("idx", "size", "body")
+    _fields = ("idx", "size", "body")
+    idx: str
+    size: Affine
+    body: Pred
+
+
+# ---------------------------------------------------------------------------------------------
+# Types
+
+
+class Type(Node):
+    __slots__ = ()
+
+
+class TReal(Type):
+    __slots__ = ()
+
+
+class TArr(Type):
+    """`[size] elem`; `R[N, M]` is `TArr(N, TArr(M, TReal()))`."""
+
+    __slots__ = ("size", "elem")
+    _fields = ("size", "elem")
+    size: Affine
+    elem: Type
+
+
+class TPair(Type):
+    __slots__ = ("a", "b")
+    _fields = ("a", "b")
+    a: Type
+    b: Type
+
+
+class TSize(Type):
+    __slots__ = ()
+
+
+class TRel(Type):
+    __slots__ = ("sizes",)
+    _fields = ("sizes",)
+    sizes: tuple[Affine, ...]
+
+
+REAL = TReal()
+
+
+def tensor(shape: Iterable[Affine | int], elem: Type = REAL) -> Type:
+    """`R[n1, ..., nk]` (or `elem` nested inside those dimensions)."""
+    out = elem
+    for n in reversed(list(shape)):
+        out = TArr(_as_affine(n), out)
+    return out
+
+
+def shape_of(t: Type) -> tuple[Affine, ...]:
+    """The leading array dimensions of `t`."""
+    dims: list[Affine] = []
+    while isinstance(t, TArr):
+        dims.append(t.size)
+        t = t.elem
+    return tuple(dims)
+
+
+def scalar_of(t: Type) -> Type:
+    """The element type under all leading array dimensions."""
+    while isinstance(t, TArr):
+        t = t.elem
+    return t
+
+
+# ---------------------------------------------------------------------------------------------
+# Expressions
+
+
+class Expr(Node):
+    __slots__ = ()
+
+
+class Var(Expr):
+    __slots__ = ("name",)
+    _fields = ("name",)
+    name: str
+
+
+class Const(Expr):
+    __slots__ = ("value",)
+    _fields = ("value",)
+    value: float
+
+    @classmethod
+    def _norm(cls, value: float) -> tuple:
+        return (float(value),)
+
+
+class Add(Expr):
+    __slots__ = ("a", "b")
+    _fields = ("a", "b")
+    a: Expr
+    b: Expr
+
+
+class Mul(Expr):
+    __slots__ = ("a", "b")
+    _fields = ("a", "b")
+    a: Expr
+    b: Expr
+
+
+class Call(Expr):
+    """Black-box scalar function `fn(args...)` with constant parameters (`pow`'s exponent)."""
+
+    __slots__ = ("fn", "args", "params")
+    _fields = ("fn", "args", "params")
+    fn: str
+    args: tuple[Expr, ...]
+    params: tuple[float, ...]
+
+    @classmethod
+    def _norm(cls, fn: str, args: Iterable[Expr], params: Iterable[float] = ()) -> tuple:
+        return (fn, tuple(args), tuple(float(p) for p in params))
+
+
+class Pair(Expr):
+    __slots__ = ("a", "b")
+    _fields = ("a", "b")
+    a: Expr
+    b: Expr
+
+
+class Proj(Expr):
+    __slots__ = ("e", "k")
+    _fields = ("e", "k")
+    e: Expr
+    k: int
+
+
+class Gen(Expr):
+    __slots__ = ("idx", "size", "body")
+    _fields = ("idx", "size", "body")
+    idx: str
+    size: Affine
+    body: Expr
+
+
+class Sum(Expr):
+    __slots__ = ("idx", "size", "body")
+    _fields = ("idx", "size", "body")
+    idx: str
+    size: Affine
+    body: Expr
+
+
+class Access(Expr):
+    """`e[a1, ..., ak]` -- a (possibly partial) affine access of a nested tensor."""
+
+    __slots__ = ("e", "idx")
+    _fields = ("e", "idx")
+    e: Expr
+    idx: tuple[Affine, ...]
+
+    @classmethod
+    def _norm(cls, e: Expr, idx: Iterable[Affine]) -> tuple:
+        return (e, tuple(_as_affine(a) for a in idx))
+
+
+class Iverson(Expr):
+    """`[pred] * e`: e where pred holds, else the zero of e's type (e is not evaluated)."""
+
+    __slots__ = ("pred", "e")
+    _fields = ("pred", "e")
+    pred: Pred
+    e: Expr
+
+
+class Let(Expr):
+    __slots__ = ("name", "value", "body")
+    _fields = ("name", "value", "body")
+    name: str
+    value: Expr
+    body: Expr
+
+
+class DefCall(Expr):
+    """Surface only: a call of an earlier `def`; `tensorlang.elaborate` inlines it."""
+
+    __slots__ = ("name", "args")
+    _fields = ("name", "args")
+    name: str
+    args: tuple[Expr, ...]
+
+
+BINDERS = (Gen, Sum)
+
+# Black-box scalar functions: name -> (number of expression args, number of constant params).
+BUILTINS: dict[str, tuple[int, int]] = {
+    "exp": (1, 0), "log": (1, 0), "sin": (1, 0), "cos": (1, 0), "tan": (1, 0),
+    "tanh": (1, 0), "sqrt": (1, 0), "sigmoid": (1, 0), "softplus": (1, 0), "abs": (1, 0),
+    "relu": (1, 0), "square": (1, 0), "recip": (1, 0), "pow": (1, 1),
+    "max": (2, 0), "min": (2, 0),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Definitions and modules
+
+
+class Param(Node):
+    __slots__ = ("name", "type")
+    _fields = ("name", "type")
+    name: str
+    type: Type
+
+
+class Def(Node):
+    """`def name(params) -> ret: body`; statements are nested `Let`s around the return."""
+
+    __slots__ = ("name", "params", "ret", "body")
+    _fields = ("name", "params", "ret", "body")
+    name: str
+    params: tuple[Param, ...]
+    ret: Type | None
+    body: Expr
+
+    @classmethod
+    def _norm(cls, name: str, params: Iterable[Param], ret: Type | None, body: Expr) -> tuple:
+        return (name, tuple(params), ret, body)
+
+
+DERIVED_KINDS = ("grad", "jvp", "vjp", "hvp", "hessian", "jacobian")
+
+
+class DerivedDef(Node):
+    """`def name = kind(fn, wrt...)` (SPEC 2.5)."""
+
+    __slots__ = ("name", "kind", "fn", "wrt")
+    _fields = ("name", "kind", "fn", "wrt")
+    name: str
+    kind: str
+    fn: str
+    wrt: tuple[str, ...]
+
+    @classmethod
+    def _norm(cls, name: str, kind: str, fn: str, wrt: Iterable[str]) -> tuple:
+        return (name, kind, fn, tuple(wrt))
+
+
+# ---------------------------------------------------------------------------------------------
+# Generic traversal
+
+
+def children(e: Node) -> tuple[Node, ...]:
+    """Direct sub-nodes (expressions, predicates, affines) in field order."""
+    out: list[Node] = []
+    for value in e.fields():
+        if isinstance(value, Node):
+            out.append(value)
+        elif isinstance(value, tuple):
+            out.extend(v for v in value if isinstance(v, Node))
+    return tuple(out)
+
+
+def map_fields(e: Node, f: Callable[[Node], Node]) -> Node:
+    """Rebuild `e` with `f` applied to every direct sub-node (keeps loc)."""
+    new = []
+    changed = False
+    for value in e.fields():
+        if isinstance(value, Node):
+            nv: Any = f(value)
+        elif isinstance(value, tuple) and any(isinstance(v, Node) for v in value):
+            nv = tuple(f(v) if isinstance(v, Node) else v for v in value)
+        else:
+            nv = value
+        changed = changed or nv is not value
+        new.append(nv)
+    if not changed:
+        return e
+    return type(e)(*new, loc=e.loc)
+
+
+def walk(e: Node) -> Iterator[Node]:
+    """Pre-order traversal (shared subterms are visited once)."""
+    seen: set[int] = set()
+    stack = [e]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        yield n
+        stack.extend(reversed(children(n)))
+
+
+def binder_name(e: Node) -> str | None:
+    """The name a node binds in (some of) its children, if any."""
+    if isinstance(e, (Gen, Sum, Exists)):
+        return e.idx
+    if isinstance(e, Let):
+        return e.name
+    return None
+
+
+_FREE_NAMES: "weakref.WeakKeyDictionary[Node, frozenset[str]]" = weakref.WeakKeyDictionary()
+_FREE_VARS: "weakref.WeakKeyDictionary[Node, frozenset[str]]" = weakref.WeakKeyDictionary()
+
+
+def free_names(e: Node) -> frozenset[str]:
+    """Every free identifier of any kind: variables, index and size variables, relations."""
+    return _free_names(e, _FREE_NAMES)
+
+
+def _free_names(e: Node, memo: Any) -> frozenset[str]:
+    hit = memo.get(e)
+    if hit is not None:
+        return hit
+    if isinstance(e, Var):
+        out = frozenset((e.name,))
+    elif isinstance(e, Affine):
+        out = e.vars()
+    elif isinstance(e, RelCall):
+        out = frozenset((e.name,)).union(*(a.vars() for a in e.args))
+    elif isinstance(e, DefCall):
+        out = frozenset().union(*(_free_names(a, memo) for a in e.args))
+    elif isinstance(e, (Gen, Sum, Exists)):
+        out = e.size.vars() | (_free_names(e.body, memo) - {e.idx})
+    elif isinstance(e, Let):
+        out = _free_names(e.value, memo) | (_free_names(e.body, memo) - {e.name})
+    else:
+        out = frozenset().union(*(_free_names(c, memo) for c in children(e)))
+    memo[e] = out
+    return out
+
+
+def free_vars(e: Node) -> frozenset[str]:
+    """Free program variables (`Var` names) only."""
+    return _free_vars(e, _FREE_VARS)
+
+
+def _free_vars(e: Node, memo: Any) -> frozenset[str]:
+    hit = memo.get(e)
+    if hit is not None:
+        return hit
+    if isinstance(e, Var):
+        out = frozenset((e.name,))
+    elif isinstance(e, (Affine, Pred)):
+        out = frozenset()
+    elif isinstance(e, Let):
+        out = _free_vars(e.value, memo) | (_free_vars(e.body, memo) - {e.name})
+    else:
+        out = frozenset().union(*(_free_vars(c, memo) for c in children(e)))
+    memo[e] = out
+    return out
+
+
+_counter = itertools.count()
+
+
+def fresh(base: str, avoid: Iterable[str] = ()) -> str:
+    """A new identifier derived from `base`, not in `avoid`.
+
+    Fresh names contain `_` plus a counter; the grammar accepts them, so printed programs
+    re-parse.
+    """
+    avoid = set(avoid)
+    stem = base.split("_")[0] or "v"
+    while True:
+        name = f"{stem}_{next(_counter)}"
+        if name not in avoid:
+            return name
+
+
+def subst(e: Node, mapping: Mapping[str, Any]) -> Any:
+    """Capture-avoiding simultaneous substitution.
+
+    `mapping` sends program-variable names to `Expr`s and index/size-variable names to
+    `Affine`s (or ints); relation names may be mapped to other relation names (`str`).
+    Binders that would capture a free name of a replacement are renamed.
+    """
+    if not mapping:
+        return e
+    fv: set[str] = set()
+    for v in mapping.values():
+        if isinstance(v, Node):
+            fv |= free_names(v)
+        elif isinstance(v, str):
+            fv.add(v)
+    return _subst(e, dict(mapping), frozenset(fv), {})
+
+
+def _subst(e: Node, m: dict[str, Any], fv: frozenset[str], memo: dict[int, Node]) -> Any:
+    hit = memo.get(id(e))
+    if hit is not None:
+        return hit
+    if not (free_names(e) & m.keys()):
+        out: Any = e
+    elif isinstance(e, Var):
+        out = m.get(e.name, e)
+    elif isinstance(e, Affine):
+        out = e.subst({k: v for k, v in m.items() if isinstance(v, (Affine, int))})
+    elif isinstance(e, RelCall):
+        name = m.get(e.name, e.name)
+        out = RelCall(name if isinstance(name, str) else e.name,
+                      tuple(_subst(a, m, fv, memo) for a in e.args), loc=e.loc)
+    elif isinstance(e, (Gen, Sum, Exists, Let)):
+        out = _subst_binder(e, m, fv)
+    else:
+        out = map_fields(e, lambda c: _subst(c, m, fv, memo))
+    memo[id(e)] = out
+    return out
+
+
+def _subst_binder(e: Node, m: dict[str, Any], fv: frozenset[str]) -> Node:
+    name = binder_name(e)
+    assert name is not None
+    inner = {k: v for k, v in m.items() if k != name}
+    if isinstance(e, Let):
+        value = _subst(e.value, m, fv, {})
+        body = e.body
+    else:
+        value = _subst(e.size, m, fv, {})
+        body = e.body
+    if name in fv:  # rename the binder to avoid capture
+        new = fresh(name, fv | free_names(body) | inner.keys())
+        ren: Any = Var(new) if isinstance(e, Let) else Affine.var(new)
+        body = subst(body, {name: ren})
+        name = new
+    body = _subst(body, inner, fv, {}) if inner else body
+    return type(e)(name, value, body, loc=e.loc)
+
+
+def rename_index(e: Node, old: str, new: str) -> Node:
+    return subst(e, {old: Affine.var(new)})
+
+
+def pred_and(*ps: Pred) -> Pred:
+    """Conjunction, dropping `true` and collapsing on `false`."""
+    out: Pred | None = None
+    for p in ps:
+        if isinstance(p, PFalse):
+            return p
+        if isinstance(p, PTrue):
+            continue
+        out = p if out is None else And(out, p)
+    return out if out is not None else PTrue()
+
+
+def pred_or(*ps: Pred) -> Pred:
+    out: Pred | None = None
+    for p in ps:
+        if isinstance(p, PTrue):
+            return p
+        if isinstance(p, PFalse):
+            continue
+        out = p if out is None else Or(out, p)
+    return out if out is not None else PFalse()
+
+
+def in_range(a: Affine, n: Affine) -> Pred:
+    """`0 <= a and a < n`."""
+    return And(Cmp("<=", Affine.lit(0), a), Cmp("<", a, n))
