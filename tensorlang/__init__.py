@@ -10,4 +10,25 @@ if _os.path.isfile(_os.path.join(_root, "passes", "__init__.py")) and _root not 
 
 from .errors import NotYetSupported, ParseError, ShapeError, TLError, TypeCheckError  # noqa: E402
 
-__all__ = ["TLError", "ParseError", "TypeCheckError", "ShapeError", "NotYetSupported"]
+# The user-facing API (SPEC 9), imported on first use: `import tensorlang.ast` from inside the
+# compiler must not pull in the API (and its imports) or create import cycles.
+_API = ("load", "parse", "from_def", "Module", "Function", "grad", "jvp", "vjp", "hvp",
+        "hessian", "jacobian")
+_SUBMODULES = ("dsl", "api", "pipeline")
+
+__all__ = ["TLError", "ParseError", "TypeCheckError", "ShapeError", "NotYetSupported",
+           *_API, *_SUBMODULES]
+
+
+def __getattr__(name: str):  # PEP 562
+    import importlib
+
+    if name in _API:
+        return getattr(importlib.import_module(".api", __name__), name)
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'tensorlang' has no attribute '{name}'")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -434,6 +434,11 @@ BUILTINS: dict[str, tuple[int, int]] = {
     "tanh": (1, 0), "sqrt": (1, 0), "sigmoid": (1, 0), "softplus": (1, 0), "abs": (1, 0),
     "relu": (1, 0), "square": (1, 0), "recip": (1, 0), "pow": (1, 1),
     "max": (2, 0), "min": (2, 0),
+    # Derivative helpers (so that a derivative of a call costs one call, SPEC 6):
+    # step(x) = [x > 0], sign(x), ge(a, b) = [a >= b], gt(a, b) = [a > b],
+    # dtanh = 1 - tanh^2, dsigmoid = sigmoid (1 - sigmoid), dtan = 1 + tan^2.
+    "step": (1, 0), "sign": (1, 0), "ge": (2, 0), "gt": (2, 0),
+    "dtanh": (1, 0), "dsigmoid": (1, 0), "dtan": (1, 0),
 }
 
 

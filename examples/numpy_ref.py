@@ -1,0 +1,186 @@
+"""Independent numpy implementations of every forward function in examples/.
+
+Used by the example tests (the interpreter must agree with these) and by the benchmark suite
+(the "numpy" column).  Each workload knows its file, its function, how its sizes follow from
+one problem size N, and how to draw inputs on which it is well defined.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+Args = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    file: str                                   # relative to examples/
+    func: str
+    sizes: Callable[[int], dict[str, int]]      # problem size N -> size arguments
+    inputs: Callable[[dict[str, int], np.random.Generator], Args]
+    ref: Callable[[Args], Any]
+
+
+def _u(rng: np.random.Generator, *shape: int, lo: float = -1.0, hi: float = 1.0) -> np.ndarray:
+    return rng.uniform(lo, hi, size=shape)
+
+
+def qform(a: Args) -> float:
+    return float(a["x"] @ a["A"] @ a["x"])
+
+
+def qform2(a: Args) -> float:
+    B = a["A"].T @ a["A"]
+    return float(a["x"] @ B @ a["x"])
+
+
+def conv(a: Args) -> np.ndarray:
+    N, K = a["N"], a["K"]
+    return np.array([a["w"] @ a["x"][i:i + K] for i in range(N)]).reshape(N)
+
+
+def deconv_loss(a: Args) -> float:
+    r = np.correlate(a["x"], a["w"], mode="valid") - a["b"]
+    return float(r @ r)
+
+
+def _arap_residuals(U: np.ndarray, V: np.ndarray, T: np.ndarray) -> np.ndarray:
+    W, H = U.shape
+    c, s = np.cos(T), np.sin(T)
+    r = np.zeros((W, H, 8))
+    # neighbour q = p + (di, dj); rest offset p0 - q0 = (-di, -dj); residual = (p - q) - R (p0 - q0)
+    for d, (di, dj) in enumerate([(1, 0), (0, 1), (-1, 0), (0, -1)]):
+        ox, oy = -di, -dj
+        for i in range(W):
+            for j in range(H):
+                qi, qj = i + di, j + dj
+                if 0 <= qi < W and 0 <= qj < H:
+                    r[i, j, 2 * d] = U[i, j] - U[qi, qj] - (c[i, j] * ox - s[i, j] * oy)
+                    r[i, j, 2 * d + 1] = V[i, j] - V[qi, qj] - (s[i, j] * ox + c[i, j] * oy)
+    return r
+
+
+def arap_residuals(a: Args) -> np.ndarray:
+    return _arap_residuals(a["U"], a["V"], a["T"])
+
+
+def imgarap(a: Args) -> float:
+    r = _arap_residuals(a["U"], a["V"], a["T"])
+    return float(np.sum(r * r))
+
+
+def nbody(a: Args) -> float:
+    P, m = a["P"], a["m"]
+    diff = P[:, None, :] - P[None, :, :]
+    d2 = np.sum(diff * diff, axis=-1)
+    iu = np.triu_indices(len(m), k=1)
+    return float(-np.sum(m[iu[0]] * m[iu[1]] / np.sqrt(d2[iu] + 0.01)))
+
+
+def nnmatfac(a: Args) -> float:
+    WH = a["W"] @ a["H"]
+    return float(np.sum(np.log(WH) + a["A"] / WH))
+
+
+def logreg(a: Args) -> float:
+    z = a["X"] @ a["w"]
+    return float(np.sum(np.log(np.exp(-a["y"] * z) + 1.0)))
+
+
+def matfac(a: Args) -> float:
+    R = a["T"] - a["U"] @ a["V"].T
+    return float(np.sum(np.where(a["Om"], R * R, 0.0)))
+
+
+def masked(a: Args) -> float:
+    E = a["E"].copy()
+    np.fill_diagonal(E, False)
+    return float(np.sum(np.where(E, a["A"] ** 2, 0.0)))
+
+
+def trace_diag(a: Args) -> float:
+    return float(np.trace(np.diag(a["x"])))
+
+
+def row_col(a: Args) -> float:
+    X = a["X"]
+    return float(X[:, 0] @ X[0, :]) if X.size else 0.0
+
+
+def skip_one(a: Args) -> float:
+    return float(np.sum(a["x"][1:]))
+
+
+def dead_code(a: Args) -> float:
+    return float(a["x"] @ a["x"])
+
+
+def _vec_mat(N: int, rng: np.random.Generator) -> Args:
+    return {"N": N, "x": _u(rng, N), "A": _u(rng, N, N)}
+
+
+def _conv_inputs(s: dict[str, int], rng: np.random.Generator) -> Args:
+    N, K = s["N"], s["K"]
+    return {"N": N, "K": K, "x": _u(rng, N + K - 1), "w": _u(rng, K), "b": _u(rng, N)}
+
+
+def _arap_inputs(s: dict[str, int], rng: np.random.Generator) -> Args:
+    W, H = s["W"], s["H"]
+    gi, gj = np.meshgrid(np.arange(W, dtype=float), np.arange(H, dtype=float), indexing="ij")
+    return {"W": W, "H": H, "U": gi + 0.1 * _u(rng, W, H), "V": gj + 0.1 * _u(rng, W, H),
+            "T": 0.3 * _u(rng, W, H)}
+
+
+def _nnmf_inputs(s: dict[str, int], rng: np.random.Generator) -> Args:
+    N, M, K = s["N"], s["M"], s["K"]
+    return {**s, "A": _u(rng, N, M, lo=0.1, hi=1.0), "W": _u(rng, N, K, lo=0.1, hi=1.0),
+            "H": _u(rng, K, M, lo=0.1, hi=1.0)}
+
+
+def _logreg_inputs(s: dict[str, int], rng: np.random.Generator) -> Args:
+    M, N = s["M"], s["N"]
+    return {**s, "X": _u(rng, M, N), "y": np.sign(_u(rng, M)) + 0.0, "w": _u(rng, N)}
+
+
+def _matfac_inputs(s: dict[str, int], rng: np.random.Generator) -> Args:
+    N, M, K = s["N"], s["M"], s["K"]
+    return {**s, "Om": rng.random((N, M)) < 0.3, "T": _u(rng, N, M), "U": _u(rng, N, K),
+            "V": _u(rng, M, K)}
+
+
+WORKLOADS: dict[str, Workload] = {w.name: w for w in [
+    Workload("qform", "qform.tl", "qform", lambda n: {"N": n},
+             lambda s, r: _vec_mat(s["N"], r), qform),
+    Workload("qform2", "qform2.tl", "qform2", lambda n: {"N": n},
+             lambda s, r: _vec_mat(s["N"], r), qform2),
+    Workload("conv", "conv.tl", "conv", lambda n: {"N": n, "K": 5}, _conv_inputs, conv),
+    Workload("deconv_loss", "conv.tl", "deconv_loss", lambda n: {"N": n, "K": 5},
+             _conv_inputs, deconv_loss),
+    Workload("arap_residuals", "imgarap.tl", "arap_residuals",
+             lambda n: {"W": n, "H": n}, _arap_inputs, arap_residuals),
+    Workload("imgarap", "imgarap.tl", "imgarap", lambda n: {"W": n, "H": n},
+             _arap_inputs, imgarap),
+    Workload("nbody", "nbody.tl", "nbody", lambda n: {"N": n},
+             lambda s, r: {"N": s["N"], "P": _u(r, s["N"], 3), "m": _u(r, s["N"], lo=0.5, hi=1.5)},
+             nbody),
+    Workload("nnmatfac", "nnmatfac.tl", "nnmatfac", lambda n: {"N": n, "M": n, "K": 5},
+             _nnmf_inputs, nnmatfac),
+    Workload("logreg", "logreg.tl", "logreg", lambda n: {"M": 2 * n, "N": n},
+             _logreg_inputs, logreg),
+    Workload("matfac", "matfac.tl", "matfac", lambda n: {"N": n, "M": n, "K": 5},
+             _matfac_inputs, matfac),
+    Workload("masked", "masked.tl", "masked", lambda n: {"N": n},
+             lambda s, r: {"N": s["N"], "E": r.random((s["N"], s["N"])) < 0.2,
+                           "A": _u(r, s["N"], s["N"])}, masked),
+    Workload("trace_diag", "pathological.tl", "trace_diag", lambda n: {"N": n},
+             lambda s, r: {"N": s["N"], "x": _u(r, s["N"])}, trace_diag),
+    Workload("row_col", "pathological.tl", "row_col", lambda n: {"N": n},
+             lambda s, r: {"N": s["N"], "X": _u(r, s["N"], s["N"])}, row_col),
+    Workload("skip_one", "pathological.tl", "skip_one", lambda n: {"N": n},
+             lambda s, r: {"N": s["N"], "x": _u(r, s["N"])}, skip_one),
+    Workload("dead_code", "pathological.tl", "dead_code", lambda n: {"N": n},
+             lambda s, r: _vec_mat(s["N"], r), dead_code),
+]}

@@ -1,0 +1,349 @@
+"""Conversion of gen-pushed core programs to Tensor SSA (SPEC 5, paper figures 11-12).
+
+Input: the post-condition of gen push-out (SPEC 4): `let x1 = e1 ... in out`, every `ei`
+is `gen I. s` with `s` scalar and gen-free, reads are full scalar accesses `x[a1..am]`
+(projections only of parameters), pairs only in the output.
+
+Each binding `gen I. s` is walked with a context: the indices in scope (I, then the
+summation indices of enclosing sums) and a mask P (initially true).  A scalar expression
+converts to a `Term`, the pending value `[G] * f1 * ... * fn` (factors are operands or
+constants) that the consumer materialises; the cases (one function each, rule id in
+`CASES`):
+
+  SSA-read         x[A]           -> operand (a parameter through an input statement)
+  SSA-const        c              -> a constant factor (0 is the structural zero)
+  SSA-iverson      [p] * s        -> p joins the mask of every primitive emitted for s
+                                     and the guard G of the term
+  SSA-add          s1 + s2        -> add, with the operands' supports G1, G2
+  SSA-contract     s1 * s2        -> the factor lists concatenate and the guards conjoin
+                                     (an Iverson factor is hoisted into the product's mask);
+                                     materialised as a contract with J empty
+  SSA-map          f(s1, ..)      -> map; arguments are converted under the same mask
+  SSA-sum-contract sum J. s1 * s2 -> ONE contract over the whole nest J of directly
+                                     nested sums (a matrix product is one statement)
+  SSA-reduce       sum J. s       -> reduce
+  SSA-gen          x = gen I. s   -> the statement of s over I, or an alias when s is
+                                     `u[I]` (SSA-trivial: `v = u[I]` is dropped)
+and the clean-up `SSA-cse` (equal right-hand sides are one statement: hash-consing) and
+`SSA-dce` (statements the output does not read are dropped).
+
+Cost: the conversion itself (`to_ssa(d, share=False, prune=False)`) has exactly the SPEC 3
+cost of its input when the cost model's structural zero `Z` covers products
+(`Z(e1 * e2) = Z(e1) or Z(e2)`, the multiplication counted only when neither factor is
+`Z`), which is what hoisting an Iverson factor into a product's mask needs; CSE and DCE
+then only remove statements.  See docs/ssa.md.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from tensorlang import ast as A
+from tensorlang import tssa
+from tensorlang.ast import Affine, Pred, PFalse, PTrue
+from tensorlang.errors import NotYetSupported
+from tensorlang.tssa import Builder, Operand, Program
+
+Factor = float | Operand
+
+
+@dataclass(frozen=True)
+class Term:
+    """The value `[guard] * prod(factors)` of a converted scalar expression.
+
+    `guard` is where the source expression is not a structural zero (SPEC 3 `Z`); the
+    zero term has guard `false` and no factors.  `clean` holds conjuncts outside which the
+    product of the factors is already zero (the mask of the statement that computed it),
+    so a guard made of them needs no masked copy.
+    """
+
+    guard: Pred
+    factors: tuple[Factor, ...]
+    clean: frozenset[Pred] = frozenset()
+
+    @property
+    def is_zero(self) -> bool:
+        return isinstance(self.guard, PFalse)
+
+
+ZERO = Term(PFalse(), ())
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """Indices in scope (generator indices, then enclosing summation indices, with source
+    names) and the mask accumulated from enclosing Iverson brackets."""
+
+    idx: tuple[tuple[str, Affine], ...]
+    mask: Pred
+
+    def ids(self) -> tuple[Affine, ...]:
+        return tuple(Affine.var(n) for n, _ in self.idx)
+
+    def under(self, p: Pred) -> "Ctx":
+        return Ctx(self.idx, A.pred_and(self.mask, p))
+
+    def inside(self, sums: Sequence[tuple[str, Affine]]) -> "Ctx":
+        return Ctx(self.idx + tuple(sums), self.mask)
+
+
+def _bad(msg: str, e: A.Node) -> NotYetSupported:
+    return NotYetSupported(f"to_ssa expects gen-pushed input (SPEC 4): {msg}", e.loc)
+
+
+class Converter:
+    """State of one conversion: the builder and the SSA variable of each binding."""
+
+    def __init__(self, d: A.Def, share: bool) -> None:
+        self.d = d
+        self.b = Builder(d.params, share=share)
+        self.ptypes = {p.name: p.type for p in d.params}
+        self.env: dict[str, str] = {}  # binding name -> SSA variable
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def conv(self, e: A.Expr, ctx: Ctx) -> Term:
+        case = DISPATCH.get(type(e))
+        if case is None:
+            raise _bad(f"unexpected {type(e).__name__} in a scalar expression", e)
+        return case(self, e, ctx)
+
+    def const_operand(self, c: float) -> Operand:
+        """A scalar constant statement `k = c`, read as `k`."""
+        return Operand(self.b.const((), c), ())
+
+    def _stmt_clean(self, ctx: Ctx, extra: Pred = PTrue()) -> frozenset[Pred]:
+        return frozenset(tssa.conjuncts(A.pred_and(ctx.mask, extra)))
+
+    def emit_term(self, t: Term, ctx: Ctx, sums: Sequence[tuple[str, Affine]] = ()) -> str:
+        """A statement `gen ctx. sum sums. [mask and guard] * prod(factors)`.
+
+        Multiplications are kept one for one: a coefficient other than 1 is the contract's
+        `c`; further constants (and a literal 1, which the source multiplies by) become
+        scalar constant operands; more than two operands are multiplied pairwise first."""
+        gen = ctx.idx
+        if t.is_zero:
+            return self.b.const(gen, 0.0)
+        mask = A.pred_and(ctx.mask, t.guard)
+        consts = [f for f in t.factors if isinstance(f, float)]
+        ops = [f for f in t.factors if isinstance(f, Operand)]
+        if not ops and len(consts) == 1:
+            if not sums:
+                return self.b.const(gen, consts[0], mask)
+            ops, consts = [self.const_operand(consts[0])], []  # sum of c: adds only
+        coeff = 1.0
+        for k, c in enumerate(consts):
+            if c not in (0.0, 1.0):  # 1 is free and 0 a structural zero as coefficients
+                coeff = c
+                consts = consts[:k] + consts[k + 1:]
+                break
+        ops += [self.const_operand(c) for c in consts]
+        inner = gen + tuple(sums)
+        while len(ops) > 2:  # pointwise over gen + sums, then the contraction
+            w = self.b.contract(inner, (), ops[0], ops[1], mask, coeff)
+            ops = [Operand(w, tuple(Affine.var(n) for n, _ in inner))] + ops[2:]
+            coeff = 1.0
+        if len(ops) == 2:
+            return self.b.contract(gen, sums, ops[0], ops[1], mask, coeff)
+        return self.b.reduce(gen, sums, ops[0], mask, coeff)
+
+    def result(self, var: str, ctx: Ctx, extra: Pred = PTrue()) -> Term:
+        """The term reading a statement just emitted over ctx."""
+        return Term(PTrue(), (Operand(var, ctx.ids()),), self._stmt_clean(ctx, extra))
+
+    def with_support(self, t: Term, ctx: Ctx) -> tuple[Operand, Pred]:
+        """An operand and its support, for an add (the guard stays a support)."""
+        if len(t.factors) == 1 and isinstance(t.factors[0], Operand):
+            return t.factors[0], t.guard
+        if len(t.factors) == 1:
+            return self.const_operand(t.factors[0]), t.guard
+        w = self.emit_term(t, ctx)
+        return Operand(w, ctx.ids()), t.guard
+
+    def exact(self, t: Term, ctx: Ctx) -> Operand:
+        """An operand equal to the term's value at every point of the mask (for a map)."""
+        if t.is_zero:
+            return self.const_operand(0.0)
+        guard_ok = set(tssa.conjuncts(t.guard)) <= t.clean
+        if len(t.factors) == 1 and (isinstance(t.guard, PTrue) or guard_ok):
+            f = t.factors[0]
+            return f if isinstance(f, Operand) else self.const_operand(f)
+        return Operand(self.emit_term(t, ctx), ctx.ids())
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def read_var(self, base: A.Expr, e: A.Expr) -> tuple[str, int]:
+        """The SSA variable of a read base (`x`, `x.0.1`) and its rank."""
+        path: list[int] = []
+        while isinstance(base, A.Proj):
+            path.append(base.k)
+            base = base.e
+        if not isinstance(base, A.Var):
+            raise _bad(f"read of a non-variable {type(base).__name__}", e)
+        path.reverse()
+        name = base.name
+        if name in self.env:
+            if path:
+                raise _bad(f"projection of the binding {name}", e)
+            var = self.env[name]
+        elif name in self.ptypes:
+            if not isinstance(tssa.project_type(self.ptypes[name], path), A.Type) or \
+                    isinstance(self.ptypes[name], (A.TSize, A.TRel)):
+                raise _bad(f"{name} is not a real-valued input", e)
+            var = self.b.input(name, path)
+        else:
+            raise _bad(f"unbound variable {name}", e)
+        return var, len(self.b.shapes[var])
+
+    # -- bindings --------------------------------------------------------------------------
+
+    def binding(self, e: A.Expr) -> str:
+        """SSA-gen: `gen I. s` (or a scalar s) -> its statement variable (or an alias)."""
+        gens: list[tuple[str, Affine]] = []
+        while isinstance(e, A.Gen):
+            gens.append((e.idx, e.size))
+            e = e.body
+        ctx = Ctx(tuple(gens), PTrue())
+        t = self.conv(e, ctx)
+        alias = self.alias(t, ctx)
+        return alias if alias is not None else self.emit_term(t, ctx)
+
+    def alias(self, t: Term, ctx: Ctx) -> str | None:
+        """SSA-trivial: `v = u[I]` (same shape, identity access, no mask) is u itself."""
+        if len(t.factors) != 1 or not isinstance(t.factors[0], Operand):
+            return None
+        if not (isinstance(t.guard, PTrue) or set(tssa.conjuncts(t.guard)) <= t.clean):
+            return None
+        o = t.factors[0]
+        if o.idx != ctx.ids() or self.b.shapes[o.var] != tuple(s for _, s in ctx.idx):
+            return None
+        return o.var
+
+    def output(self, e: A.Expr) -> tssa.Out:
+        if isinstance(e, A.Pair):
+            return (self.output(e.a), self.output(e.b))
+        return self.binding(e)
+
+
+# ---------------------------------------------------------------------------------------------
+# The cases
+
+
+def ssa_read(cv: Converter, e: A.Expr, ctx: Ctx) -> Term:
+    """SSA-read: `x[A]` (or a scalar `x`, `x.0`) is an operand; nothing is emitted."""
+    base, idx = (e.e, e.idx) if isinstance(e, A.Access) else (e, ())
+    var, rank = cv.read_var(base, e)
+    if rank != len(idx):
+        raise _bad(f"read of {var} with {len(idx)} of {rank} indices", e)
+    return Term(PTrue(), (Operand(var, idx),))
+
+
+def ssa_const(cv: Converter, e: A.Const, ctx: Ctx) -> Term:
+    """SSA-const: a constant factor; the constant 0 is the structural zero."""
+    return ZERO if e.value == 0.0 else Term(PTrue(), (float(e.value),))
+
+
+def ssa_iverson(cv: Converter, e: A.Iverson, ctx: Ctx) -> Term:
+    """SSA-iverson: `[p] * s`: s converts under mask `P and p`; p joins the guard."""
+    if isinstance(e.pred, PFalse):
+        return ZERO  # the body is never evaluated
+    t = cv.conv(e.e, ctx.under(e.pred))
+    if t.is_zero:
+        return ZERO
+    return Term(A.pred_and(e.pred, t.guard), t.factors, t.clean)
+
+
+def ssa_add(cv: Converter, e: A.Add, ctx: Ctx) -> Term:
+    """SSA-add: `s1 + s2` -> `[P] * ([G1] * u1 + [G2] * u2)`; a structural zero side is
+    the other side (the source adds nothing there)."""
+    t1, t2 = cv.conv(e.a, ctx), cv.conv(e.b, ctx)
+    if t1.is_zero:
+        return t2
+    if t2.is_zero:
+        return t1
+    (o1, g1), (o2, g2) = cv.with_support(t1, ctx), cv.with_support(t2, ctx)
+    v = cv.b.add(ctx.idx, o1, o2, ctx.mask, (g1, g2))
+    return Term(A.pred_or(g1, g2), (Operand(v, ctx.ids()),), cv._stmt_clean(ctx))
+
+
+def ssa_contract(cv: Converter, e: A.Mul, ctx: Ctx) -> Term:
+    """SSA-contract: `s1 * s2`: factors concatenate, guards conjoin (materialised by the
+    consumer as one contract with J empty, or fused into a sum's contract)."""
+    t1, t2 = cv.conv(e.a, ctx), cv.conv(e.b, ctx)
+    if t1.is_zero or t2.is_zero:
+        for t in (t1, t2):  # the source still multiplies inside the other factor
+            if len(t.factors) > 1:
+                cv.emit_term(t, ctx)
+        return ZERO
+    return Term(A.pred_and(t1.guard, t2.guard), t1.factors + t2.factors, t1.clean | t2.clean)
+
+
+def ssa_map(cv: Converter, e: A.Call, ctx: Ctx) -> Term:
+    """SSA-map: `f(s1, ..)` -> `[P] * f(u1, ..)`; the mask P is pushed onto the arguments'
+    statements too (their values outside P are never used)."""
+    if A.BUILTINS.get(e.fn) != (len(e.args), len(e.params)):
+        raise _bad(f"unknown builtin {e.fn}/{len(e.args)}", e)
+    args = [cv.exact(cv.conv(a, ctx), ctx) for a in e.args]
+    v = cv.b.map(ctx.idx, e.fn, args, ctx.mask, e.params)
+    return cv.result(v, ctx)
+
+
+def ssa_sum(cv: Converter, e: A.Sum, ctx: Ctx) -> Term:
+    """SSA-sum-contract / SSA-reduce: a nest of directly nested sums over a product of two
+    operands is one contract over the whole nest; over one operand, one reduce.  (Sums
+    separated by an Iverson bracket are costed separately by SPEC 3, so they are not
+    fused here; the simplifier may fuse them.)"""
+    sums: list[tuple[str, Affine]] = []
+    body: A.Expr = e
+    while isinstance(body, A.Sum):
+        sums.append((body.idx, body.size))
+        body = body.body
+    t = cv.conv(body, ctx.inside(sums))
+    if t.is_zero:  # a sum of structural zeros is 0 but is not itself a structural zero
+        return Term(PTrue(), (0.0,))
+    v = cv.emit_term(t, ctx, sums)
+    names = {n for n, _ in sums}
+    outer = [q for q in tssa.conjuncts(t.guard) if not (A.free_names(q) & names)]
+    return cv.result(v, ctx, A.pred_and(*outer))
+
+
+DISPATCH: dict[type, Callable] = {
+    A.Access: ssa_read, A.Var: ssa_read, A.Proj: ssa_read, A.Const: ssa_const,
+    A.Iverson: ssa_iverson, A.Add: ssa_add, A.Mul: ssa_contract, A.Call: ssa_map,
+    A.Sum: ssa_sum,
+}
+
+CASES: dict[str, Callable] = {
+    "SSA-read": ssa_read, "SSA-const": ssa_const, "SSA-iverson": ssa_iverson,
+    "SSA-add": ssa_add, "SSA-contract": ssa_contract, "SSA-map": ssa_map,
+    "SSA-sum-contract": ssa_sum, "SSA-reduce": ssa_sum, "SSA-gen": Converter.binding,
+    "SSA-trivial": Converter.alias, "SSA-cse": Builder.emit, "SSA-dce": tssa.dce,
+}
+"""Rule id -> the function implementing it (the catalogue in proofs/rules_ssa.py)."""
+
+
+def bindings(d: A.Def) -> tuple[list[tuple[str, A.Expr]], A.Expr]:
+    """The top-level `let` block of a let-lifted body and its result."""
+    out: list[tuple[str, A.Expr]] = []
+    e = d.body
+    while isinstance(e, A.Let):
+        out.append((e.name, e.value))
+        e = e.body
+    return out, e
+
+
+def to_ssa(d: A.Def, *, share: bool = True, prune: bool = True) -> Program:
+    """Convert a gen-pushed `Def` to Tensor SSA.
+
+    `share=False, prune=False` gives the bare conversion (every source operation one
+    statement instance, dead bindings kept): its cost equals the source's.  The default
+    adds CSE (hash-consing) and DCE, which only remove statements.
+    """
+    cv = Converter(d, share)
+    binds, result = bindings(d)
+    for name, value in binds:
+        if name in cv.env or name in cv.ptypes:
+            raise _bad(f"{name} is bound twice (names must be unique)", value)
+        cv.env[name] = cv.binding(value)
+    out = cv.output(result)
+    return cv.b.program(out, d.name, d.ret, prune=prune)

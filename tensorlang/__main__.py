@@ -1,0 +1,6 @@
+"""`python -m tensorlang ...` is the `tl` command."""
+import sys
+
+from .cli import main
+
+sys.exit(main())

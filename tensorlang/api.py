@@ -1,0 +1,675 @@
+"""The Python API of SPEC 9: `load`, `parse`, `Module`, `Function` and derived functions.
+
+```python
+import tensorlang as tl
+m = tl.load("examples/qform.tl")
+m.qform(x=x, A=A)              # sizes inferred from the shapes; or m.qform(N, x, A)
+m.qform.cost(N=100)            # exact SPEC 3 cost of the program as it will run
+print(m.qform.show("letlift"))
+g = tl.grad(m.qform, "x")
+```
+
+A `Function` wraps one elaborated core `Def`.  Arguments are bound to parameters by name or
+position; size parameters may always be omitted: they are inferred by unifying each
+parameter's type with the shape of the value given (`bind_args`).  Values follow the argument contract of docs/CONTRACTS.md.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from . import ast, pipeline
+from .ast import Affine, Def, DerivedDef, Param, TArr, TPair, TReal, TRel, TSize, Type
+from .errors import NotYetSupported, ShapeError, TLError
+
+__all__ = [
+    "load", "parse", "from_def", "Module", "Function", "DerivedFunction", "Compiled",
+    "grad", "jvp", "vjp", "hvp", "hessian", "jacobian", "format_type", "format_affine",
+    "signature", "bind_args", "infer_sizes", "BACKENDS",
+]
+
+BACKENDS: tuple[str, ...] = ("interp", "numba", "cuda")
+
+
+# ---------------------------------------------------------------------------------------------
+# Formatting of types and signatures (used by messages, the CLI and the REPL)
+
+
+def format_type(t: Type | None) -> str:
+    """A type in `.tl` syntax (`R[N, M]`, `(R, R[N])`, `size`, `rel(N)`); `?` when unknown."""
+    return "?" if t is None else _tc().format_type(t)
+
+
+def format_affine(a: Affine) -> str:
+    return _tc().format_affine(a)
+
+
+def _tc() -> Any:
+    from . import typecheck
+
+    return typecheck
+
+
+def signature(name: str, params: Sequence[Param], ret: Type | None) -> str:
+    ps = ", ".join(f"{p.name}: {format_type(p.type)}" for p in params)
+    return f"{name}({ps}) -> {format_type(ret)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Binding arguments: conversion and size inference
+
+
+def _is_size(p: Param) -> bool:
+    return isinstance(p.type, TSize)
+
+
+class _Constraint:
+    """Axis `axis` of the value at `path` of parameter `param` has extent `actual`."""
+
+    __slots__ = ("dim", "actual", "param", "path", "axis")
+
+    def __init__(self, dim: Affine, actual: int, param: Param, path: str, axis: int):
+        self.dim, self.actual, self.param, self.path, self.axis = dim, actual, param, path, axis
+
+
+class _Binder:
+    """Converts the values given for one function's parameters and infers its sizes."""
+
+    def __init__(self, fname: str, params: Sequence[Param]):
+        self.fname = fname
+        self.params = tuple(params)
+        self.sizes: dict[str, int] = {}
+        self.cons: list[_Constraint] = []
+        self.shapes: dict[str, list[tuple[str, tuple[Affine, ...], tuple[int, ...]]]] = {}
+
+    # -- conversion ------------------------------------------------------------------------
+
+    def convert(self, p: Param, value: Any) -> Any:
+        if isinstance(p.type, TSize):
+            return self._size(p, value)
+        if isinstance(p.type, TRel):
+            return self._relation(p, value)
+        return self._value(p, p.type, value, (), p.name)
+
+    def _size(self, p: Param, value: Any) -> int:
+        if isinstance(value, (bool, np.bool_)) or not _is_integral(value):
+            raise TLError(f"size {p.name} of {self.fname} must be a non-negative integer, "
+                          f"got {_describe(value)}", p.loc)
+        n = int(value)
+        if n < 0:
+            raise ShapeError(f"size {p.name} of {self.fname} must be non-negative, got {n}",
+                             p.loc)
+        self.sizes[p.name] = n
+        return n
+
+    def _value(self, p: Param, t: Type, value: Any, outer: tuple[Affine, ...],
+               path: str) -> Any:
+        dims = list(outer)
+        while isinstance(t, TArr):
+            dims.append(t.size)
+            t = t.elem
+        if isinstance(t, TPair):
+            if not isinstance(value, (tuple, list)) or len(value) != 2:
+                raise TLError(f"argument {path} of {self.fname} must be a pair (a tuple of 2 "
+                              f"values) for type {format_type(p.type)}, got "
+                              f"{_describe(value)}", p.loc)
+            return (self._value(p, t.a, value[0], tuple(dims), path + ".0"),
+                    self._value(p, t.b, value[1], tuple(dims), path + ".1"))
+        if not isinstance(t, TReal):
+            raise TLError(f"parameter {p.name} of {self.fname} has an unsupported type "
+                          f"{format_type(p.type)}", p.loc)
+        arr = _as_float_array(value, path, self.fname, p)
+        if not dims:
+            if arr.ndim != 0:
+                raise ShapeError(f"argument {path} of {self.fname}: expected a scalar (R), "
+                                 f"got an array of shape {_shape_str(arr.shape)}", p.loc)
+            return float(arr)
+        self._expect_shape(p, path, tuple(dims), arr.shape)
+        return np.ascontiguousarray(arr)
+
+    def _relation(self, p: Param, value: Any) -> np.ndarray:
+        assert isinstance(p.type, TRel)
+        arity = len(p.type.sizes)
+        arr = np.asarray(value)
+        if arr.dtype == np.bool_:
+            self._expect_shape(p, p.name, p.type.sizes, arr.shape)
+            return np.ascontiguousarray(arr)
+        # Otherwise a coordinate list: one row of `arity` integers per member.
+        if arr.size == 0:
+            return np.zeros((0, arity), dtype=np.int64)
+        if arr.ndim == 1 and arity == 1:
+            arr = arr.reshape(-1, 1)
+        if arr.ndim != 2 or arr.shape[1] != arity or not _integral_array(arr):
+            raise ShapeError(
+                f"relation {p.name} of {self.fname}: expected a boolean mask of shape "
+                f"{self._expected_str(p.type.sizes)} or a (k, {arity}) integer coordinate "
+                f"array, got {_describe(value)}", p.loc)
+        return np.ascontiguousarray(arr, dtype=np.int64)
+
+    def _expect_shape(self, p: Param, path: str, dims: tuple[Affine, ...],
+                      shape: tuple[int, ...]) -> None:
+        self.shapes.setdefault(p.name, []).append((path, dims, tuple(shape)))
+        if len(shape) != len(dims):
+            raise ShapeError(
+                f"argument {path} of {self.fname}: expected shape {self._expected_str(dims)} "
+                f"({len(dims)} dimensions) for type {format_type(p.type)}, got shape "
+                f"{_shape_str(shape)}", p.loc)
+        for axis, (dim, actual) in enumerate(zip(dims, shape)):
+            self.cons.append(_Constraint(dim, int(actual), p, path, axis))
+
+    # -- inference -------------------------------------------------------------------------
+
+    def solve(self) -> None:
+        """Infer sizes from the constraints, then check every constraint."""
+        # Dimensions that are a single size variable determine it directly (first one wins,
+        # so a later disagreeing argument is the one reported).
+        for c in self.cons:
+            name = c.dim.as_var()
+            if name is not None and name not in self.sizes:
+                self.sizes[name] = c.actual
+        # Affine dimensions with one unknown left (`N + K - 1` once K is known) solve for it.
+        progress = True
+        while progress:
+            progress = False
+            for c in self.cons:
+                rest = c.dim.subst(self.sizes)
+                if len(rest.terms) != 1:
+                    continue
+                name, coeff = rest.terms[0]
+                value, rem = divmod(c.actual - rest.const, coeff)
+                if rem != 0 or value < 0:
+                    self._mismatch(c)
+                self.sizes[name] = value
+                progress = True
+        for c in self.cons:
+            rest = c.dim.subst(self.sizes)
+            if rest.is_const() and rest.const != c.actual:
+                self._mismatch(c)
+
+    def _mismatch(self, c: _Constraint) -> None:
+        shapes = [s for s in self.shapes[c.param.name] if s[0] == c.path]
+        _, dims, actual = shapes[0]
+        known = sorted(n for n in set().union(*(d.vars() for d in dims)) if n in self.sizes)
+        where = ", ".join(f"{n} = {self.sizes[n]}" for n in known)
+        raise ShapeError(
+            f"argument {c.path} of {self.fname}: expected shape {self._expected_str(dims)} "
+            f"(type {format_type(c.param.type)}{', ' + where if where else ''}), got shape "
+            f"{_shape_str(actual)}", c.param.loc)
+
+    def _expected_str(self, dims: Sequence[Affine]) -> str:
+        out = []
+        for d in dims:
+            r = d.subst(self.sizes)
+            out.append(str(r.const) if r.is_const() else format_affine(r))
+        return "(" + ", ".join(out) + ("," if len(out) == 1 else "") + ")"
+
+
+def bind_args(fname: str, params: Sequence[Param], args: Sequence[Any],
+              kwargs: Mapping[str, Any], need_values: bool = True) -> dict[str, Any]:
+    """Bind positional and keyword arguments to `params`, converting values and inferring sizes.
+
+    Positional arguments go to the parameters not given by keyword, in order: either all of
+    them, or only the non-size ones (sizes may be omitted).  With `need_values=False` only the
+    sizes and relations are required (what the cost model needs).
+    """
+    _check_names(fname, params, kwargs)
+    given: dict[str, Any] = dict(kwargs)
+    if args:
+        rest = [p for p in params if p.name not in given]
+        values = [p for p in rest if not _is_size(p)]
+        if len(args) == len(rest):
+            targets = rest
+        elif len(args) == len(values):
+            targets = values
+        else:
+            raise TLError(f"{fname} takes {len(rest)} positional arguments "
+                          f"({', '.join(p.name for p in rest)}) or {len(values)} without the "
+                          f"sizes; got {len(args)}")
+        given.update({p.name: v for p, v in zip(targets, args)})
+    out, binder = _convert_all(fname, params, given)
+    for p in params:
+        if _is_size(p):
+            if p.name not in binder.sizes:
+                raise TLError(f"cannot infer size {p.name} of {fname} from the arguments: "
+                              f"pass {p.name}=...", p.loc)
+            out[p.name] = binder.sizes[p.name]
+        elif p.name not in out and (need_values or isinstance(p.type, TRel)):
+            what = "relation" if isinstance(p.type, TRel) else "argument"
+            raise TLError(f"missing {what} {p.name}: {format_type(p.type)} of {fname}", p.loc)
+    return {p.name: out[p.name] for p in params if p.name in out}
+
+
+def infer_sizes(fname: str, params: Sequence[Param], given: Mapping[str, Any]) -> dict[str, int]:
+    """The sizes given or implied by the shapes of the values in `given` (others may be missing)."""
+    _check_names(fname, params, given)
+    _, binder = _convert_all(fname, params, given)
+    return {p.name: binder.sizes[p.name] for p in params
+            if _is_size(p) and p.name in binder.sizes}
+
+
+def _check_names(fname: str, params: Sequence[Param], given: Mapping[str, Any]) -> None:
+    names = {p.name for p in params}
+    for name in given:
+        if name not in names:
+            raise TLError(f"{fname} has no parameter '{name}' "
+                          f"(parameters: {', '.join(p.name for p in params)})")
+
+
+def _convert_all(fname: str, params: Sequence[Param],
+                 given: Mapping[str, Any]) -> tuple[dict[str, Any], _Binder]:
+    binder = _Binder(fname, params)
+    out: dict[str, Any] = {}
+    for p in sorted(params, key=lambda p: not _is_size(p)):  # sizes first: they are facts
+        if p.name in given:
+            out[p.name] = binder.convert(p, given[p.name])
+    binder.solve()
+    return out, binder
+
+
+def _is_integral(v: Any) -> bool:
+    if isinstance(v, (int, np.integer)):
+        return True
+    if isinstance(v, (float, np.floating)):
+        return float(v).is_integer()
+    return False
+
+
+def _integral_array(arr: np.ndarray) -> bool:
+    if np.issubdtype(arr.dtype, np.integer):
+        return True
+    if np.issubdtype(arr.dtype, np.floating):
+        return bool(np.all(np.mod(arr, 1) == 0))
+    return False
+
+
+def _as_float_array(value: Any, path: str, fname: str, p: Param) -> np.ndarray:
+    if isinstance(value, (tuple, str, bytes)) or value is None:
+        raise TLError(f"argument {path} of {fname} must be a number or a numpy array for type "
+                      f"{format_type(p.type)}, got {_describe(value)}", p.loc)
+    try:
+        return np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TLError(f"argument {path} of {fname} is not numeric: {_describe(value)}",
+                      p.loc) from None
+
+
+def _shape_str(shape: Sequence[int]) -> str:
+    return "(" + ", ".join(str(int(s)) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _describe(v: Any) -> str:
+    if isinstance(v, np.ndarray):
+        return f"a {v.dtype} array of shape {_shape_str(v.shape)}"
+    if isinstance(v, (tuple, list)):
+        return f"a {type(v).__name__} of length {len(v)}"
+    return f"{type(v).__name__} {v!r}"
+
+
+def to_python(value: Any) -> Any:
+    """Results as the API promises them: float for R, numpy array for tensors, tuple for pairs."""
+    if isinstance(value, (tuple, list)):
+        return tuple(to_python(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return float(value) if value.ndim == 0 else value
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return float(value)
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Functions
+
+
+class Function:
+    """A tensorlang function: an elaborated core `Def` with its signature.
+
+    Call it like a Python function (`f(x=x, A=A)`, `f(x, A)`, `f(N, x, A)`); sizes are
+    inferred from shapes.  `interpret`, `cost`, `show` and `compile` expose the pipeline.
+    """
+
+    def __init__(self, d: Def, ret_type: Type | None = None,
+                 module: "Module | None" = None) -> None:
+        self._def = d
+        self._ret = ret_type if ret_type is not None else d.ret
+        self.module = module
+
+    # -- description -----------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._def.name
+
+    @property
+    def params(self) -> tuple[Param, ...]:
+        return self._def.params
+
+    @property
+    def ret_type(self) -> Type | None:
+        return self._ret
+
+    @property
+    def source(self) -> Def | DerivedDef:
+        """The definition this function was made from (a core `Def`)."""
+        return self._def
+
+    @property
+    def is_derived(self) -> bool:
+        return False
+
+    def signature(self) -> str:
+        return signature(self.name, self.params, self.ret_type)
+
+    def __repr__(self) -> str:
+        return f"<tensorlang function {self.signature()}>"
+
+    # -- running ---------------------------------------------------------------------------
+
+    def bind(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The complete argument dict (sizes inferred) the interpreter and backends take."""
+        return bind_args(self.name, self.params, args, kwargs)
+
+    def core(self) -> Def:
+        """The core `Def` to run (for a derived function: its derivative program)."""
+        return self._def
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.compile(_best_backend())(*args, **kwargs)
+
+    def interpret(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the reference interpreter on the program as written."""
+        bound = self.bind(*args, **kwargs)
+        return to_python(_interp().interpret(self.core(), bound))
+
+    def compile(self, backend: str = "interp") -> "Compiled":
+        """A callable running this function on `backend` ("interp", "numba" or "cuda")."""
+        if backend not in BACKENDS:
+            raise TLError(f"unknown backend '{backend}' (backends: {', '.join(BACKENDS)})")
+        if backend != "interp":
+            raise NotYetSupported(f"the {backend} backend is not available yet "
+                                  f"(use backend=\"interp\")")
+        core = self.core()
+        run = _interp().interpret
+        return Compiled(self, backend, lambda args: run(core, args))
+
+    # -- inspection ------------------------------------------------------------------------
+
+    def run_to(self, stage: str) -> Any:
+        """The program after `stage` of the pipeline (a core Def or a Tensor-SSA program)."""
+        return pipeline.run_to(self.core(), stage)
+
+    def show(self, stage: str = "parsed", unicode: bool = False) -> str:
+        """The program at `stage` as text (`.tl` syntax, or Unicode notation)."""
+        return pipeline.show(self.core(), stage, unicode=unicode)
+
+    def cost(self, stage: str | None = None, **args: Any) -> Any:
+        """Exact SPEC 3 cost for the given sizes (and relations; arrays give their sizes).
+
+        `stage=None` costs the program as it will run (the last pipeline stage available);
+        `stage="source"` the program as written.
+        """
+        bound = bind_args(self.name, self.params, (), args, need_values=False)
+        return pipeline.cost(self.core(), stage or pipeline.last_available(), bound)
+
+
+class Compiled:
+    """A function bound to a backend: call it with the same arguments as the `Function`."""
+
+    def __init__(self, fn: Function, backend: str, run: Callable[[dict[str, Any]], Any]):
+        self.function = fn
+        self.backend = backend
+        self._run = run
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return to_python(self._run(self.function.bind(*args, **kwargs)))
+
+    def __repr__(self) -> str:
+        return f"<{self.function.name} compiled for {self.backend}>"
+
+
+def _best_backend() -> str:
+    return "interp"
+
+
+def _interp() -> Any:
+    try:
+        from . import interp
+    except ImportError as err:
+        raise NotYetSupported(f"the interpreter is not available yet ({err})") from None
+    return interp
+
+
+# ---------------------------------------------------------------------------------------------
+# Derived functions (SPEC 2.5)
+
+
+class DerivedFunction(Function):
+    """`kind(base, wrt...)`: its signature is known; its program comes from the derivative
+    passes, which are not built yet, so running, showing and costing it raise
+    `NotYetSupported`."""
+
+    def __init__(self, source: DerivedDef, base: Function, params: Sequence[Param],
+                 ret_type: Type | None, module: "Module | None" = None) -> None:
+        self._src = source
+        self.base = base
+        self._params = tuple(params)
+        self._ret = ret_type
+        self.module = module
+
+    @property
+    def name(self) -> str:
+        return self._src.name
+
+    @property
+    def params(self) -> tuple[Param, ...]:
+        return self._params
+
+    @property
+    def source(self) -> DerivedDef:
+        return self._src
+
+    @property
+    def kind(self) -> str:
+        return self._src.kind
+
+    @property
+    def wrt(self) -> tuple[str, ...]:
+        return self._src.wrt
+
+    @property
+    def is_derived(self) -> bool:
+        return True
+
+    def describe(self) -> str:
+        return f"{self.kind}({', '.join((self.base.name,) + self.wrt)})"
+
+    def core(self) -> Def:
+        raise NotYetSupported(f"derivatives are not implemented yet: {self.name} = "
+                              f"{self.describe()} cannot be evaluated, shown or costed",
+                              self._src.loc)
+
+    def __repr__(self) -> str:
+        return f"<tensorlang derived function {self.signature()} = {self.describe()}>"
+
+
+def _derive(kind: str, f: "Function | Def", wrt: Sequence[str], name: str | None) -> Function:
+    fn = f if isinstance(f, Function) else from_def(f)
+    if fn.ret_type is None:
+        raise TLError(f"{kind}({fn.name}): the return type of {fn.name} is unknown")
+    src = DerivedDef(name or f"{fn.name}_{kind}", kind, fn.name, tuple(wrt))
+    params, ret = _tc().derived_signature(src, fn.params, fn.ret_type)
+    return DerivedFunction(src, fn, params, ret, fn.module)
+
+
+def grad(f: "Function | Def", *wrt: str, name: str | None = None) -> Function:
+    """Gradient of a real-valued function in the inputs `wrt` (all real inputs if none)."""
+    return _derive("grad", f, wrt, name)
+
+
+def jvp(f: "Function | Def", *wrt: str, name: str | None = None) -> Function:
+    """Forward derivative: `(y, d_y)` from tangents `d_x` of the inputs `wrt`."""
+    return _derive("jvp", f, wrt, name)
+
+
+def vjp(f: "Function | Def", *wrt: str, name: str | None = None) -> Function:
+    """Reverse derivative: `(y, d_x1, ...)` from a cotangent `d_y`."""
+    return _derive("vjp", f, wrt, name)
+
+
+def hvp(f: "Function | Def", *wrt: str, name: str | None = None) -> Function:
+    """Hessian-vector product `H v` in the input `wrt` (forward over reverse)."""
+    return _derive("hvp", f, wrt, name)
+
+
+def hessian(f: "Function | Def", *wrt: str, name: str | None = None) -> Function:
+    """The materialised Hessian in the input `wrt`."""
+    return _derive("hessian", f, wrt, name)
+
+
+def jacobian(f: "Function | Def", *wrt: str, name: str | None = None) -> Function:
+    """The materialised Jacobian in the input `wrt`."""
+    return _derive("jacobian", f, wrt, name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Modules
+
+
+class Module(Mapping):
+    """The functions of a `.tl` source, in source order: `m.qform`, `m["qform"]`, `for name
+    in m`, `m.functions`, plus the checker's `warnings`."""
+
+    def __init__(self, functions: Mapping[str, Function], warnings: Sequence[Any] = (),
+                 filename: str = "<string>", text: str = "") -> None:
+        self._functions = dict(functions)
+        self.warnings = list(warnings)
+        self.filename = filename
+        self.text = text
+        for fn in self._functions.values():
+            fn.module = self
+
+    def __getitem__(self, name: str) -> Function:
+        try:
+            return self._functions[name]
+        except KeyError:
+            raise KeyError(self._missing(name)) from None
+
+    def __getattr__(self, name: str) -> Function:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self._functions[name]
+        except KeyError:
+            raise AttributeError(self._missing(name)) from None
+
+    def _missing(self, name: str) -> str:
+        return (f"{self.filename} defines no function '{name}' "
+                f"(functions: {', '.join(self._functions) or 'none'})")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._functions)
+
+    def __len__(self) -> int:
+        return len(self._functions)
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(self._functions))
+
+    @property
+    def functions(self) -> list[Function]:
+        return list(self._functions.values())
+
+    def forward_names(self) -> list[str]:
+        """Names of the functions written out (not derived)."""
+        return [n for n, f in self._functions.items() if not f.is_derived]
+
+    def derived_names(self) -> list[str]:
+        return [n for n, f in self._functions.items() if f.is_derived]
+
+    @property
+    def last(self) -> Function:
+        """The last function defined (the CLI's default)."""
+        if not self._functions:
+            raise TLError(f"{self.filename} defines no functions")
+        return list(self._functions.values())[-1]
+
+    def __repr__(self) -> str:
+        return f"<tensorlang module {self.filename}: {', '.join(self._functions)}>"
+
+
+def _front_end() -> tuple[Any, Any]:
+    try:
+        from . import parser, typecheck
+    except ImportError as err:
+        raise NotYetSupported(f"the front end is not available yet ({err})") from None
+    return parser, typecheck
+
+
+def check_source(text: str, filename: str = "<string>") -> Any:
+    """Parse and type-check `text`: the checker's `CheckedModule`."""
+    parser, typecheck = _front_end()
+    return typecheck.check_module(parser.parse_module(text, filename), filename)
+
+
+def module_from_checked(checked: Any, filename: str = "<string>", text: str = "") -> Module:
+    """Wrap a `CheckedModule` (core Defs, derived defs with their signatures) as a `Module`."""
+    defs = _as_dict(checked.defs)
+    derived = _as_dict(getattr(checked, "derived", {}))
+    order = list(getattr(checked, "order", None) or [*defs, *derived])
+    ret_types = dict(getattr(checked, "ret_types", {}) or {})
+    derived_types = dict(getattr(checked, "derived_types", {}) or {})
+    functions: dict[str, Function] = {}
+    for name in order:
+        if name in defs:
+            d = defs[name]
+            functions[name] = Function(d, ret_types.get(name) or d.ret)
+        elif name in derived:
+            functions[name] = _derived_from_checked(derived[name], functions,
+                                                     derived_types.get(name))
+    return Module(functions, list(getattr(checked, "warnings", ()) or ()), filename, text)
+
+
+def _as_dict(items: Any) -> dict[str, Any]:
+    if isinstance(items, Mapping):
+        return dict(items)
+    return {x.name: x for x in items}
+
+
+def _derived_from_checked(dd: DerivedDef, functions: Mapping[str, Function],
+                          sig: Any) -> DerivedFunction:
+    base = functions.get(dd.fn)
+    if base is None:  # the checker guarantees the base is earlier; be explicit if not
+        raise TLError(f"{dd.name}: {dd.fn} is not defined before it", dd.loc)
+    if sig is None:
+        sig = _tc().derived_signature(dd, base.params, base.ret_type)
+    params, ret = sig
+    return DerivedFunction(dd, base, params, ret)
+
+
+def parse(source_text: str, filename: str = "<string>") -> Module:
+    """Parse and type-check `.tl` source text."""
+    return module_from_checked(check_source(source_text, filename), filename, source_text)
+
+
+def load(path: str | os.PathLike[str]) -> Module:
+    """Load a `.tl` file."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as err:
+        raise TLError(f"cannot read {path}: {err.strerror or err}") from None
+    except UnicodeDecodeError:
+        raise TLError(f"cannot read {path}: not UTF-8 text") from None
+    return parse(text, path)
+
+
+def from_def(d: Def) -> Function:
+    """A `Function` from a `Def` built in Python (`tl.dsl`): type-checked and elaborated."""
+    if not isinstance(d, Def):
+        raise TLError(f"from_def expects a tensorlang Def, got {type(d).__name__}")
+    _, typecheck = _front_end()
+    checked = typecheck.check_module([d], "<dsl>")
+    return module_from_checked(checked, "<dsl>")[d.name]

@@ -1,0 +1,490 @@
+"""The `tl` command (SPEC 9): run, check, show, cost, repl, prove, bench.
+
+Exit codes: 0 ok, 1 program error (a `TLError`, printed with its location and caret, never a
+traceback), 2 usage error (argparse).  Set TL_DEBUG=1 to see the traceback of an internal
+error.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import re
+import sys
+import time
+import traceback
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from .errors import NotYetSupported, TLError
+
+_INT = re.compile(r"[+-]?\d+")
+_FLOAT = re.compile(r"[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?|inf|nan)",
+                    re.IGNORECASE)
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+STAGE_CHOICES = ("parsed", "letlift", "pairelim", "genpush", "ssa", "simplified", "source")
+BACKEND_CHOICES = ("interp", "numba", "cuda")
+
+
+# ---------------------------------------------------------------------------------------------
+# Output formatting shared with the REPL
+
+
+def format_value(value: Any) -> str:
+    """Scalars in full (shortest round-trip repr), arrays with numpy's summary printing."""
+    if isinstance(value, tuple):
+        return "(" + ", ".join(format_value(v) for v in value) + ")"
+    if isinstance(value, np.ndarray):
+        return np.array2string(value, separator=" ") if value.size else f"[] (shape {value.shape})"
+    if isinstance(value, (float, np.floating)):
+        return repr(float(value))
+    return str(value)
+
+
+def format_result(value: Any) -> str:
+    """A `tl run` result: a pair prints one component per line, labelled by its projection."""
+    if not isinstance(value, tuple):
+        return format_value(value)
+    lines = []
+    for label, leaf in _leaves(value, "result"):
+        text = format_value(leaf)
+        sep = "\n" if "\n" in text else " "
+        lines.append(f"{label} ={sep}{text}")
+    return "\n".join(lines)
+
+
+def _leaves(value: Any, label: str) -> list[tuple[str, Any]]:
+    if isinstance(value, tuple):
+        out: list[tuple[str, Any]] = []
+        for k, v in enumerate(value):
+            out.extend(_leaves(v, f"{label}.{k}"))
+        return out
+    return [(label, value)]
+
+
+def _cost_numbers(c: Any) -> tuple[int, int, int, int]:
+    if isinstance(c, Mapping):
+        a, m, k = int(c["adds"]), int(c["muls"]), int(c["calls"])
+        return a, m, k, int(c.get("total", a + m + k))
+    if isinstance(c, (tuple, list)) and not hasattr(c, "adds"):
+        a, m, k = (int(x) for x in c[:3])
+        return a, m, k, int(c[3]) if len(c) > 3 else a + m + k
+    a, m, k = int(c.adds), int(c.muls), int(c.calls)
+    return a, m, k, int(getattr(c, "total", a + m + k))
+
+
+def _per_binding(cost: Any) -> list[tuple[str, Any]]:
+    pb = getattr(cost, "per_binding", None) or {}
+    if isinstance(pb, Mapping):
+        return [(str(k), v) for k, v in pb.items()]
+    rows = []
+    for item in pb:
+        if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
+            rows.append(item)
+        else:
+            rows.append((str(getattr(item, "name", "?")), item))
+    return rows
+
+
+def format_cost(cost: Any, title: str) -> str:
+    """The totals and a per-binding table."""
+    rows = [("total", cost)] + _per_binding(cost)
+    width = max(len(name) for name, _ in rows) + 2
+    head = f"{'':<{width}}{'adds':>12}{'muls':>12}{'calls':>12}{'total':>14}"
+    lines = [title, head]
+    for i, (name, c) in enumerate(rows):
+        a, m, k, t = _cost_numbers(c)
+        lines.append(f"{name:<{width}}{a:>12}{m:>12}{k:>12}{t:>14}")
+        if i == 0 and len(rows) > 1:
+            lines.append("per binding:")
+    return "\n".join(lines)
+
+
+def format_warnings(warnings: Sequence[Any]) -> str:
+    return "\n".join(_warning_text(w) for w in warnings)
+
+
+def _warning_text(w: Any) -> str:
+    if isinstance(w, TLError):
+        return str(w)
+    loc = getattr(w, "loc", None)
+    msg = getattr(w, "message", None) or str(w)
+    if loc is None:
+        return f"warning: {msg}"
+    caret = loc.caret() if hasattr(loc, "caret") else ""
+    head = f"{loc}: warning: {msg}"
+    return f"{head}\n{caret}" if caret else head
+
+
+# ---------------------------------------------------------------------------------------------
+# Argument values
+
+
+def _assignment(text: str) -> tuple[str, str]:
+    """argparse type of NAME=VALUE."""
+    name, sep, value = text.partition("=")
+    name = name.strip()
+    if not sep or not _NAME.fullmatch(name) or not value.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name, value.strip()
+
+
+def _size_assignment(text: str) -> tuple[str, int]:
+    name, value = _assignment(text)
+    if not _INT.fullmatch(value) or int(value) < 0:
+        raise argparse.ArgumentTypeError(f"expected SIZE=INT with INT >= 0, got {text!r}")
+    return name, int(value)
+
+
+RAND = object()  # marker: fill this input with random values
+
+
+def parse_value(name: str, text: str) -> Any:
+    """An argument value from the command line: int, float, '@rand' or a .npy/.npz path."""
+    if text == "@rand":
+        return RAND
+    if _INT.fullmatch(text):
+        return int(text)
+    if _FLOAT.fullmatch(text):
+        return float(text)
+    if text.endswith((".npy", ".npz")):
+        return load_array(name, text)
+    raise TLError(f"value of {name}: {text!r} is not a number, '@rand' or a .npy/.npz file")
+
+
+def load_array(name: str, path: str) -> Any:
+    """An array from a .npy file, or the entry `name` (or the only entry) of a .npz file."""
+    try:
+        data = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise TLError(f"value of {name}: no such file {path}") from None
+    except (OSError, ValueError) as err:
+        raise TLError(f"value of {name}: cannot read {path}: {err}") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        return data
+    with data:
+        keys = list(data.keys())
+        if name in keys:
+            return data[name]
+        if len(keys) == 1:
+            return data[keys[0]]
+        raise TLError(f"value of {name}: {path} has no array named {name} "
+                      f"(it has {', '.join(keys) or 'none'})")
+
+
+def random_value(t: Any, sizes: Mapping[str, int], rng: np.random.Generator) -> Any:
+    """Random input of type `t`: standard normal reals, sparse (10%) boolean relations."""
+    from . import ast
+
+    if isinstance(t, ast.TRel):
+        shape = tuple(int(a.evaluate(sizes)) for a in t.sizes)
+        return rng.random(shape) < 0.1
+    return _random_real(t, (), sizes, rng)
+
+
+def _random_real(t: Any, outer: tuple[int, ...], sizes: Mapping[str, int],
+                 rng: np.random.Generator) -> Any:
+    from . import ast
+
+    dims = list(outer)
+    while isinstance(t, ast.TArr):
+        dims.append(int(t.size.evaluate(sizes)))
+        t = t.elem
+    if isinstance(t, ast.TPair):
+        return (_random_real(t.a, tuple(dims), sizes, rng),
+                _random_real(t.b, tuple(dims), sizes, rng))
+    return float(rng.standard_normal()) if not dims else rng.standard_normal(tuple(dims))
+
+
+def build_args(fn: Any, given: Mapping[str, Any], random_sizes: Mapping[str, int],
+               seed: int) -> dict[str, Any]:
+    """Complete keyword arguments for `fn`: given values, sizes, and random inputs."""
+    from . import api, ast
+
+    params = {p.name: p for p in fn.params}
+    for name in list(given) + list(random_sizes):
+        if name not in params:
+            raise TLError(f"{fn.name} has no parameter '{name}' "
+                          f"(parameters: {', '.join(params)})")
+    for name in random_sizes:
+        if not isinstance(params[name].type, ast.TSize):
+            raise TLError(f"--random {name}=...: {name} is not a size of {fn.name}")
+    fixed = {k: v for k, v in given.items() if v is not RAND}
+    fixed.update(random_sizes)
+    wanted = [p for p in fn.params if not isinstance(p.type, ast.TSize)
+              and (p.name not in fixed)]
+    if not wanted:
+        return fixed
+    missing = [p.name for p in wanted if given.get(p.name) is not RAND]
+    if missing and not random_sizes:
+        raise TLError(f"missing argument{'s' if len(missing) > 1 else ''} "
+                      f"{', '.join(missing)} of {fn.name}: give --arg NAME=VALUE "
+                      f"(or NAME=@rand), or --random SIZE=INT to fill every input")
+    sizes = api.infer_sizes(fn.name, fn.params, fixed)
+    unknown = [p.name for p in fn.params if isinstance(p.type, ast.TSize) and p.name not in sizes]
+    if unknown:
+        raise TLError(f"random inputs need every size: give --random "
+                      f"{' '.join(n + '=INT' for n in unknown)}")
+    rng = np.random.default_rng(seed)
+    values = _random_args(fn, sizes, rng)
+    out = dict(fixed)
+    out.update(sizes)
+    for p in wanted:
+        out[p.name] = values[p.name] if p.name in values else random_value(p.type, sizes, rng)
+    return out
+
+
+def _random_args(fn: Any, sizes: Mapping[str, int], rng: np.random.Generator) -> dict:
+    """`testing.random_args` where it exists (it knows well-conditioned inputs)."""
+    if fn.is_derived:
+        return {}
+    try:
+        from . import testing
+    except ImportError:
+        return {}
+    make = getattr(testing, "random_args", None)
+    return dict(make(fn.source, dict(sizes), rng)) if make is not None else {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Subcommands
+
+
+def _load(path: str) -> Any:
+    from . import api
+
+    module = api.load(path)
+    if module.warnings:
+        print(format_warnings(module.warnings), file=sys.stderr)
+    return module
+
+
+def _function(module: Any, name: str | None) -> Any:
+    if name is None:
+        return module.last
+    try:
+        return module[name]
+    except KeyError as err:
+        raise TLError(err.args[0]) from None
+
+
+def cmd_run(ns: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    module = _load(ns.file)
+    fn = _function(module, ns.func)
+    t1 = time.perf_counter()
+    given = {name: parse_value(name, text) for name, text in ns.arg}
+    args = build_args(fn, given, dict(ns.random), ns.seed)
+    compiled = fn.compile(ns.backend)
+    t2 = time.perf_counter()
+    result = compiled(**args)
+    t3 = time.perf_counter()
+    print(format_result(result))
+    if ns.out:
+        save_result(ns.out, result)
+    if ns.time:
+        print(f"time: load+check {t1 - t0:.4f} s, compile {t2 - t1:.4f} s, "
+              f"run ({ns.backend}) {t3 - t2:.4f} s", file=sys.stderr)
+    return 0
+
+
+def save_result(path: str, result: Any) -> None:
+    try:
+        if path.endswith(".npz"):
+            np.savez(path, **dict(_leaves(result, "result")))
+        elif path.endswith(".npy"):
+            if isinstance(result, tuple):
+                raise TLError(f"the result is a tuple: save it with --out FILE.npz, not {path}")
+            np.save(path, np.asarray(result))
+        else:
+            raise TLError(f"--out {path}: the file name must end in .npy or .npz")
+    except OSError as err:
+        raise TLError(f"cannot write {path}: {err.strerror or err}") from None
+
+
+def cmd_check(ns: argparse.Namespace) -> int:
+    from . import api
+
+    try:
+        text = open(ns.file, encoding="utf-8").read()
+    except (OSError, UnicodeDecodeError) as err:
+        raise TLError(f"cannot read {ns.file}: {getattr(err, 'strerror', None) or err}") from None
+    try:
+        module = api.parse(text, ns.file)
+    except TLError as first:
+        errors = _all_errors(text, ns.file) or [first]
+        print("\n".join(str(e) for e in errors), file=sys.stderr)
+        n = len(errors)
+        print(f"{ns.file}: {n} error{'s' if n > 1 else ''}", file=sys.stderr)
+        return 1
+    if module.warnings:
+        print(format_warnings(module.warnings), file=sys.stderr)
+    for fn in module.functions:
+        extra = f" = {fn.describe()}" if fn.is_derived else ""
+        print(f"  {fn.signature()}{extra}")
+    nw = len(module.warnings)
+    print(f"{ns.file}: ok, {len(module)} function{'s' if len(module) != 1 else ''}, "
+          f"{nw} warning{'s' if nw != 1 else ''}")
+    return 0
+
+
+def _all_errors(text: str, filename: str) -> list[TLError]:
+    """Every definition's first error: check the defs one by one, skipping failed ones (a
+    parse error stops everything, so it is the only one)."""
+    from . import parser, typecheck
+
+    try:
+        defs = parser.parse_module(text, filename)
+    except TLError as err:
+        return [err]
+    ok: list[Any] = []
+    errors: list[TLError] = []
+    for d in defs:
+        try:
+            typecheck.check_module(ok + [d], filename)
+        except TLError as err:
+            errors.append(err)
+        else:
+            ok.append(d)
+    return errors
+
+
+def cmd_show(ns: argparse.Namespace) -> int:
+    fn = _function(_load(ns.file), ns.func)
+    print(fn.show(ns.stage, unicode=ns.unicode))
+    return 0
+
+
+def cmd_cost(ns: argparse.Namespace) -> int:
+    from . import pipeline
+
+    fn = _function(_load(ns.file), ns.func)
+    args = {name: parse_value(name, text) for name, text in ns.assign}
+    if any(v is RAND for v in args.values()):
+        raise TLError("tl cost takes sizes (and relation files), not '@rand'")
+    stage = ns.stage or pipeline.last_available()
+    cost = fn.cost(stage=stage, **args)
+    sizes = ", ".join(f"{k}={v}" for k, v in args.items() if isinstance(v, int))
+    print(format_cost(cost, f"cost of {fn.name} at stage {stage}"
+                            f"{' with ' + sizes if sizes else ''}"))
+    return 0
+
+
+def cmd_repl(ns: argparse.Namespace) -> int:
+    from . import repl
+
+    return repl.run(ns.file)
+
+
+def cmd_prove(ns: argparse.Namespace) -> int:
+    try:
+        catalogue = importlib.import_module("tensorlang.proofs.catalogue")
+    except ImportError as err:
+        raise NotYetSupported(f"the rule catalogue is not available yet "
+                              f"(proofs/catalogue.py: {err})") from None
+    reports = catalogue.check_all(ns.examples)
+    print(catalogue.format_table(reports))
+    failed = [r for r in reports if not (r.meaning_ok and r.cost_ok)]
+    if failed:
+        print(f"{len(failed)} rule{'s' if len(failed) > 1 else ''} failed: "
+              f"{', '.join(r.name for r in failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_bench(ns: argparse.Namespace) -> int:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if not os.path.isfile(os.path.join(root, "bench", "__init__.py")):
+        raise NotYetSupported("the benchmark suite is not built yet (bench/ is missing)")
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    bench = importlib.import_module("bench")
+    main = getattr(bench, "main", None)
+    if not callable(main):
+        raise NotYetSupported("the benchmark suite is not built yet (bench has no main)")
+    return int(main(list(ns.names)) or 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Argument parsing and the entry point
+
+
+def build_parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="tl", description="tensorlang: a purely functional tensor language.")
+    sub = top.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    run = sub.add_parser("run", help="run a function")
+    run.add_argument("file", metavar="FILE.tl")
+    run.add_argument("func", metavar="FUNC", nargs="?", help="default: the last def")
+    run.add_argument("--arg", action="append", type=_assignment, default=[],
+                     metavar="NAME=VALUE",
+                     help="VALUE: integer (size), float, .npy/.npz path, or @rand")
+    run.add_argument("--random", action="append", type=_size_assignment, default=[],
+                     metavar="SIZE=INT", help="set a size and fill every other input randomly")
+    run.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    run.add_argument("--backend", choices=BACKEND_CHOICES, default="interp")
+    run.add_argument("--out", metavar="RESULT.npy|.npz", help="save the result")
+    run.add_argument("--time", action="store_true", help="print elapsed times")
+    run.set_defaults(handler=cmd_run)
+
+    check = sub.add_parser("check", help="parse and type-check a file")
+    check.add_argument("file", metavar="FILE.tl")
+    check.set_defaults(handler=cmd_check)
+
+    show = sub.add_parser("show", help="print a function at a pipeline stage")
+    show.add_argument("file", metavar="FILE.tl")
+    show.add_argument("func", metavar="FUNC")
+    show.add_argument("--stage", choices=STAGE_CHOICES, default="parsed")
+    show.add_argument("--unicode", action="store_true", help="mathematical notation")
+    show.set_defaults(handler=cmd_show)
+
+    cost = sub.add_parser("cost", help="exact operation counts (SPEC 3)")
+    cost.add_argument("file", metavar="FILE.tl")
+    cost.add_argument("func", metavar="FUNC")
+    cost.add_argument("assign", metavar="SIZE=INT", nargs="*", type=_assignment,
+                      help="sizes (and relations as .npy files)")
+    cost.add_argument("--stage", choices=STAGE_CHOICES, default=None,
+                      help="default: the program as it will run (last stage available)")
+    cost.set_defaults(handler=cmd_cost)
+
+    repl = sub.add_parser("repl", help="interactive session")
+    repl.add_argument("file", metavar="FILE.tl", nargs="?")
+    repl.set_defaults(handler=cmd_repl)
+
+    prove = sub.add_parser("prove", help="check the rewrite-rule catalogue")
+    prove.add_argument("--examples", type=int, default=20, metavar="K",
+                       help="instances per rule (default 20)")
+    prove.set_defaults(handler=cmd_prove)
+
+    bench = sub.add_parser("bench", help="run the benchmark workloads")
+    bench.add_argument("names", metavar="NAME", nargs="*")
+    bench.set_defaults(handler=cmd_bench)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)  # usage errors exit with 2
+    handler: Callable[[argparse.Namespace], int] = ns.handler
+    try:
+        return handler(ns)
+    except TLError as err:
+        print(str(err), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 1
+    except Exception as err:  # noqa: BLE001 -- the one place internal errors are reported
+        if os.environ.get("TL_DEBUG"):
+            traceback.print_exc()
+        print(f"tl: internal error: {type(err).__name__}: {err} (a bug in tensorlang; "
+              f"rerun with TL_DEBUG=1 to see where)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

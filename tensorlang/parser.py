@@ -1,0 +1,669 @@
+"""The `.tl` surface syntax (SPEC 2.3-2.5): text -> surface AST of `tensorlang.ast`.
+
+Parsing is two steps.  Lark (LALR, contextual lexer, Python-like indentation) parses ONE
+generic expression grammar (`grammar.lark`); this module then converts each generic tree in
+one of three modes:
+
+* expression -- `Expr` nodes, with the sugar lowering of docs/CONTRACTS.md;
+* predicate  -- inside `[...]` and under `exists`: comparisons, relation calls, and/or;
+* affine     -- access indices, binder sizes, type sizes and relation-call arguments:
+                integer combinations of index and size variables, kept as `Affine`.
+
+Using one grammar keeps the parser LALR(1) (an Iverson bracket and an access both start with
+`[`, and only the mode tells a predicate from a value) and lets errors name the mode that was
+expected.  Every node gets a `Loc`; every failure is a `ParseError` with a location.  No text
+is ever evaluated: identifiers come only from the `NAME` terminal of the grammar.
+"""
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, NoReturn, Sequence
+
+from lark import Lark, Token, Tree
+from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
+from lark.lark import PostLex
+
+from . import ast
+from .ast import (
+    BUILTINS, DERIVED_KINDS, Access, Add, Affine, And, Call, Cmp, Const, Def, DefCall,
+    DerivedDef, Exists, Expr, Gen, Iverson, Let, Mul, Or, Pair, Param, PFalse, Pred, Proj,
+    PTrue, RelCall, Sum, TPair, TRel, TSize, Type, Var,
+)
+from .errors import Loc, ParseError, Source
+
+__all__ = ["parse_module", "parse_expr", "parse_type", "parse_pred", "parse_affine",
+           "KEYWORDS"]
+
+KEYWORDS = frozenset(
+    "def return gen sum let in and or exists true false size rel".split())
+
+AFFINE_MSG = ("expected an affine index expression: integer combination of index and size "
+              "variables")
+
+_GRAMMAR = Path(__file__).with_name("grammar.lark")
+_WORD_CHAR = re.compile(r"[A-Za-z0-9_]")
+
+Item = Tree | Token
+
+
+# ---------------------------------------------------------------------------------------------
+# Lexing: indentation
+
+
+class _LexProblem(Exception):
+    """Raised inside the post-lexer; turned into a located ParseError by `_run`."""
+
+    def __init__(self, message: str, line: int, col: int, end_col: int | None = None):
+        super().__init__(message)
+        self.message, self.line, self.col, self.end_col = message, line, col, end_col
+
+
+class _Indenter(PostLex):
+    """Python-style INDENT/DEDENT from the leading whitespace after each newline.
+
+    Newlines inside brackets are dropped (`implicit_paren` drops them everywhere, for
+    `parse_expr` and `parse_type`).  A keyword immediately followed by a word character
+    (`x andy`) is rejected: the contextual lexer would otherwise split it into `and y`.
+    """
+
+    always_accept = ("_NL",)
+    OPEN = frozenset({"LPAR", "LSQB"})
+    CLOSE = frozenset({"RPAR", "RSQB"})
+    TAB_LEN = 8
+
+    def __init__(self) -> None:
+        self.implicit_paren = False
+        self.keyword_types: frozenset[str] = frozenset()
+
+    def process(self, stream: Iterator[Token]) -> Iterator[Token]:
+        base = 1 if self.implicit_paren else 0
+        depth = base
+        levels = [0]
+        prev: Token | None = None
+        for tok in stream:
+            self._check_adjacent(prev, tok)
+            prev = tok
+            if tok.type == "_NL":
+                if depth > 0:
+                    continue
+                yield tok
+                yield from self._indentation(tok, levels)
+                continue
+            if tok.type in self.OPEN:
+                depth += 1
+            elif tok.type in self.CLOSE and depth > base:
+                depth -= 1  # an unbalanced ')' is left to the parser to report
+            yield tok
+        while len(levels) > 1 and prev is not None:
+            levels.pop()
+            yield Token.new_borrow_pos("_DEDENT", "", prev)
+
+    def _check_adjacent(self, prev: Token | None, tok: Token) -> None:
+        if (prev is not None and prev.type in self.keyword_types
+                and tok.start_pos == prev.end_pos and _WORD_CHAR.match(tok.value[:1] or " ")):
+            word = prev.value + tok.value
+            raise _LexProblem(f"unexpected name {word!r}", prev.line, prev.column,
+                              prev.column + len(word))
+
+    def _indentation(self, nl: Token, levels: list[int]) -> Iterator[Token]:
+        text = nl.value.rsplit("\n", 1)[-1] if "\n" in nl.value else ""
+        indent = text.count(" ") + text.count("\t") * self.TAB_LEN
+        if indent > levels[-1]:
+            levels.append(indent)
+            yield Token.new_borrow_pos("_INDENT", text, nl)
+            return
+        while indent < levels[-1]:
+            levels.pop()
+            yield Token.new_borrow_pos("_DEDENT", text, nl)
+        if indent != levels[-1]:
+            raise _LexProblem("unindent does not match any outer indentation level",
+                              nl.end_line, nl.end_column)
+
+
+_LOCK = threading.Lock()
+_PARSER: Lark | None = None
+_INDENTER = _Indenter()
+_DISPLAY: dict[str, str] = {}
+_NAME_OF: dict[str, str] = {}
+_TERMINALS: set[str] = {"_INDENT", "_DEDENT", "$END"}
+
+
+def _lark() -> Lark:
+    """The Lark parser, built once (the post-lexer is stateful: use under `_LOCK`)."""
+    global _PARSER
+    if _PARSER is None:
+        parser = Lark(_GRAMMAR.read_text(), parser="lalr", lexer="contextual",
+                      postlex=_INDENTER, start=["module", "expr_start", "type_start"],
+                      propagate_positions=True, maybe_placeholders=True)
+        for t in parser.terminals:
+            _TERMINALS.add(t.name)
+            if t.pattern.type == "str":
+                _NAME_OF[t.pattern.value] = t.name
+                _DISPLAY[t.name] = repr(t.pattern.value)
+        _INDENTER.keyword_types = frozenset(
+            t.name for t in parser.terminals if t.pattern.type == "str" and
+            t.pattern.value.isalpha())
+        _PARSER = parser
+    return _PARSER
+
+
+# ---------------------------------------------------------------------------------------------
+# Error messages
+
+
+_DESCRIBE = {"NAME": "a name", "INT": "an integer", "FLOAT": "a number",
+             "PROJ": "a projection", "CMP_OP": "a comparison", "_NL": "end of line",
+             "_INDENT": "an indented block", "_DEDENT": "end of the block",
+             "$END": "end of input"}
+
+
+def _terms(*literals: str) -> set[str]:
+    return {_NAME_OF[s] for s in literals if s in _NAME_OF}
+
+
+def _expected_text(expected: Iterable[str]) -> str:
+    names = set(expected)
+    parts: list[str] = []
+    expr_starts = _terms("(", "[", "-", "gen", "sum", "let", "exists", "true", "false") | {
+        "NAME", "INT", "FLOAT"}
+    type_starts = _terms("R", "size", "rel", "(", "[")
+    operators = _terms("+", "-", "*", "/", "**", "and", "or", "[") | {"CMP_OP", "PROJ"}
+    if {"NAME", "INT"} <= names:
+        parts.append("an expression")
+        names -= expr_starts
+    elif _terms("R", "size") <= names:
+        parts.append("a type")
+        names -= type_starts
+    if _terms("+", "*") <= names:
+        parts.append("an operator")
+        names -= operators
+    rest = sorted(_DESCRIBE.get(n) or _DISPLAY.get(n) or n for n in names)
+    parts.extend(rest)
+    if len(parts) > 7:
+        parts = parts[:6] + ["..."]
+    if len(parts) == 1:
+        return parts[0]
+    return ", ".join(parts[:-1]) + " or " + parts[-1]
+
+
+def _describe_token(tok: Token) -> str:
+    if tok.type in ("NAME",):
+        return f"name {tok.value!r}"
+    if tok.type in ("INT", "FLOAT"):
+        return f"number {tok.value}"
+    if tok.type in ("PROJ", "CMP_OP"):
+        return repr(tok.value)
+    if tok.type == "_INDENT":
+        return "indentation"
+    if tok.type in _DESCRIBE:
+        return _DESCRIBE[tok.type]
+    if tok.value.isalpha():
+        return f"keyword {tok.value!r}"
+    return repr(tok.value)
+
+
+def _parser_expected(err: UnexpectedToken) -> set[str]:
+    """The terminals the parser accepts where it stopped.
+
+    Lark's own `expected` is the contextual lexer's set when the lexer raised (it always
+    includes the newline token); the parse table of the current state is what we want.
+    """
+    state = getattr(err, "state", None)
+    try:
+        table = state.parse_conf.states[state.state_stack[-1]]  # type: ignore[union-attr]
+        names = {n for n in table if n in _TERMINALS}
+    except (AttributeError, IndexError, KeyError, TypeError):
+        names = set(err.expected)
+    return {n for n in names if not n.startswith("__IGNORE")}
+
+
+def _token_loc(src: Source, tok: Token) -> Loc:
+    line = tok.line if tok.line is not None else max(1, src.text.count("\n"))
+    col = tok.column if tok.column is not None else 1
+    end = tok.end_column if tok.end_line == line and tok.end_column else None
+    return Loc(src, line, col, end)
+
+
+def _lark_error(src: Source, err: Exception) -> ParseError:
+    if isinstance(err, UnexpectedToken):
+        tok = err.token
+        expected = _parser_expected(err)
+        if tok.type in ("_DEDENT", "$END") and _NAME_OF.get("return") in expected:
+            return ParseError("a def body must end with a 'return' statement",
+                              _token_loc(src, tok))
+        msg = f"unexpected {_describe_token(tok)}"
+        if _NAME_OF.get("def") in expected:
+            expected = {_NAME_OF["def"]}  # at the top level only a definition can start
+        if expected and tok.type != "_INDENT":
+            msg += f", expected {_expected_text(expected)}"
+        return ParseError(msg, _token_loc(src, tok))
+    if isinstance(err, UnexpectedCharacters):
+        pos = err.pos_in_stream
+        char = src.text[pos] if pos is not None and 0 <= pos < len(src.text) else err.char
+        return ParseError(f"unexpected character {char!r}",
+                          Loc(src, err.line, err.column))
+    if isinstance(err, UnexpectedInput):
+        return ParseError("unexpected input", Loc(src, err.line or 1, err.column or 1))
+    return ParseError(f"syntax error: {err}", Loc(src, 1, 1))
+
+
+def _run(text: str, filename: str, start: str) -> tuple[Source, Tree]:
+    """Parse `text` from `start`; every failure becomes a located ParseError."""
+    src = Source(filename, text)
+    with _LOCK:
+        parser = _lark()
+        _INDENTER.implicit_paren = start != "module"
+        try:
+            return src, parser.parse(text + "\n", start=start)
+        except _LexProblem as p:
+            raise ParseError(p.message, Loc(src, p.line, p.col, p.end_col)) from None
+        except LarkError as err:
+            raise _lark_error(src, err) from None
+        except RecursionError:
+            raise ParseError("input nested too deeply", Loc(src, 1, 1)) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Tree conversion
+
+
+def _is(t: Item, *names: str) -> bool:
+    return isinstance(t, Tree) and t.data in names
+
+
+def _unparen(t: Item) -> Item:
+    while _is(t, "paren"):
+        t = t.children[0]
+    return t
+
+
+class _Converter:
+    """Generic Lark tree -> surface AST, in expression, predicate or affine mode."""
+
+    def __init__(self, src: Source):
+        self.src = src
+
+    # -- locations and errors --------------------------------------------------------------
+
+    def loc(self, t: Item) -> Loc | None:
+        if isinstance(t, Token):
+            return _token_loc(self.src, t) if t.line is not None else None
+        m = t.meta
+        if m.empty:
+            return None
+        return Loc(self.src, m.line, m.column, m.end_column if m.end_line == m.line else None)
+
+    def span(self, first: Item, last: Item) -> Loc | None:
+        a, b = self.loc(first), self.loc(last)
+        if a is None or b is None:
+            return a
+        tail = last if isinstance(last, Token) else last.meta
+        end_line = getattr(tail, "end_line", None)
+        return Loc(self.src, a.line, a.col,
+                   getattr(tail, "end_column", None) if end_line == a.line else None)
+
+    def fail(self, message: str, t: Item) -> NoReturn:
+        raise ParseError(message, self.loc(t))
+
+    def name(self, tok: Item) -> str:
+        assert isinstance(tok, Token)
+        if tok.value in KEYWORDS:
+            self.fail(f"{tok.value!r} is a keyword and cannot be used as a name", tok)
+        return str(tok.value)
+
+    # -- expression mode -------------------------------------------------------------------
+
+    def expr(self, t: Item) -> Expr:
+        t = _unparen(t)
+        assert isinstance(t, Tree)
+        method = getattr(self, f"e_{t.data}", None)
+        if method is None:
+            self._not_an_expr(t)
+        out = method(t)
+        return out.with_loc(self.loc(t))
+
+    def _not_an_expr(self, t: Tree) -> NoReturn:
+        if t.data in ("cmp", "and_", "or_", "true", "false", "exists"):
+            self.fail("a predicate is not a value: write it as an Iverson bracket [p]", t)
+        self.fail("expected an expression", t)
+
+    def e_name(self, t: Tree) -> Expr:
+        return Var(self.name(t.children[0]), loc=self.loc(t))
+
+    def e_int(self, t: Tree) -> Expr:
+        return Const(float(t.children[0]), loc=self.loc(t))
+
+    e_float = e_int
+
+    def e_add(self, t: Tree) -> Expr:
+        a, b = t.children
+        return Add(self.expr(a), self.expr(b), loc=self.loc(t))
+
+    def e_sub(self, t: Tree) -> Expr:
+        a, b = t.children
+        loc = self.loc(t)
+        return Add(self.expr(a), Mul(Const(-1.0, loc=loc), self.expr(b), loc=loc), loc=loc)
+
+    def e_neg(self, t: Tree) -> Expr:
+        x = self.expr(t.children[0])
+        loc = self.loc(t)
+        if isinstance(x, Const):
+            return Const(-x.value, loc=loc)
+        return Mul(Const(-1.0, loc=loc), x, loc=loc)
+
+    def e_mul(self, t: Tree) -> Expr:
+        return self.chain(t)
+
+    e_div = e_mul
+
+    def chain(self, t: Tree) -> Expr:
+        """A product chain: a bare `[p]` guards the product of everything to its right."""
+        items: list[tuple[str, Item]] = []
+        node: Item = t
+        while _is(node, "mul", "div"):
+            assert isinstance(node, Tree)
+            items.append((node.data, node.children[1]))
+            node = node.children[0]
+        items.append(("mul", node))
+        items.reverse()
+        guards = [k for k, (op, f) in enumerate(items) if op == "mul" and _is(f, "bracket")]
+        tail: Expr | None = None
+        bounds = guards + [len(items)]
+        for g, end in reversed(list(zip(guards, bounds[1:]))):
+            seg = self.product(items[g + 1:end])
+            inner = seg if tail is None else (tail if seg is None else
+                                              Mul(seg, tail, loc=self.span(items[g + 1][1],
+                                                                           items[-1][1])))
+            bracket = items[g][1]
+            assert isinstance(bracket, Tree)
+            pred = self.pred(bracket.children[0])
+            tail = Iverson(pred, inner if inner is not None else Const(1.0),
+                           loc=self.span(bracket, items[-1][1]))
+        head = self.product(items[:guards[0]] if guards else items)
+        if tail is None:
+            assert head is not None
+            return head
+        return tail if head is None else Mul(head, tail, loc=self.loc(t))
+
+    def product(self, items: Sequence[tuple[str, Item]]) -> Expr | None:
+        """Left-associated product of chain items (`/ x` is `* recip(x)`)."""
+        acc: Expr | None = None
+        for op, f in items:
+            x = self.expr(f)
+            if op == "div":
+                x = Call("recip", (x,), (), loc=self.loc(f))
+            acc = x if acc is None else Mul(acc, x, loc=self.span(items[0][1], f))
+        return acc
+
+    def e_pow(self, t: Tree) -> Expr:
+        base, exponent = t.children
+        c = self.constant(exponent, "the exponent of ** must be a numeric constant")
+        return Call("pow", (self.expr(base),), (c,), loc=self.loc(t))
+
+    def constant(self, t: Item, message: str) -> float:
+        try:
+            x = self.expr(t)
+        except ParseError:
+            x = None
+        if not isinstance(x, Const):
+            self.fail(message, t)
+        return x.value
+
+    def e_access(self, t: Tree) -> Expr:
+        e, idx = t.children
+        assert isinstance(idx, Tree)
+        return Access(self.expr(e), tuple(self.affine(a) for a in idx.children),
+                      loc=self.loc(t))
+
+    def e_proj(self, t: Tree) -> Expr:
+        e, tok = t.children
+        k = tok[1:]
+        if k not in ("0", "1"):
+            self.fail("a projection is .0 or .1 (n-tuples nest to the right)", tok)
+        return Proj(self.expr(e), int(k), loc=self.loc(t))
+
+    def e_call(self, t: Tree) -> Expr:
+        fn_tok, arg_list = t.children
+        fn = self.name(fn_tok)
+        raw = list(arg_list.children) if isinstance(arg_list, Tree) else []
+        loc = self.loc(t)
+        if fn not in BUILTINS:
+            return DefCall(fn, tuple(self.expr(a) for a in raw), loc=loc)
+        n_args, n_params = BUILTINS[fn]
+        if len(raw) != n_args + n_params:
+            want = n_args + n_params
+            self.fail(f"{fn}() takes {want} argument{'s' if want != 1 else ''}, "
+                      f"got {len(raw)}", t)
+        args = tuple(self.expr(a) for a in raw[:n_args])
+        params = tuple(self.constant(p, f"argument {n_args + k + 1} of {fn}() must be a "
+                                        "numeric constant")
+                       for k, p in enumerate(raw[n_args:]))
+        return Call(fn, args, params, loc=loc)
+
+    def e_tuple(self, t: Tree) -> Expr:
+        parts = [self.expr(c) for c in t.children]
+        loc = self.loc(t)
+        out = parts[-1]
+        for p in reversed(parts[:-1]):
+            out = Pair(p, out, loc=loc)
+        return out
+
+    def e_bracket(self, t: Tree) -> Expr:
+        return Iverson(self.pred(t.children[0]), Const(1.0), loc=self.loc(t))
+
+    def e_gen(self, t: Tree) -> Expr:
+        return self.binder(Gen, t, self.expr)
+
+    def e_sum(self, t: Tree) -> Expr:
+        return self.binder(Sum, t, self.expr)
+
+    def e_let(self, t: Tree) -> Expr:
+        name, value, body = t.children
+        return Let(self.name(name), self.expr(value), self.expr(body), loc=self.loc(t))
+
+    def binder(self, cls: type, t: Tree, convert: Callable[[Item], object]) -> object:
+        """`gen i:N, j:M. e` -> nested binders (the same for sum and exists)."""
+        binds, body = t.children
+        assert isinstance(binds, Tree)
+        heads = [(self.name(b.children[0]), self.affine(b.children[1]))
+                 for b in binds.children]
+        out = convert(body)
+        loc = self.loc(t)
+        for idx, size in reversed(heads):
+            out = cls(idx, size, out, loc=loc)
+        return out
+
+    # -- predicate mode --------------------------------------------------------------------
+
+    def pred(self, t: Item) -> Pred:
+        t = _unparen(t)
+        assert isinstance(t, Tree)
+        method = getattr(self, f"p_{t.data}", None)
+        if method is None:
+            self.fail("expected a predicate: a comparison, a relation call, true, false, "
+                      "and, or, exists", t)
+        return method(t).with_loc(self.loc(t))
+
+    def p_true(self, t: Tree) -> Pred:
+        return PTrue(loc=self.loc(t))
+
+    def p_false(self, t: Tree) -> Pred:
+        return PFalse(loc=self.loc(t))
+
+    def p_and_(self, t: Tree) -> Pred:
+        a, b = t.children
+        return And(self.pred(a), self.pred(b), loc=self.loc(t))
+
+    def p_or_(self, t: Tree) -> Pred:
+        a, b = t.children
+        return Or(self.pred(a), self.pred(b), loc=self.loc(t))
+
+    def p_cmp(self, t: Tree) -> Pred:
+        a_t, op, b_t = t.children
+        a, b = self.affine(a_t), self.affine(b_t)
+        loc = self.loc(t)
+        if op in ("<", "<=", "=="):
+            return Cmp(str(op), a, b, loc=loc)
+        if op in (">", ">="):
+            return Cmp("<" if op == ">" else "<=", b, a, loc=loc)
+        return Or(Cmp("<", a, b, loc=loc), Cmp("<", b, a, loc=loc), loc=loc)  # !=
+
+    def p_call(self, t: Tree) -> Pred:
+        name, arg_list = t.children
+        raw = list(arg_list.children) if isinstance(arg_list, Tree) else []
+        return RelCall(self.name(name), tuple(self.affine(a) for a in raw), loc=self.loc(t))
+
+    def p_exists(self, t: Tree) -> Pred:
+        return self.binder(Exists, t, self.pred)  # type: ignore[return-value]
+
+    # -- affine mode -----------------------------------------------------------------------
+
+    def affine(self, t: Item) -> Affine:
+        t = _unparen(t)
+        assert isinstance(t, Tree)
+        kind = t.data
+        if kind == "name":
+            out = Affine.var(self.name(t.children[0]))
+        elif kind == "int":
+            out = Affine.lit(self.integer(t.children[0]))
+        elif kind in ("add", "sub"):
+            a, b = (self.affine(c) for c in t.children)
+            out = a + b if kind == "add" else a - b
+        elif kind == "neg":
+            out = -self.affine(t.children[0])
+        elif kind == "mul":
+            a, b = (self.affine(c) for c in t.children)
+            if a.is_const():
+                out = b.scale(a.const)
+            elif b.is_const():
+                out = a.scale(b.const)
+            else:
+                self.fail(AFFINE_MSG + " (a product needs an integer constant factor)", t)
+        else:
+            self.fail(AFFINE_MSG, t)
+        return out.with_loc(self.loc(t))
+
+    def integer(self, tok: Item) -> int:
+        try:
+            return int(tok)
+        except ValueError:  # beyond Python's digit limit for int()
+            self.fail("integer literal too large", tok)
+
+    # -- types -----------------------------------------------------------------------------
+
+    def type(self, t: Item) -> Type:
+        assert isinstance(t, Tree)
+        loc = self.loc(t)
+        kind, ch = t.data, t.children
+        if kind == "t_real":
+            return ast.REAL
+        if kind == "t_tensor":
+            return ast.tensor(self.sizes(ch[0])).with_loc(loc)
+        if kind == "t_arr":
+            return ast.tensor(self.sizes(ch[0]), self.type(ch[1])).with_loc(loc)
+        if kind == "t_tuple":
+            parts = [self.type(c) for c in ch]
+            out = parts[-1]
+            for p in reversed(parts[:-1]):
+                out = TPair(p, out, loc=loc)
+            return out
+        if kind == "t_size":
+            return TSize(loc=loc)
+        if kind == "t_rel":
+            return TRel(tuple(self.sizes(ch[0])) if ch[0] is not None else (), loc=loc)
+        self.fail("expected a type", t)
+
+    def sizes(self, t: Item) -> list[Affine]:
+        assert isinstance(t, Tree)
+        return [self.affine(c) for c in t.children]
+
+    # -- definitions -----------------------------------------------------------------------
+
+    def module(self, t: Tree) -> list[Def | DerivedDef]:
+        out: list[Def | DerivedDef] = []
+        for d in t.children:
+            assert isinstance(d, Tree)
+            out.append(self.fundef(d) if d.data == "fundef" else self.derived(d))
+        return out
+
+    def fundef(self, t: Tree) -> Def:
+        name_tok, params_t, ret_t, body_t = t.children
+        params = []
+        if isinstance(params_t, Tree):
+            for p in params_t.children:
+                assert isinstance(p, Tree)
+                params.append(Param(self.name(p.children[0]), self.type(p.children[1]),
+                                    loc=self.loc(p)).with_loc(self.loc(p)))
+        ret = self.type(ret_t) if ret_t is not None else None
+        assert isinstance(body_t, Tree)
+        *stmts, ret_stmt = body_t.children
+        assert isinstance(ret_stmt, Tree)
+        body = self.expr(ret_stmt.children[0])
+        for s in reversed(stmts):
+            body = self.statement(s, body)
+        return Def(self.name(name_tok), tuple(params), ret, body,
+                   loc=self.loc(t)).with_loc(self.loc(t))
+
+    def statement(self, s: Item, body: Expr) -> Expr:
+        """`name = e` or `name[i:n, j:m] = e` (`let name = gen i:n. gen j:m. e`)."""
+        assert isinstance(s, Tree)
+        loc = self.loc(s)
+        if s.data == "assign":
+            name, value_t = s.children
+            value = self.expr(value_t)
+        else:
+            name, binds, value_t = s.children
+            value = self.binder(Gen, Tree("gen", [binds, value_t], s.meta), self.expr)
+        return Let(self.name(name), value, body, loc=loc).with_loc(loc)
+
+    def derived(self, t: Tree) -> DerivedDef:
+        name, kind, fn, *wrt = t.children
+        if kind not in DERIVED_KINDS:
+            self.fail(f"unknown derived function {str(kind)!r}: expected one of "
+                      f"{', '.join(DERIVED_KINDS)}", kind)
+        loc = self.loc(t)
+        return DerivedDef(self.name(name), str(kind), self.name(fn),
+                          tuple(self.name(w) for w in wrt), loc=loc).with_loc(loc)
+
+
+# ---------------------------------------------------------------------------------------------
+# Public API
+
+
+def _convert(src: Source, fn: Callable[[_Converter], object]) -> object:
+    try:
+        return fn(_Converter(src))
+    except RecursionError:
+        raise ParseError("expression nested too deeply", Loc(src, 1, 1)) from None
+
+
+def parse_module(text: str, filename: str = "<input>") -> list[Def | DerivedDef]:
+    """The definitions of a `.tl` file, as surface AST (see `tensorlang.elaborate`)."""
+    src, tree = _run(text, filename, "module")
+    return _convert(src, lambda c: c.module(tree))  # type: ignore[return-value]
+
+
+def parse_expr(text: str, filename: str = "<input>") -> Expr:
+    """One expression (newlines allowed anywhere)."""
+    src, tree = _run(text, filename, "expr_start")
+    return _convert(src, lambda c: c.expr(tree.children[0]))  # type: ignore[return-value]
+
+
+def parse_pred(text: str, filename: str = "<input>") -> Pred:
+    """One predicate, as written inside `[...]`."""
+    src, tree = _run(text, filename, "expr_start")
+    return _convert(src, lambda c: c.pred(tree.children[0]))  # type: ignore[return-value]
+
+
+def parse_affine(text: str, filename: str = "<input>") -> Affine:
+    """One affine index expression."""
+    src, tree = _run(text, filename, "expr_start")
+    return _convert(src, lambda c: c.affine(tree.children[0]))  # type: ignore[return-value]
+
+
+def parse_type(text: str, filename: str = "<input>") -> Type:
+    """A type: `R`, `R[n, m]`, `[n] t`, `(t1, t2)`, `size`, `rel(n, m)`."""
+    src, tree = _run(text, filename, "type_start")
+    return _convert(src, lambda c: c.type(tree.children[0]))  # type: ignore[return-value]

@@ -1,0 +1,517 @@
+"""The tensorlang REPL (SPEC 9).
+
+`Repl.handle(line) -> str` is the whole session logic, independent of any terminal: it takes
+one input line and returns what to print.  `run()` drives it with prompt_toolkit (history,
+completion) on a terminal, or reads lines from stdin when stdin is not a TTY.
+
+Input forms:
+    def f(...) -> t:        a definition; continues until a blank line
+    def g = grad(f, x)      a derived definition (one line)
+    e                       an expression, evaluated with the bound values
+    :load FILE              load the definitions of a .tl file
+    :set x = VALUE          VALUE: a number, rand(N, M), load("x.npy"), or an expression
+    :type e | :type f       the type of an expression, the signature of a function
+    :show f [STAGE] [unicode]
+    :cost f N=100 ... [stage=STAGE]
+    :vars  :help  :quit
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+import traceback
+from dataclasses import dataclass
+from typing import Any, Iterable, TextIO
+
+import numpy as np
+
+from . import api, ast, pipeline
+from .ast import Affine, Param, TRel, TSize, Type
+from .errors import TLError
+
+COMMANDS = (":load", ":set", ":type", ":show", ":cost", ":vars", ":help", ":quit")
+KEYWORDS = ("def", "return", "gen", "sum", "let", "in", "and", "or", "exists", "size", "rel",
+            "R", "rand", "load", *ast.DERIVED_KINDS)
+HELP = """\
+def f(N: size, x: R[N]) -> R:   define a function (end the definition with a blank line)
+    return sum i:N. x[i]
+def g = grad(f, x)              a derived function
+EXPR                            evaluate an expression with the bound values
+:load FILE                      load the definitions of a .tl file
+:set x = VALUE                  bind x: a number, rand(N, M), load("x.npy") or an expression
+:type EXPR | :type f            the type of an expression, the signature of a function
+:show f [STAGE] [unicode]       f at a pipeline stage (parsed letlift pairelim genpush ssa
+                                simplified)
+:cost f N=100 ... [stage=S]     exact operation counts (sizes, relations from bound names)
+:vars                           the bound values and the functions defined
+:help                           this text
+:quit                           leave (also Ctrl-D)"""
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_INT = re.compile(r"\d+")
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?)")
+_DERIVED_LINE = re.compile(r"def\s+[A-Za-z_][A-Za-z0-9_]*\s*=")
+_RAND = re.compile(r"rand\s*\((.*)\)", re.DOTALL)
+_LOAD = re.compile(r"load\s*\(\s*(\"[^\"]*\"|'[^']*')\s*\)")
+
+
+@dataclass
+class Binding:
+    """A value bound with `:set`, with the type it has in expressions.
+
+    `type` is None for an integer, which is a size where an expression uses it as one and a
+    real where it uses it as a value."""
+
+    value: Any
+    type: Type | None
+
+
+class Repl:
+    """The REPL's state (definitions, bound values) and its line handler."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.defs: list[Any] = []  # surface Defs / DerivedDefs, in definition order
+        self.module: api.Module = api.Module({}, filename="<repl>")
+        self.values: dict[str, Binding] = {}
+        self.pending: list[str] | None = None
+        self.done = False
+        self.rng = np.random.default_rng(seed)
+
+    # -- the line handler ------------------------------------------------------------------
+
+    @property
+    def prompt(self) -> str:
+        return "... " if self.pending is not None else "tl> "
+
+    def handle(self, line: str) -> str:
+        """Process one input line; return the text to print ("" for nothing)."""
+        try:
+            return self._handle(line.rstrip("\r\n"))
+        except TLError as err:
+            return str(err)
+        except KeyboardInterrupt:
+            self.pending = None
+            return "interrupted"
+        except Exception as err:  # noqa: BLE001 -- the session must survive its own bugs
+            if os.environ.get("TL_DEBUG"):
+                traceback.print_exc()
+            return f"internal error: {type(err).__name__}: {err} (a bug in tensorlang)"
+
+    def finish(self) -> str:
+        """End of input: complete a definition still being typed."""
+        if self.pending is None:
+            return ""
+        return self.handle("")
+
+    def _handle(self, line: str) -> str:
+        if self.pending is not None:
+            if line.strip():
+                self.pending.append(line)
+                return ""
+            text, self.pending = "\n".join(self.pending), None
+            return self._define(text, "<repl>")
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            return ""
+        if stripped.startswith(":"):
+            return self._command(stripped)
+        if stripped.startswith("def ") and not _DERIVED_LINE.match(stripped):
+            self.pending = [line]
+            return ""
+        if stripped.startswith("def "):
+            return self._define(stripped, "<repl>")
+        return api_format(self._evaluate(stripped))
+
+    # -- definitions -----------------------------------------------------------------------
+
+    def _define(self, text: str, filename: str, verb: str = "defined") -> str:
+        parser, typecheck = api._front_end()
+        new = parser.parse_module(text, filename)
+        names = {d.name for d in new}
+        combined = [d for d in self.defs if d.name not in names] + list(new)
+        checked = typecheck.check_module(combined, filename)
+        self.defs = combined
+        self.module = api.module_from_checked(checked, "<repl>")
+        lines = [f"{verb} {self._describe(self.module[d.name])}" for d in new]
+        lines += [_warning_text(w) for w in self.module.warnings if _in_text(w, text)]
+        return "\n".join(lines)
+
+    @staticmethod
+    def _describe(fn: api.Function) -> str:
+        extra = f" = {fn.describe()}" if isinstance(fn, api.DerivedFunction) else ""
+        return fn.signature() + extra
+
+    # -- expressions -----------------------------------------------------------------------
+
+    def _expr_function(self, text: str) -> tuple[api.Function, dict[str, Any]]:
+        """The expression as a function of the bound names it uses, and their values."""
+        parser, typecheck = api._front_end()
+        e = _parse_expr(parser, text, "<repl>")
+        free = ast.free_names(e)
+        var_names = ast.free_vars(e)
+        rel_names = {n.name for n in ast.walk(e) if isinstance(n, ast.RelCall)} & free
+        size_names = set(free - var_names - rel_names)
+        params: dict[str, Param] = {}
+        args: dict[str, Any] = {}
+        for name in sorted(var_names | rel_names):
+            b = self.values.get(name)
+            if b is None:
+                continue  # the checker reports the unbound name with its location
+            t = b.type if b.type is not None else ast.REAL
+            params[name] = Param(name, t)
+            args[name] = float(b.value) if b.type is None else b.value
+            size_names |= _type_sizes(t)
+        sizes: list[Param] = []
+        for name in sorted(size_names):
+            b = self.values.get(name)
+            if b is not None and b.type is None:
+                sizes.append(Param(name, TSize()))
+                args[name] = int(b.value)
+            elif name in self.values or any(name in _type_sizes(p.type)
+                                            for p in params.values()):
+                raise TLError(f"{name} is used as a size but is not bound to an integer "
+                              f"(:set {name} = INT)")
+        wrapper_name = _fresh_name("it", {d.name for d in self.defs} | free)
+        d = ast.Def(wrapper_name, tuple(sizes) + tuple(params.values()), None, e)
+        checked = typecheck.check_module(self.defs + [d], "<repl>")
+        return api.module_from_checked(checked, "<repl>")[wrapper_name], args
+
+    def _evaluate(self, text: str) -> Any:
+        fn, args = self._expr_function(text)
+        return fn.interpret(**args)
+
+    # -- commands --------------------------------------------------------------------------
+
+    def _command(self, line: str) -> str:
+        cmd, _, rest = line.partition(" ")
+        rest = rest.strip()
+        handlers = {":load": self._cmd_load, ":set": self._cmd_set, ":type": self._cmd_type,
+                    ":show": self._cmd_show, ":cost": self._cmd_cost, ":vars": self._cmd_vars,
+                    ":help": lambda _: HELP, ":quit": self._cmd_quit, ":q": self._cmd_quit}
+        handler = handlers.get(cmd)
+        if handler is None:
+            raise TLError(f"unknown command {cmd} (:help lists the commands)")
+        return handler(rest)
+
+    def _cmd_quit(self, _: str) -> str:
+        self.done = True
+        return ""
+
+    def _cmd_load(self, rest: str) -> str:
+        path = _unquote(rest)
+        if not path:
+            raise TLError(":load needs a file name")
+        try:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+        except (OSError, UnicodeDecodeError) as err:
+            raise TLError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}") \
+                from None
+        return self._define(text, path, verb=f"loaded from {path}:")
+
+    def _cmd_set(self, rest: str) -> str:
+        name, sep, rhs = rest.partition("=")
+        name, rhs = name.strip(), rhs.strip()
+        if not sep or not _NAME.fullmatch(name) or not rhs:
+            raise TLError(":set needs NAME = VALUE (a number, rand(N, M), load(\"x.npy\") or "
+                          "an expression)")
+        if name in ast.BUILTINS or name in KEYWORDS:
+            raise TLError(f"{name} is reserved")
+        binding = self._value_of(rhs)
+        self._rebind(name, binding)
+        return f"{name} : {_type_text(binding)}"
+
+    def _value_of(self, rhs: str) -> Binding:
+        if _INT.fullmatch(rhs):
+            return Binding(int(rhs), None)
+        if _NUMBER.fullmatch(rhs):
+            return Binding(float(rhs), ast.REAL)
+        m = _RAND.fullmatch(rhs)
+        if m:
+            return self._rand(m.group(1))
+        m = _LOAD.fullmatch(rhs)
+        if m:
+            return _load_binding(m.group(1)[1:-1])
+        fn, args = self._expr_function(rhs)
+        value = fn.interpret(**args)
+        t = fn.ret_type
+        if t is None or not _type_sizes(t) <= {n for n, b in self.values.items()
+                                              if b.type is None}:
+            t = _literal_type(value)
+        return Binding(value, t)
+
+    def _rand(self, inner: str) -> Binding:
+        dims: list[Affine] = []
+        shape: list[int] = []
+        for arg in (a.strip() for a in inner.split(",")) if inner.strip() else ():
+            if _INT.fullmatch(arg):
+                dims.append(Affine.lit(int(arg)))
+                shape.append(int(arg))
+                continue
+            b = self.values.get(arg)
+            if not _NAME.fullmatch(arg) or b is None or b.type is not None:
+                raise TLError(f"rand: {arg!r} is not an integer or a bound size")
+            dims.append(Affine.var(arg))
+            shape.append(int(b.value))
+        if not shape:
+            return Binding(float(self.rng.standard_normal()), ast.REAL)
+        return Binding(self.rng.standard_normal(tuple(shape)), ast.tensor(dims))
+
+    def _rebind(self, name: str, binding: Binding) -> None:
+        old = self.values.get(name)
+        if old is not None and old.type is None:
+            # Types written in terms of the old size keep their (now literal) extents.
+            lit = {name: Affine.lit(int(old.value))}
+            for b in self.values.values():
+                if b.type is not None and name in _type_sizes(b.type):
+                    b.type = ast.subst(b.type, lit)
+        self.values[name] = binding
+
+    def _cmd_type(self, rest: str) -> str:
+        if not rest:
+            raise TLError(":type needs an expression or a function name")
+        if rest in self.module:
+            return self._describe(self.module[rest])
+        fn, _ = self._expr_function(rest)
+        return api.format_type(fn.ret_type)
+
+    def _function(self, name: str) -> api.Function:
+        if name not in self.module:
+            known = ", ".join(self.module) or "none defined yet"
+            raise TLError(f"no function named '{name}' (functions: {known})")
+        return self.module[name]
+
+    def _cmd_show(self, rest: str) -> str:
+        words = rest.split()
+        if not words:
+            raise TLError(":show needs a function name (and optionally a stage)")
+        unicode = "unicode" in words[1:]
+        stages = [w for w in words[1:] if w != "unicode"]
+        if len(stages) > 1:
+            raise TLError(f":show takes one stage, got {' '.join(stages)}")
+        return self._function(words[0]).show(stages[0] if stages else "parsed",
+                                              unicode=unicode)
+
+    def _cmd_cost(self, rest: str) -> str:
+        from .cli import format_cost
+
+        words = rest.split()
+        if not words:
+            raise TLError(":cost needs a function name and sizes, e.g. :cost f N=100")
+        fn = self._function(words[0])
+        args: dict[str, Any] = {}
+        stage: str | None = None
+        for word in words[1:]:
+            key, sep, val = word.partition("=")
+            if not sep or not _NAME.fullmatch(key) or not val:
+                raise TLError(f":cost: expected NAME=VALUE, got {word!r}")
+            if key == "stage":
+                stage = val
+            elif _INT.fullmatch(val):
+                args[key] = int(val)
+            elif val in self.values:
+                args[key] = self.values[val].value
+            else:
+                raise TLError(f":cost: {val!r} is not an integer or a bound name")
+        for p in fn.params:  # relations (and sizes) not given: bound values of that name
+            if p.name not in args and p.name in self.values and \
+                    isinstance(p.type, (TRel, TSize)):
+                args[p.name] = self.values[p.name].value
+        stage = stage or pipeline.last_available()
+        cost = fn.cost(stage=stage, **args)
+        given = ", ".join(f"{k}={v}" for k, v in args.items() if isinstance(v, int))
+        return format_cost(cost, f"cost of {fn.name} at stage {stage}"
+                                 f"{' with ' + given if given else ''}")
+
+    def _cmd_vars(self, _: str) -> str:
+        lines = [f"{n} : {_type_text(b)}" for n, b in self.values.items()]
+        lines += [self._describe(f) for f in self.module.functions]
+        return "\n".join(lines) if lines else "nothing bound or defined yet"
+
+    # -- completion ------------------------------------------------------------------------
+
+    def completions(self) -> list[str]:
+        """Every word worth completing: functions, bound names, commands, builtins, keywords,
+        stage names."""
+        words = set(self.module) | set(self.values) | set(COMMANDS) | set(ast.BUILTINS)
+        words |= set(KEYWORDS) | set(pipeline.STAGE_NAMES)
+        return sorted(words)
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+
+def api_format(value: Any) -> str:
+    from .cli import format_value
+
+    return format_value(value)
+
+
+def _parse_expr(parser: Any, text: str, filename: str) -> ast.Expr:
+    try:
+        return parser.parse_expr(text, filename)
+    except TypeError:  # a parse_expr without a file name argument
+        return parser.parse_expr(text)
+
+
+def _type_sizes(t: Type) -> set[str]:
+    """The size variables a type mentions."""
+    return {v for n in ast.walk(t) if isinstance(n, Affine) for v in n.vars()}
+
+
+def _type_text(b: Binding) -> str:
+    if b.type is None:
+        return f"int = {b.value}"
+    text = api.format_type(b.type)
+    if isinstance(b.value, float):
+        return f"{text} = {b.value!r}"
+    return text
+
+
+def _literal_type(value: Any) -> Type:
+    if isinstance(value, tuple):
+        return ast.TPair(_literal_type(value[0]), _literal_type(value[1]))
+    if isinstance(value, np.ndarray) and value.ndim:
+        return ast.tensor(value.shape)
+    return ast.REAL
+
+
+def _load_binding(path: str) -> Binding:
+    from .cli import load_array
+
+    arr = np.asarray(load_array(os.path.splitext(os.path.basename(path))[0], path))
+    if arr.dtype == np.bool_:
+        return Binding(arr, TRel(tuple(Affine.lit(n) for n in arr.shape)))
+    if not np.issubdtype(arr.dtype, np.number):
+        raise TLError(f"{path}: expected a numeric or boolean array, got dtype {arr.dtype}")
+    arr = np.ascontiguousarray(arr, dtype=np.float64)
+    if arr.ndim == 0:
+        return Binding(float(arr), ast.REAL)
+    return Binding(arr, ast.tensor(arr.shape))
+
+
+def _fresh_name(base: str, taken: set[str]) -> str:
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = f"{base}{k}"
+    return name
+
+
+def _unquote(text: str) -> str:
+    try:
+        parts = shlex.split(text)
+    except ValueError:
+        return text.strip()
+    return parts[0] if len(parts) == 1 else text.strip()
+
+
+def _in_text(w: Any, text: str) -> bool:
+    loc = getattr(w, "loc", None)
+    src = getattr(loc, "source", None)
+    return src is None or getattr(src, "text", None) == text
+
+
+def _warning_text(w: Any) -> str:
+    from .cli import format_warnings
+
+    return format_warnings([w])
+
+
+# ---------------------------------------------------------------------------------------------
+# Drivers
+
+
+def run(path: str | None = None, stdin: TextIO | None = None,
+        stdout: TextIO | None = None) -> int:
+    """Run a session: prompt_toolkit on a terminal, plain line reading otherwise."""
+    stdin = stdin or sys.stdin
+    stdout = stdout or sys.stdout
+    repl = Repl()
+    if path:
+        _emit(repl.handle(f":load {shlex.quote(path)}"), stdout)
+    if stdin.isatty() and stdout.isatty():
+        _prompt_loop(repl)
+    else:
+        _stream_loop(repl, stdin, stdout)
+    return 0
+
+
+def _emit(text: str, out: TextIO) -> None:
+    if text:
+        print(text, file=out, flush=True)
+
+
+def _stream_loop(repl: Repl, lines: Iterable[str], out: TextIO) -> None:
+    for line in lines:
+        _emit(repl.handle(line), out)
+        if repl.done:
+            return
+    _emit(repl.finish(), out)
+
+
+def history_file() -> str:
+    return os.environ.get("TL_HISTORY_FILE") or os.path.join(os.path.expanduser("~"),
+                                                             ".tensorlang_history")
+
+
+def _make_history() -> Any:
+    from prompt_toolkit.history import FileHistory, InMemoryHistory
+
+    class SafeFileHistory(FileHistory):
+        """History that keeps working (in memory) when the file cannot be written."""
+
+        def store_string(self, string: str) -> None:
+            try:
+                super().store_string(string)
+            except OSError:
+                pass
+
+        def load_history_strings(self) -> Iterable[str]:
+            try:
+                yield from super().load_history_strings()
+            except OSError:
+                return
+
+    path = history_file()
+    directory = os.path.dirname(path) or "."
+    writable = os.access(path, os.W_OK) if os.path.exists(path) else os.access(directory,
+                                                                              os.W_OK)
+    return SafeFileHistory(path) if writable else InMemoryHistory()
+
+
+def make_completer(repl: Repl) -> Any:
+    """A prompt_toolkit completer offering `repl.completions()` for the word at the cursor."""
+    from prompt_toolkit.completion import Completer, Completion
+
+    class NameCompleter(Completer):
+        def get_completions(self, document: Any, complete_event: Any) -> Iterable[Completion]:
+            word = re.split(r"[^A-Za-z0-9_:]", document.text_before_cursor)[-1]
+            if not word:
+                return
+            for w in repl.completions():
+                if w.startswith(word) and w != word:
+                    yield Completion(w, start_position=-len(word))
+
+    return NameCompleter()
+
+
+def _prompt_loop(repl: Repl) -> None:
+    from prompt_toolkit import PromptSession
+
+    session: Any = PromptSession(history=_make_history(), completer=make_completer(repl),
+                                 complete_while_typing=False)
+    print("tensorlang REPL: :help for the commands, :quit or Ctrl-D to leave")
+    while not repl.done:
+        try:
+            line = session.prompt(repl.prompt)
+        except KeyboardInterrupt:
+            repl.pending = None
+            continue
+        except EOFError:
+            _emit(repl.finish(), sys.stdout)
+            break
+        _emit(repl.handle(line), sys.stdout)

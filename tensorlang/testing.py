@@ -1,0 +1,851 @@
+"""Hypothesis strategies: random well-typed core programs with matching inputs.
+
+Every pass, backend and proof of the project is tested on these programs (SPEC 10).
+
+* `programs()` draws `(Def, args)`: a core `Def` (SPEC 2.1 constructs only, every one of
+  them) and an argument dict in the format of docs/CONTRACTS.md.
+* `differentiable_programs()` draws `(Def, args, wrt)` whose programs are smooth in their
+  real inputs, with a non-empty list of real-valued parameters to differentiate.
+* `scopes()`, `types()`, `expressions()`, `typed_expressions()`, `predicates()`,
+  `indices()` build pieces (for rule instances in proofs/), `random_args()` makes inputs
+  for any `Def`, `draw_examples()` draws a deterministic list of examples outside a test.
+
+Well-typedness by construction: expressions are generated top-down from a wanted type in a
+`Scope` (sizes with the values the inputs will have, typed variables, relations, index
+variables with their ranges).
+
+No NaN or inf by construction: every generated expression carries a bound on the magnitude
+of its entries, computed from the concrete sizes and inputs in [-1, 1], and each construct
+splits the budget it is given (default 1e3) among its operands, so values stay O(1)-O(1e3).
+Functions with restricted domains (log, sqrt, recip, pow with a negative or fractional
+exponent) are only applied to provably positive arguments (`1 + square(e)`, `exp(e)`,
+`1 + softplus(e)`, ...) with a positive lower bound; exp and tan only see bounded arguments.
+Zero extension (reads out of bounds give 0) keeps all of this sound: 0 is within any bound.
+
+Determinism: everything is drawn from hypothesis; numpy inputs come from a drawn seed.
+Shrinking: every choice lists its simplest alternative first, so hypothesis shrinks toward
+constants, variables, `true` predicates, few parameters and size 0.
+
+Names: size parameters `N M K L`, value parameters `x y z w u v`, relations `E F G H`,
+index variables `i j k l m` then `i1 j1 ...`, let-bound variables `t1 t2 ...`; all binders
+of a program are distinct from each other and from the parameters.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
+
+import numpy as np
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from .ast import (
+    BUILTINS, REAL, Access, Add, Affine, And, Call, Cmp, Const, Def, Exists, Expr, Gen, Iverson,
+    Let, Mul, Or, Pair, Param, PFalse, Pred, Proj, PTrue, RelCall, Sum, TArr, TPair, TReal, TRel,
+    TSize, Type, Var, scalar_of, shape_of, tensor,
+)
+from .errors import ShapeError, TLError
+
+SIZE_NAMES = ("N", "M", "K", "L")
+VALUE_NAMES = ("x", "y", "z", "w", "u", "v")
+REL_NAMES = ("E", "F", "G", "H")
+INDEX_BASES = ("i", "j", "k", "l", "m")
+
+KINKED = frozenset({"abs", "relu", "max", "min"})          # not differentiable everywhere
+SMOOTH_BUILTINS = frozenset(BUILTINS) - KINKED
+# Order = shrinking preference (simplest first).
+_BUILTIN_ORDER = ("square", "tanh", "sin", "cos", "exp", "log", "sqrt", "recip", "pow",
+                  "sigmoid", "softplus", "tan", "abs", "relu", "max", "min")
+_POS_EXPONENTS = (-1.0, 0.5, -0.5, 1.5, -2.0)               # pow on positive arguments only
+_ANY_EXPONENTS = (2.0, 3.0)                                 # pow on any argument
+
+
+@dataclass(frozen=True)
+class GenOptions:
+    """What `programs()` may generate.  All constructs are on by default."""
+
+    max_size: int = 5                 # size parameters take values 0..max_size
+    max_depth: int = 4                # nesting depth of expression constructs
+    real_output_only: bool = False    # return type R
+    no_pairs: bool = False            # no pair types anywhere (params, values, result)
+    no_relations: bool = False        # no rel(...) parameters, hence no relation predicates
+    pair_tensors: bool = True         # tensors of pairs ([n](t1, t2)) as values and results
+    # Projections of tensors of pairs, `(gen i:n. (a, b)).0` (P2's left side): well-defined
+    # on the struct-of-arrays representation, but typecheck.type_of rejects them (Proj needs
+    # a pair type), so they are off by default.
+    soa_projections: bool = False
+    lets: bool = True                 # let-bindings
+    smooth: bool = False              # no kinked builtins (abs relu max min)
+    builtins: frozenset[str] = frozenset(BUILTINS)
+    budget: float = 1e3               # bound on the magnitude of every value
+    max_params: int = 3               # value parameters (besides sizes and relations)
+    max_rank: int = 3                 # rank of any generated tensor type
+    max_sizes: int = 3                # size parameters
+
+    def __post_init__(self) -> None:
+        unknown = set(self.builtins) - set(BUILTINS)
+        if unknown:
+            raise ValueError(f"unknown builtins {sorted(unknown)}")
+        if self.budget < 4:
+            raise ValueError("budget must be at least 4")
+
+    @property
+    def fns(self) -> tuple[str, ...]:
+        allowed = self.builtins - KINKED if self.smooth else self.builtins
+        return tuple(f for f in _BUILTIN_ORDER if f in allowed)
+
+
+def _options(**kw: Any) -> GenOptions:
+    if "builtins" in kw:
+        kw["builtins"] = frozenset(kw["builtins"])
+    return GenOptions(**kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scopes
+
+
+@dataclass(frozen=True, eq=False)
+class Scope:
+    """What an expression may refer to, with the concrete sizes its inputs will have.
+
+    `vars` maps a program variable to its type and a bound on the magnitude of its entries
+    (parameters get 1: `random_args` draws inputs in [-1, 1]).
+    """
+
+    params: tuple[Param, ...] = ()
+    sizes: Mapping[str, int] = field(default_factory=dict)
+    vars: Mapping[str, tuple[Type, float]] = field(default_factory=dict)
+    rels: Mapping[str, tuple[Affine, ...]] = field(default_factory=dict)
+    indices: Mapping[str, Affine] = field(default_factory=dict)
+
+    @staticmethod
+    def of(params: Iterable[Param], sizes: Mapping[str, int], bound: float = 1.0) -> "Scope":
+        """The scope of a def's body with parameters `params` and size values `sizes`."""
+        sc = Scope()
+        for p in params:
+            sc = sc.with_param(p, sizes.get(p.name, 0), bound)
+        return sc
+
+    def with_param(self, p: Param, size_value: int = 0, bound: float = 1.0) -> "Scope":
+        params = self.params + (p,)
+        if isinstance(p.type, TSize):
+            return replace(self, params=params, sizes={**self.sizes, p.name: int(size_value)})
+        if isinstance(p.type, TRel):
+            return replace(self, params=params, rels={**self.rels, p.name: p.type.sizes})
+        return replace(self, params=params, vars={**self.vars, p.name: (p.type, bound)})
+
+    def with_var(self, name: str, t: Type, bound: float) -> "Scope":
+        return replace(self, vars={**self.vars, name: (t, float(bound))})
+
+    def with_index(self, name: str, size: Affine | int) -> "Scope":
+        size = size if isinstance(size, Affine) else Affine.lit(size)
+        return replace(self, indices={**self.indices, name: size})
+
+    def names(self) -> set[str]:
+        return {p.name for p in self.params} | set(self.vars) | set(self.indices)
+
+    def fresh(self, base: str) -> str:
+        """`base`, or `base1`, `base2`, ... : the first not used in this scope."""
+        taken = self.names()
+        if base not in taken:
+            return base
+        return next(f"{base}{k}" for k in range(1, 10 ** 6) if f"{base}{k}" not in taken)
+
+    def value(self, a: Affine) -> int:
+        """The concrete value of a size expression (index variables are not sizes)."""
+        return int(a.evaluate(self.sizes))
+
+    def make_def(self, body: Expr, ret: Type | None = None, name: str = "f") -> Def:
+        return Def(name, self.params, ret, body)
+
+    def args(self, d: Def, seed: int | np.random.Generator | None = 0) -> dict[str, Any]:
+        return random_args(d, self.sizes, seed)
+
+
+class Typed(NamedTuple):
+    expr: Expr
+    type: Type
+    bound: float
+
+
+class _Names:
+    """Deterministic fresh names, distinct from everything taken so far."""
+
+    def __init__(self, taken: Iterable[str] = ()):
+        self.taken = set(taken)
+        self.n_index = 0
+        self.n_let = 0
+
+    def _take(self, name: str) -> str | None:
+        if name in self.taken:
+            return None
+        self.taken.add(name)
+        return name
+
+    def index(self) -> str:
+        while True:
+            k, r = divmod(self.n_index, len(INDEX_BASES))
+            self.n_index += 1
+            name = self._take(INDEX_BASES[r] + (str(k) if k else ""))
+            if name:
+                return name
+
+    def let(self) -> str:
+        while True:
+            self.n_let += 1
+            name = self._take(f"t{self.n_let}")
+            if name:
+                return name
+
+
+# ---------------------------------------------------------------------------------------------
+# The generator
+
+
+@lru_cache(maxsize=4096)
+def _paths(u: Type, t: Type, soa: bool) -> tuple[tuple, ...]:
+    """Ways to reach type `t` from a value of type `u` by projections and accesses.
+
+    A step is `("proj", k)` or `("access", dims)` (one index per dim of `dims`); `soa`
+    allows projections of tensors of pairs.  Shortest first.
+    """
+    out: list[tuple] = []
+    if u is t:
+        out.append(())
+    if isinstance(u, TPair):
+        for k, c in ((0, u.a), (1, u.b)):
+            out += [(("proj", k),) + p for p in _paths(c, t, soa)]
+    elif isinstance(u, TArr):
+        dims, elem = shape_of(u), scalar_of(u)
+        for m in range(1, len(dims) + 1):
+            rest = tensor(dims[m:], elem)
+            out += [(("access", dims[:m]),) + p for p in _paths(rest, t, soa)]
+        if soa and isinstance(elem, TPair):
+            for k, c in ((0, elem.a), (1, elem.b)):
+                out += [(("proj", k),) + p for p in _paths(tensor(dims, c), t, soa)]
+    return tuple(sorted(out, key=len))
+
+
+def _rank(t: Type) -> int:
+    return len(shape_of(t))
+
+
+def _has_pair(t: Type) -> bool:
+    if isinstance(t, TPair):
+        return True
+    return isinstance(t, TArr) and _has_pair(t.elem)
+
+
+class _Gen:
+    """Draws typed expressions; `draw` is hypothesis' draw function."""
+
+    def __init__(self, draw: Callable, opts: GenOptions, names: _Names):
+        self.draw = draw
+        self.opts = opts
+        self.names = names
+
+    # -- drawing primitives (each shrinks toward its first alternative)
+
+    def pick(self, seq: Sequence[Any]) -> Any:
+        if len(seq) == 1:
+            return seq[0]
+        return seq[self.draw(st.integers(0, len(seq) - 1))]
+
+    def coin(self, weight_true: int = 1, weight_false: int = 1) -> bool:
+        return self.pick([False] * weight_false + [True] * weight_true)
+
+    def int(self, lo: int, hi: int) -> int:
+        return lo if lo >= hi else self.draw(st.integers(lo, hi))
+
+    # -- sizes, indices, predicates
+
+    def size_expr(self, sc: Scope, cap: float | None = None) -> Affine:
+        """A size: a size parameter, `N + 1`, `N + K - 1`, `N - 1` or a literal."""
+        limit = self.opts.max_size + 1 if cap is None else min(cap, self.opts.max_size + 1)
+        names = list(sc.sizes)
+        opts: list[Affine] = [Affine.var(n) for n in names] * 2 + [Affine.lit(2)]
+        opts += [Affine.var(n) + 1 for n in names]
+        opts += [Affine.var(a) + Affine.var(b) - 1 for a, b in zip(names, names[1:])]
+        opts += [Affine.var(n) - 1 for n in names]
+        opts += [Affine.lit(1), Affine.lit(3), Affine.lit(0)]
+        keep = [a for a in opts if 0 <= sc.value(a) <= limit]
+        return self.pick(keep)
+
+    def index(self, sc: Scope, n: Affine) -> Affine:
+        """An affine index into a dimension of size `n`; may be out of bounds."""
+        ivs = list(sc.indices)
+        if not ivs:
+            form = self.pick(["const", "last", "size"])
+        else:
+            form = self.pick(["var"] * 5 + ["shift", "scaled", "sum2", "reverse", "const",
+                                             "last", "diff"])
+        if form == "const":
+            return Affine.lit(self.int(0, 2))
+        if form == "last":
+            return n - 1
+        if form == "size":
+            return Affine.var(self.pick(list(sc.sizes))) if sc.sizes else Affine.lit(1)
+        matching = [i for i in ivs if sc.indices[i] is n]
+        pool = matching if matching and self.coin(3, 1) else ivs
+        i = Affine.var(self.pick(pool))
+        if form == "var":
+            return i
+        if form == "shift":
+            return i + self.pick([1, -1, 2])
+        if form == "scaled":
+            return i * 2 + self.pick([0, 1])
+        if form == "reverse":
+            return n - 1 - i
+        others = [v for v in ivs if v != i.as_var()] or ivs
+        j = Affine.var(self.pick(others))
+        return i + j if form == "sum2" else i - j
+
+    def pred_affine(self, sc: Scope) -> Affine:
+        ivs = list(sc.indices)
+        forms = ["const", "size", "size_m1"]
+        if ivs:
+            forms = ["var"] * 3 + ["shift", "scaled", "sum2"] + forms
+        form = self.pick(forms)
+        if form == "const":
+            return Affine.lit(self.int(0, 3))
+        if form in ("size", "size_m1"):
+            if not sc.sizes:
+                return Affine.lit(self.int(0, 3))
+            s = Affine.var(self.pick(list(sc.sizes)))
+            return s if form == "size" else s - 1
+        i = Affine.var(self.pick(ivs))
+        if form == "var":
+            return i
+        if form == "shift":
+            return i + self.pick([1, -1])
+        if form == "scaled":
+            return i * 2
+        return i + Affine.var(self.pick(ivs))
+
+    def pred(self, sc: Scope, depth: int) -> Pred:
+        kinds = ["true", "cmp", "cmp", "cmp", "false"] + ["rel", "rel"] * bool(sc.rels)
+        if depth > 0:
+            kinds += ["and", "or", "exists", "exists"]
+        kind = self.pick(kinds)
+        if kind == "true":
+            return PTrue()
+        if kind == "false":
+            return PFalse()
+        if kind == "cmp":
+            return Cmp(self.pick(Cmp.OPS), self.pred_affine(sc), self.pred_affine(sc))
+        if kind == "rel":
+            name = self.pick(list(sc.rels))
+            return RelCall(name, tuple(self.index(sc, n) for n in sc.rels[name]))
+        if kind in ("and", "or"):
+            a, b = self.pred(sc, depth - 1), self.pred(sc, depth - 1)
+            return And(a, b) if kind == "and" else Or(a, b)
+        t = self.names.index()
+        n = self.size_expr(sc)
+        inner = sc.with_index(t, n)
+        if sc.indices and self.coin(2, 1):  # integrality guard, as the index solver makes them
+            body: Pred = Cmp("==", self.pred_affine(sc), Affine.var(t) * 2 + self.pick([0, 1]))
+        else:
+            body = self.pred(inner, depth - 1)
+        return Exists(t, n, body)
+
+    # -- types
+
+    def type_(self, sc: Scope, rank: int = 2, pairs: int = 1) -> Type:
+        """A value type with tensors of rank <= `rank` and pair nesting <= `pairs`."""
+        o = self.opts
+        kinds = ["real", "real", "tensor", "tensor"]
+        if pairs > 0 and not o.no_pairs:
+            kinds.append("pair")
+            if o.pair_tensors and rank >= 1:
+                kinds.append("pair_tensor")
+        kind = self.pick(kinds)
+        if kind == "real" or (kind == "tensor" and rank < 1):
+            return REAL
+        if kind == "tensor":
+            return tensor([self.size_expr(sc) for _ in range(self.int(1, min(rank, 2)))])
+        if kind == "pair":
+            return TPair(self.type_(sc, rank, pairs - 1), self.type_(sc, rank, pairs - 1))
+        return tensor([self.size_expr(sc)],
+                      TPair(self.type_(sc, rank - 1, 0), self.type_(sc, rank - 1, 0)))
+
+    def param_type(self, sc: Scope, real_valued: bool = False) -> Type:
+        o = self.opts
+        kinds = ["real", "tensor", "tensor"]
+        if not real_valued and not o.no_pairs:
+            kinds.append("pair")
+        kind = self.pick(kinds)
+        if kind == "real":
+            return REAL
+        if kind == "tensor":
+            r = self.pick([1, 2, 1, 2, 3][: max(1, min(5, 2 * o.max_rank - 1))])
+            return tensor([self.size_expr(sc) for _ in range(min(r, o.max_rank))])
+        return TPair(self.type_(sc, 2, 0), self.type_(sc, 2, 1))
+
+    def ret_type(self, sc: Scope) -> Type:
+        o = self.opts
+        if o.real_output_only:
+            return REAL
+        kinds = ["real", "tensor", "real", "tensor", "real", "tensor"]
+        if not o.no_pairs:
+            kinds.append("pair")
+            if o.pair_tensors:
+                kinds.append("pair_tensor")
+        kind = self.pick(kinds)
+        if kind == "real":
+            return REAL
+        if kind == "tensor":
+            return tensor([self.size_expr(sc) for _ in range(self.int(1, min(2, o.max_rank)))])
+        if kind == "pair":
+            return TPair(self.type_(sc, 2, 0), self.type_(sc, 2, 1))
+        return tensor([self.size_expr(sc)], TPair(REAL, self.type_(sc, 1, 0)))
+
+    def scope(self, need_real: bool = False) -> Scope:
+        o = self.opts
+        sc = Scope()
+        for name in SIZE_NAMES[: self.int(0, min(o.max_sizes, len(SIZE_NAMES)))]:
+            sc = sc.with_param(Param(name, TSize()), self.int(0, o.max_size))
+        for k in range(self.int(1, min(o.max_params, len(VALUE_NAMES)))):
+            t = self.param_type(sc, real_valued=need_real and k == 0)
+            sc = sc.with_param(Param(VALUE_NAMES[k], t))
+        if not o.no_relations:
+            for name in REL_NAMES[: self.int(0, 2)]:
+                dims = tuple(self.size_expr(sc) for _ in range(self.int(1, 2)))
+                sc = sc.with_param(Param(name, TRel(dims)))
+        self.names.taken |= sc.names() | set(sc.rels)
+        return sc
+
+    # -- expressions
+
+    def var_paths(self, t: Type, sc: Scope, budget: float) -> list[tuple[str, tuple]]:
+        # Latest bound first: let-bound variables come before parameters so they get used.
+        out = []
+        for name in reversed(list(sc.vars)):
+            u, bound = sc.vars[name]
+            if bound <= budget:
+                out += [(name, p) for p in _paths(u, t, self.opts.soa_projections)]
+        return out
+
+    def expr(self, t: Type, sc: Scope, depth: int, budget: float,
+             leaf: bool = True) -> tuple[Expr, float]:
+        """An expression of type `t` in `sc` whose entries are bounded by `budget` (>= 1).
+
+        `leaf=False` (a def's body) excludes a constant or a bare variable when depth > 0.
+        """
+        o = self.opts
+        has_var = bool(self.var_paths(t, sc, budget))
+        var = ["var"] * (2 if depth > 0 else 3) if has_var and (leaf or depth <= 0) else []
+        if isinstance(t, TReal):
+            kinds = ["const"] * (leaf or depth <= 0) + var
+            if depth > 0:
+                kinds += ["mul", "sum", "call", "mul", "sum", "iverson", "call", "mul", "sum",
+                          "access", "call", "iverson", "let", "mul", "call", "let"]
+                kinds += ["add", "add", "add"] if budget >= 2 else []
+        elif isinstance(t, TArr):
+            kinds = ["gen"] + var
+            if depth > 0:
+                kinds += ["gen", "iverson"]
+        else:
+            kinds = ["pair"] + var
+            if depth > 0:
+                kinds += ["pair", "iverson"]
+        if depth > 0:
+            if o.lets:
+                kinds += ["let"]
+            if not o.no_pairs:
+                kinds += ["proj"]
+            if not isinstance(t, TReal) and _rank(t) < o.max_rank and \
+                    (o.pair_tensors or not _has_pair(t)):
+                kinds += ["access"]
+        kind = self.pick(kinds)
+        return getattr(self, "_" + kind)(t, sc, depth, budget)
+
+    def _const(self, t: Type, sc: Scope, depth: int, budget: float) -> tuple[Expr, float]:
+        lim = min(8, int(4 * budget))
+        c = self.int(-lim, lim) / 4  # quarters: exact in binary and in printed decimal
+        return Const(c), abs(c)
+
+    def _var(self, t: Type, sc: Scope, depth: int, budget: float) -> tuple[Expr, float]:
+        name, path = self.pick(self.var_paths(t, sc, budget))
+        e: Expr = Var(name)
+        for step, arg in path:
+            if step == "proj":
+                e = Proj(e, arg)
+                continue
+            idx = [self.index(sc, n) for n in arg]
+            if len(idx) >= 2 and self.coin(1, 3):  # e[a][b], a G4 instance
+                cut = self.int(1, len(idx) - 1)
+                e = Access(Access(e, idx[:cut]), idx[cut:])
+            else:
+                e = Access(e, idx)
+        return e, sc.vars[name][1]
+
+    def _add(self, t: Type, sc: Scope, depth: int, budget: float) -> tuple[Expr, float]:
+        a, ba = self.expr(REAL, sc, depth - 1, budget - 1)
+        b, bb = self.expr(REAL, sc, depth - 1, budget - ba)
+        return Add(a, b), ba + bb
+
+    def _mul(self, t: Type, sc: Scope, depth: int, budget: float) -> tuple[Expr, float]:
+        a, ba = self.expr(REAL, sc, depth - 1, budget)
+        b, bb = self.expr(REAL, sc, depth - 1, budget / max(ba, 1.0))
+        if self.coin():
+            a, b = b, a
+        return Mul(a, b), ba * bb
+
+    def _sum(self, t: Type, sc: Scope, depth: int, budget: float) -> tuple[Expr, float]:
+        n = self.size_expr(sc, cap=budget)
+        v = max(sc.value(n), 1)
+        i = self.names.index()
+        body, b = self.expr(REAL, sc.with_index(i, n), depth - 1, budget / v)
+        return Sum(i, n, body), b * v
+
+    def _gen(self, t: Type, sc: Scope, depth: int, budget: float) -> tuple[Expr, float]:
+        assert isinstance(t, TArr)
+        i = self.names.index()
+        body, b = self.expr(t.elem, sc.with_index(i, t.size), depth - 1, budget)
+        return Gen(i, t.size, body), b
+
+    def _pair(self, t: Type, sc: Scope, depth: int, budget: float) -> tuple[Expr, float]:
+        assert isinstance(t, TPair)
+        a, ba = self.expr(t.a, sc, depth - 1, budget)
+        b, bb = self.expr(t.b, sc, depth - 1, budget)
+        return Pair(a, b), max(ba, bb)
+
+    def _iverson(self, t: Type, sc: Scope, depth: int, budget: float) -> tuple[Expr, float]:
+        p = self.pred(sc, min(depth, 2))
+        e, b = self.expr(t, sc, depth - 1, budget)
+        return Iverson(p, e), b
+
+    def _let(self, t: Type, sc: Scope, depth: int, budget: float) -> tuple[Expr, float]:
+        # Often bind a value the body can read (of type t, or a tensor of t) so lets get used.
+        kinds = ["random", "same"] + ["tensor"] * (_rank(t) < self.opts.max_rank and
+                                                   (self.opts.pair_tensors or not _has_pair(t)))
+        kind = self.pick(kinds)
+        if kind == "random":
+            u = self.type_(sc, min(2, self.opts.max_rank))
+        else:
+            u = t if kind == "same" else TArr(self.size_expr(sc), t)
+        value, bv = self.expr(u, sc, depth - 1, budget)
+        name = self.names.let()
+        body, b = self.expr(t, sc.with_var(name, u, bv), depth - 1, budget)
+        return Let(name, value, body), b
+
+    def _access(self, t: Type, sc: Scope, depth: int, budget: float) -> tuple[Expr, float]:
+        k = self.pick([1, 1, 2][: 3 if self.opts.max_rank - _rank(t) >= 2 else 2])
+        dims = [self.size_expr(sc) for _ in range(k)]
+        inner, b = self.expr(tensor(dims, t), sc, depth - 1, budget)
+        return Access(inner, [self.index(sc, n) for n in dims]), b
+
+    def _proj(self, t: Type, sc: Scope, depth: int, budget: float) -> tuple[Expr, float]:
+        other = self.type_(sc, 1, 0)
+        k = self.pick([0, 1])
+        if isinstance(t, TArr) and self.opts.soa_projections and self.coin(1, 2):
+            dims, elem = shape_of(t), scalar_of(t)
+            cut = self.int(1, len(dims))
+            rest = tensor(dims[cut:], elem)
+            inner_t = tensor(dims[:cut], TPair(rest, other) if k == 0 else TPair(other, rest))
+        else:
+            inner_t = TPair(t, other) if k == 0 else TPair(other, t)
+        inner, b = self.expr(inner_t, sc, depth - 1, budget)
+        return Proj(inner, k), b
+
+    # -- black-box functions on safe domains
+
+    def _call(self, t: Type, sc: Scope, depth: int, budget: float) -> tuple[Expr, float]:
+        fns = [f for f in self.opts.fns if self._feasible(f, budget)]
+        if not fns:
+            return self._const(t, sc, depth, budget)
+        fn = self.pick(fns)
+        d = depth - 1
+        if fn in ("tanh", "sin", "cos", "sigmoid"):
+            a, _ = self.expr(REAL, sc, d, budget)
+            return Call(fn, (a,), ()), 1.0
+        if fn == "tan":
+            a, ba = self.expr(REAL, sc, d, 1.0)
+            return Call(fn, (a,), ()), math.tan(ba)
+        if fn == "exp":
+            a, ba = self.expr(REAL, sc, d, min(2.0, math.log(budget)))
+            return Call(fn, (a,), ()), math.exp(ba)
+        if fn == "square":
+            a, ba = self.expr(REAL, sc, d, math.sqrt(budget))
+            return Call(fn, (a,), ()), ba * ba
+        if fn in ("abs", "relu"):
+            a, ba = self.expr(REAL, sc, d, budget)
+            return Call(fn, (a,), ()), ba
+        if fn == "softplus":
+            a, ba = self.expr(REAL, sc, d, budget - 1)
+            return Call(fn, (a,), ()), ba + 1
+        if fn in ("max", "min"):
+            a, ba = self.expr(REAL, sc, d, budget)
+            b, bb = self.expr(REAL, sc, d, budget)
+            return Call(fn, (a, b), ()), max(ba, bb)
+        if fn == "log":
+            a, lo, hi = self.positive(sc, d, math.exp(-budget), math.exp(min(budget, 30.0)))
+            return Call(fn, (a,), ()), max(abs(math.log(lo)), abs(math.log(hi)))
+        if fn == "sqrt":
+            a, lo, hi = self.positive(sc, d, 0.0, budget * budget)
+            return Call(fn, (a,), ()), math.sqrt(hi)
+        if fn == "recip":
+            a, lo, hi = self.positive(sc, d, 1.0 / budget, math.inf)
+            return Call(fn, (a,), ()), 1.0 / lo
+        # pow
+        c = self.pick(_ANY_EXPONENTS + _POS_EXPONENTS)
+        if c in _ANY_EXPONENTS:
+            a, ba = self.expr(REAL, sc, d, budget ** (1.0 / c))
+            return Call(fn, (a,), (c,)), ba ** c
+        if c < 0:
+            a, lo, hi = self.positive(sc, d, budget ** (1.0 / c), math.inf)
+        else:
+            a, lo, hi = self.positive(sc, d, 0.0, budget ** (1.0 / c))
+        return Call(fn, (a,), (c,)), max(lo ** c, hi ** c)
+
+    def _feasible(self, fn: str, budget: float) -> bool:
+        if fn == "tan":
+            return budget >= math.tan(1.0)
+        if fn == "exp":
+            return budget >= math.e
+        if fn == "softplus":
+            return budget >= 2
+        return True
+
+    def positive(self, sc: Scope, depth: int, lo_min: float,
+                 hi_max: float) -> tuple[Expr, float, float]:
+        """A provably positive expression with bounds lo_min <= lo <= value <= hi <= hi_max.
+
+        Callers keep lo_min <= 1 <= hi_max, so the constant 1 is always possible.
+        """
+        fns = set(self.opts.fns)
+        kinds = ["const"]
+        if "square" in fns and hi_max >= 2:
+            kinds.append("one_plus_square")
+        if "exp" in fns and min(2.0, math.log(hi_max), -math.log(max(lo_min, 1e-300))) >= 1:
+            kinds.append("exp")
+        if "softplus" in fns and hi_max >= 3:
+            kinds.append("one_plus_softplus")
+        if "sigmoid" in fns and hi_max >= 2:
+            kinds.append("one_plus_sigmoid")
+        if "abs" in fns and hi_max >= 2:
+            kinds.append("one_plus_abs")
+        kind = self.pick(kinds)
+        one = Const(1.0)
+        if kind == "const":
+            c = self.pick([c for c in (1.0, 2.0, 0.5, 3.0) if lo_min <= c <= hi_max])
+            return Const(c), c, c
+        if kind == "one_plus_square":
+            a, ba = self.expr(REAL, sc, depth, math.sqrt(min(hi_max - 1, 1e6)))
+            return Add(one, Call("square", (a,), ())), 1.0, 1.0 + ba * ba
+        if kind == "exp":
+            m = min(2.0, math.log(hi_max), -math.log(max(lo_min, 1e-300)))
+            a, ba = self.expr(REAL, sc, depth, m)
+            return Call("exp", (a,), ()), math.exp(-ba), math.exp(ba)
+        if kind == "one_plus_softplus":
+            a, ba = self.expr(REAL, sc, depth, min(hi_max - 2, 1e6))
+            return Add(one, Call("softplus", (a,), ())), 1.0, 2.0 + ba
+        if kind == "one_plus_sigmoid":
+            a, _ = self.expr(REAL, sc, depth, 1e3)
+            return Add(one, Call("sigmoid", (a,), ())), 1.0, 2.0
+        a, ba = self.expr(REAL, sc, depth, min(hi_max - 1, 1e6))
+        return Add(one, Call("abs", (a,), ())), 1.0, 1.0 + ba
+
+
+# ---------------------------------------------------------------------------------------------
+# Public strategies
+
+
+def _draw_program(draw: Callable, opts: GenOptions,
+                  need_real: bool = False) -> tuple[Def, dict[str, Any], Scope]:
+    g = _Gen(draw, opts, _Names())
+    sc = g.scope(need_real=need_real)
+    ret = g.ret_type(sc)
+    body, _ = g.expr(ret, sc, opts.max_depth, opts.budget, leaf=False)
+    d = Def("f", sc.params, ret, body)
+    seed = draw(st.integers(0, 2 ** 32 - 1))
+    return d, random_args(d, sc.sizes, np.random.default_rng(seed)), sc
+
+
+def programs(max_size: int = 5, max_depth: int = 4, **options: Any) -> st.SearchStrategy:
+    """Random well-typed core programs with matching inputs: `(Def, args)`.
+
+    Options (see `GenOptions`): `real_output_only`, `no_pairs`, `no_relations`,
+    `pair_tensors`, `lets`, `smooth`, `builtins` (allowed set), `budget`, `max_params`,
+    `max_rank`, `max_sizes`.  The def is named `f` and declares its return type.
+    """
+    opts = _options(max_size=max_size, max_depth=max_depth, **options)
+
+    @st.composite
+    def strategy(draw: Callable) -> tuple[Def, dict[str, Any]]:
+        d, args, _ = _draw_program(draw, opts)
+        return d, args
+
+    return strategy()
+
+
+def differentiable_programs(max_size: int = 4, max_depth: int = 4,
+                            **options: Any) -> st.SearchStrategy:
+    """`(Def, args, wrt)`: programs smooth in their real inputs, `wrt` a non-empty list of
+    real-valued (R or R[...]) parameter names.  No abs/relu/max/min; every other builtin is
+    applied where it is smooth (log, sqrt, recip, negative powers on arguments >= a positive
+    lower bound).  Iverson brackets depend only on indices, so they are no kinks."""
+    options.setdefault("budget", 1e2)
+    opts = _options(max_size=max_size, max_depth=max_depth, smooth=True, **options)
+
+    @st.composite
+    def strategy(draw: Callable) -> tuple[Def, dict[str, Any], list[str]]:
+        d, args, _ = _draw_program(draw, opts, need_real=True)
+        real = [p.name for p in d.params if is_real_valued(p.type)]
+        chosen = [n for n in real if draw(st.booleans())]
+        return d, args, chosen or real[:1]
+
+    return strategy()
+
+
+def is_real_valued(t: Type) -> bool:
+    """R or R[...]: the types of parameters one differentiates with respect to."""
+    return isinstance(scalar_of(t), TReal)
+
+
+def scopes(max_size: int = 5, **options: Any) -> st.SearchStrategy:
+    """Random parameter lists (sizes, values, relations) with concrete size values."""
+    opts = _options(max_size=max_size, **options)
+    return st.composite(lambda draw: _Gen(draw, opts, _Names()).scope())()
+
+
+def types(scope: Scope, rank: int = 2, pairs: int = 1, **options: Any) -> st.SearchStrategy:
+    """Value types over the sizes of `scope`."""
+    opts = _options(**options)
+    return st.composite(
+        lambda draw: _Gen(draw, opts, _Names(scope.names())).type_(scope, rank, pairs))()
+
+
+def typed_expressions(scope: Scope, type: Type | None = None, max_depth: int = 3,
+                      budget: float | None = None, **options: Any) -> st.SearchStrategy:
+    """`Typed(expr, type, bound)`: an expression of `type` (random if None) in `scope`,
+    whose entries are bounded by `bound` when the scope's variables obey their bounds."""
+    opts = _options(max_depth=max_depth, **options)
+    b = opts.budget if budget is None else budget
+
+    @st.composite
+    def strategy(draw: Callable) -> Typed:
+        g = _Gen(draw, opts, _Names(scope.names() | set(scope.rels)))
+        t = type if type is not None else g.type_(scope)
+        e, bound = g.expr(t, scope, max_depth, b)
+        return Typed(e, t, bound)
+
+    return strategy()
+
+
+def expressions(scope: Scope, type: Type | None = None, max_depth: int = 3,
+                **options: Any) -> st.SearchStrategy:
+    """An expression of `type` (random if None) in `scope`."""
+    return typed_expressions(scope, type, max_depth, **options).map(lambda te: te.expr)
+
+
+def predicates(scope: Scope, max_depth: int = 2, **options: Any) -> st.SearchStrategy:
+    """A predicate over the index variables, sizes and relations of `scope`."""
+    opts = _options(**options)
+    return st.composite(lambda draw: _Gen(draw, opts, _Names(scope.names() | set(scope.rels)))
+                        .pred(scope, max_depth))()
+
+
+def indices(scope: Scope, size: Affine | int, **options: Any) -> st.SearchStrategy:
+    """An affine index into a dimension of `size` (`i`, `i + 1`, `2*i`, `n - 1 - i`, ...)."""
+    opts = _options(**options)
+    n = size if isinstance(size, Affine) else Affine.lit(size)
+    return st.composite(lambda draw: _Gen(draw, opts, _Names()).index(scope, n))()
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+
+
+def random_args(d: Def, sizes: Mapping[str, int],
+                rng: np.random.Generator | int | None = None, *, low: float = -1.0,
+                high: float = 1.0, density: float = 0.4,
+                rel_encoding: str = "mixed") -> dict[str, Any]:
+    """Random inputs for `d` in the argument format of docs/CONTRACTS.md.
+
+    `sizes` gives every size parameter; reals are uniform in [low, high]; relations hold
+    each tuple with probability `density`, as a boolean array (`rel_encoding="bool"`), a
+    `(k, arity)` coordinate array (`"coo"`) or either at random (`"mixed"`).
+    """
+    if rel_encoding not in ("bool", "coo", "mixed"):
+        raise ValueError(f"rel_encoding must be bool, coo or mixed, not {rel_encoding!r}")
+    if not isinstance(rng, np.random.Generator):
+        rng = np.random.default_rng(rng)
+    size_env: dict[str, int] = {}
+    for p in d.params:
+        if isinstance(p.type, TSize):
+            if p.name not in sizes:
+                raise TLError(f"no value given for size parameter {p.name} of {d.name}", d.loc)
+            v = int(sizes[p.name])
+            if v < 0:
+                raise ShapeError(f"size {p.name} = {v} is negative", d.loc)
+            size_env[p.name] = v
+    args: dict[str, Any] = {}
+    for p in d.params:
+        if isinstance(p.type, TSize):
+            args[p.name] = size_env[p.name]
+        else:
+            args[p.name] = random_value(p.type, size_env, rng, low=low, high=high,
+                                        density=density, rel_encoding=rel_encoding,
+                                        what=f"parameter {p.name}")
+    return args
+
+
+def random_value(t: Type, sizes: Mapping[str, int], rng: np.random.Generator, *,
+                 low: float = -1.0, high: float = 1.0, density: float = 0.4,
+                 rel_encoding: str = "mixed", what: str = "value") -> Any:
+    """A random value of type `t` (tensors of pairs as pairs of tensors)."""
+    kw = dict(low=low, high=high, density=density, rel_encoding=rel_encoding, what=what)
+    if isinstance(t, TReal):
+        return float(rng.uniform(low, high))
+    if isinstance(t, TPair):
+        return (random_value(t.a, sizes, rng, **kw), random_value(t.b, sizes, rng, **kw))
+    if isinstance(t, TArr):
+        dims, elem = shape_of(t), scalar_of(t)
+        if isinstance(elem, TPair):  # struct of arrays
+            return (random_value(tensor(dims, elem.a), sizes, rng, **kw),
+                    random_value(tensor(dims, elem.b), sizes, rng, **kw))
+        return rng.uniform(low, high, size=_shape(dims, sizes, what)).astype(np.float64)
+    if isinstance(t, TRel):
+        mask = rng.random(_shape(t.sizes, sizes, what)) < density
+        enc = rel_encoding if rel_encoding != "mixed" else ("bool", "coo")[int(rng.integers(2))]
+        return mask if enc == "bool" else np.argwhere(mask).astype(np.int64)
+    raise TLError(f"cannot make a random value of type {t!r} for {what}")
+
+
+def _shape(dims: Iterable[Affine], sizes: Mapping[str, int], what: str) -> tuple[int, ...]:
+    out = []
+    for a in dims:
+        missing = a.vars() - sizes.keys()
+        if missing:
+            raise TLError(f"{what}: unknown size {', '.join(sorted(missing))}")
+        v = int(a.evaluate(sizes))
+        if v < 0:
+            raise ShapeError(f"{what}: dimension evaluates to {v} < 0")
+        out.append(v)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Drawing examples outside of a test
+
+
+def draw_examples(strategy: st.SearchStrategy, n: int) -> list[Any]:
+    """`n` examples of `strategy`, the same on every run (derandomized, no shrinking).
+
+    For statistics over many draws (construct coverage) and for tools such as `tl prove`
+    that check instances outside pytest.  Do not call it inside a `@given` test.
+    """
+    out: list[Any] = []
+
+    @settings(max_examples=n, derandomize=True, database=None, phases=[Phase.generate],
+              deadline=None, suppress_health_check=list(HealthCheck))
+    @given(strategy)
+    def collect(x: Any) -> None:
+        out.append(x)
+
+    collect()
+    return out

@@ -1,0 +1,356 @@
+"""The random-program generator (`tensorlang.testing`): coverage, well-typedness, NaN-freeness,
+bounds, options, determinism, shrinking, and `random_args`."""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, find, given, settings
+from hypothesis import strategies as st
+
+from tensorlang import ast as A
+from tensorlang import testing as T
+from tensorlang.errors import ShapeError, TLError
+
+typecheck = pytest.importorskip("tensorlang.typecheck")
+interp = pytest.importorskip("tensorlang.interp")
+
+N_COVER = 400      # draws for the coverage statistics (about a second)
+
+
+def leaves(v: Any) -> Iterator[np.ndarray]:
+    if isinstance(v, tuple):
+        for c in v:
+            yield from leaves(c)
+    else:
+        yield np.asarray(v, dtype=np.float64)
+
+
+def max_abs(v: Any) -> float:
+    return max((float(np.abs(x).max()) for x in leaves(v) if x.size), default=0.0)
+
+
+def walk_env(e: A.Node, env: Any) -> Iterator[tuple[A.Node, Any]]:
+    """Every sub-node with the type environment in force at it."""
+    yield e, env
+    if isinstance(e, (A.Gen, A.Sum, A.Exists)):
+        yield from walk_env(e.size, env)
+        yield from walk_env(e.body, env.with_index(e.idx, e.size))
+    elif isinstance(e, A.Let):
+        yield from walk_env(e.value, env)
+        tv = typecheck.type_of(e.value, env)
+        yield from walk_env(e.body, env.with_var(e.name, tv))
+    else:
+        for c in A.children(e):
+            yield from walk_env(c, env)
+
+
+def check_program(d: A.Def, args: dict[str, Any], budget: float = 1e3) -> Any:
+    """Type-checks (core type_of and the module checker) and evaluates finitely within budget."""
+    env = typecheck.param_env(d)
+    assert typecheck.type_of(d.body, env) is d.ret
+    checked = typecheck.check_module([d])
+    assert checked.ret_types[d.name] is d.ret
+    out = interp.interpret(d, args)
+    for x in leaves(out):
+        assert np.all(np.isfinite(x)), "NaN or inf in the output"
+    assert max_abs(out) <= budget * (1 + 1e-12)
+    return out
+
+
+def features(d: A.Def, args: dict[str, Any]) -> set[str]:
+    """Tags for every construct, predicate form, type kind and index form that occurs."""
+    out: set[str] = set()
+    for p in d.params:
+        t = p.type
+        out.add("param:" + ("size" if isinstance(t, A.TSize) else "rel" if isinstance(t, A.TRel)
+                            else "pair" if isinstance(t, A.TPair) else
+                            "tensor" if isinstance(t, A.TArr) else "real"))
+        for n in (A.shape_of(t) if isinstance(t, A.TArr) else ()):
+            if n.const and n.terms:
+                out.add("size:offset")
+            if len(n.terms) >= 2:
+                out.add("size:two_vars")
+        if isinstance(t, A.TSize) and args[p.name] == 0:
+            out.add("size:zero")
+        if isinstance(t, A.TRel):
+            out.add("rel:" + ("bool" if args[p.name].dtype == bool else "coo"))
+    ret = d.ret
+    out.add("ret:" + ("pair" if isinstance(ret, A.TPair) else "real" if isinstance(ret, A.TReal)
+                      else "pair_tensor" if isinstance(A.scalar_of(ret), A.TPair) else "tensor"))
+    for e, env in walk_env(d.body, typecheck.param_env(d)):
+        out.add(type(e).__name__)
+        if isinstance(e, A.Cmp):
+            out.add("Cmp" + e.op)
+        elif isinstance(e, A.Call):
+            out.add("call:" + e.fn)
+        elif isinstance(e, A.Sum) and any(isinstance(n, A.Sum) for n in A.walk(e.body)):
+            out.add("sum:nested")
+        elif isinstance(e, (A.Gen, A.Sum)) and any(isinstance(n, A.Let) for n in A.walk(e.body)):
+            out.add("let_in:" + type(e).__name__)
+        elif isinstance(e, A.Exists) and isinstance(e.body, A.Cmp) and \
+                e.body.rhs.coeff(e.idx) == 2:
+            out.add("exists:integrality")
+        elif isinstance(e, A.Iverson):
+            t = typecheck.type_of(e, env)
+            out.add("iverson:" + ("pair" if isinstance(t, A.TPair) else
+                                  "real" if isinstance(t, A.TReal) else "tensor"))
+        elif isinstance(e, A.Access):
+            t = typecheck.type_of(e, env)
+            out.add("access:" + ("full" if isinstance(t, A.TReal) else "partial"))
+            if isinstance(e.e, A.Access):
+                out.add("access:nested")
+            if not isinstance(e.e, A.Var):
+                out.add("access:of_expr")
+            for a in e.idx:
+                ivs = [(n, c) for n, c in a.terms if env.idx.get(n) is not None]
+                sizes = [n for n, _ in a.terms if env.is_size(n)]
+                if len(ivs) == 1 and ivs[0][1] == 1 and a.const and not sizes:
+                    out.add("index:shift")
+                if any(c == 2 for _, c in ivs):
+                    out.add("index:scaled")
+                if len(ivs) == 2:
+                    out.add("index:two_vars")
+                if len(ivs) == 1 and ivs[0][1] == -1 and sizes:
+                    out.add("index:reverse")
+    return out
+
+
+EXPECTED = (
+    {"Var", "Const", "Add", "Mul", "Call", "Pair", "Proj", "Gen", "Sum", "Access", "Iverson",
+     "Let", "PTrue", "PFalse", "Cmp<", "Cmp<=", "Cmp==", "RelCall", "And", "Or", "Exists",
+     "sum:nested", "let_in:Gen", "let_in:Sum", "exists:integrality",
+     "iverson:real", "iverson:tensor", "iverson:pair",
+     "access:full", "access:partial", "access:nested", "access:of_expr",
+     "index:shift", "index:scaled", "index:two_vars", "index:reverse",
+     "param:size", "param:real", "param:tensor", "param:pair", "param:rel",
+     "ret:real", "ret:tensor", "ret:pair", "ret:pair_tensor",
+     "size:zero", "size:offset", "size:two_vars", "rel:bool", "rel:coo"})
+
+
+@pytest.fixture(scope="module")
+def sample() -> list[tuple[A.Def, dict[str, Any]]]:
+    return T.draw_examples(T.programs(), N_COVER)
+
+
+def test_every_construct_is_generated(sample: list) -> None:
+    seen: Counter[str] = Counter()
+    for d, args in sample:
+        seen.update(features(d, args))
+    missing = EXPECTED - set(seen)
+    assert not missing, f"never generated in {len(sample)} draws: {sorted(missing)}"
+    assert sum(k.startswith("call:") for k in seen) >= 12   # each one: test below
+
+
+@pytest.mark.parametrize("fn", sorted(A.BUILTINS))
+def test_each_builtin_on_its_safe_domain(fn: str) -> None:
+    found = 0
+    for d, args in T.draw_examples(T.programs(builtins={fn}, real_output_only=True), 12):
+        check_program(d, args)
+        found += any(isinstance(n, A.Call) and n.fn == fn for n in A.walk(d.body))
+    assert found >= 3
+
+
+def test_sample_is_well_typed_finite_and_bounded(sample: list) -> None:
+    assert len(sample) >= N_COVER // 2
+    for d, args in sample:
+        check_program(d, args)
+        assert A.Def(d.name, d.params, d.ret, d.body) is d  # plain core nodes
+        assert not any(isinstance(n, A.DefCall) for n in A.walk(d.body))
+
+
+def test_binders_are_unique_and_distinct_from_params(sample: list) -> None:
+    for d, _ in sample:
+        binders = [A.binder_name(n) for n in A.walk(d.body) if A.binder_name(n)]
+        params = {p.name for p in d.params}
+        assert len(binders) == len(set(binders)), binders
+        assert not params & set(binders)
+
+
+@settings(max_examples=40, deadline=None)
+@given(T.programs(max_size=3, max_depth=6, budget=8.0))
+def test_tight_budget_holds_in_deep_programs(prog: tuple[A.Def, dict]) -> None:
+    d, args = prog
+    check_program(d, args, budget=8.0)
+
+
+@settings(deadline=None)
+@given(T.differentiable_programs())
+def test_differentiable_programs(prog: tuple[A.Def, dict, list[str]]) -> None:
+    d, args, wrt = prog
+    check_program(d, args, budget=1e2)
+    fns = {n.fn for n in A.walk(d.body) if isinstance(n, A.Call)}
+    assert not fns & T.KINKED
+    params = {p.name: p.type for p in d.params}
+    assert wrt and len(set(wrt)) == len(wrt)
+    assert all(T.is_real_valued(params[x]) and not isinstance(params[x], A.TPair) for x in wrt)
+    # Smooth in the wrt inputs: a tiny perturbation gives a tiny change.
+    moved = dict(args)
+    for x in wrt:
+        moved[x] = args[x] + 1e-7 if isinstance(args[x], float) else args[x] + 1e-7
+    a, b = interp.interpret(d, args), interp.interpret(d, moved)
+    for u, v in zip(leaves(a), leaves(b)):
+        assert np.all(np.abs(u - v) <= 1e-3 * (1 + np.abs(u)))
+
+
+@settings(deadline=None)
+@given(T.programs(real_output_only=True, no_pairs=True, no_relations=True, lets=False,
+                  builtins={"exp", "log", "square"}))
+def test_options_restrict_what_is_generated(prog: tuple[A.Def, dict]) -> None:
+    d, args = prog
+    check_program(d, args)
+    assert d.ret is A.REAL
+    types = [p.type for p in d.params]
+    assert not any(isinstance(t, A.TRel) for t in types)
+    assert not any(isinstance(t, A.TPair) or isinstance(A.scalar_of(t), A.TPair) for t in types)
+    for n in A.walk(d.body):
+        assert not isinstance(n, (A.Pair, A.Proj, A.Let, A.RelCall))
+        if isinstance(n, A.Call):
+            assert n.fn in {"exp", "log", "square"}
+
+
+def test_soa_projections_option_generates_projections_of_pair_tensors() -> None:
+    found = False
+    for d, args in T.draw_examples(T.programs(soa_projections=True), 150):
+        out = interp.interpret(d, args)  # meaningful on the struct-of-arrays representation
+        assert all(np.all(np.isfinite(x)) for x in leaves(out))
+        for e, env in walk_env(d.body, typecheck.param_env(d)):
+            if isinstance(e, A.Proj) and isinstance(e.e, A.Gen):
+                found = True
+    assert found
+
+
+def test_draws_are_deterministic() -> None:
+    a = T.draw_examples(T.programs(), 30)
+    b = T.draw_examples(T.programs(), 30)
+    assert len(a) == len(b)
+    for (d1, x1), (d2, x2) in zip(a, b):
+        assert d1 is d2
+        assert x1.keys() == x2.keys()
+        for k in x1:
+            assert all(np.array_equal(u, v) for u, v in zip(leaves(x1[k]), leaves(x2[k])))
+
+
+def test_shrinking_gives_small_programs() -> None:
+    def n_nodes(d: A.Def) -> int:
+        return sum(1 for n in A.walk(d.body) if isinstance(n, A.Expr))
+
+    quiet = settings(database=None, derandomize=True, max_examples=300,
+                     suppress_health_check=list(HealthCheck))
+    d, _ = find(T.programs(), lambda p: any(isinstance(n, A.Sum) for n in A.walk(p[0].body)),
+                settings=quiet)
+    assert n_nodes(d) <= 3, d                 # e.g. sum i:1. 0.0
+    d, _ = find(T.programs(), lambda p: any(isinstance(n, A.Call) and n.fn == "log"
+                                            for n in A.walk(p[0].body)), settings=quiet)
+    assert n_nodes(d) <= 3, d                 # log(1.0)
+    assert len(d.params) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Pieces: scopes, expressions, predicates, indices
+
+
+@st.composite
+def scoped_expr(draw: Any) -> tuple[T.Scope, A.Type, T.Typed]:
+    sc = draw(T.scopes(max_size=4))
+    t = draw(T.types(sc))
+    te = draw(T.typed_expressions(sc, t, max_depth=3, budget=50.0))
+    return sc, t, te
+
+
+@settings(deadline=None)
+@given(scoped_expr(), st.integers(0, 2 ** 32 - 1))
+def test_expressions_in_a_scope(case: tuple, seed: int) -> None:
+    sc, t, te = case
+    assert te.type is t
+    d = sc.make_def(te.expr, t)
+    assert typecheck.type_of(te.expr, typecheck.param_env(d)) is t
+    out = interp.interpret(d, sc.args(d, seed))
+    assert max_abs(out) <= te.bound <= 50.0
+
+
+@settings(deadline=None)
+@given(st.data())
+def test_expressions_under_binders_and_lets(data: st.DataObject) -> None:
+    sc = data.draw(T.scopes(max_size=3))
+    n = A.Affine.var(next(iter(sc.sizes))) if sc.sizes else A.Affine.lit(3)
+    i = sc.fresh("i")
+    inner = sc.with_index(i, n)
+    e1 = data.draw(T.typed_expressions(inner, A.REAL, budget=10.0))
+    x = inner.fresh("i")   # a fresh name even when it looks like an index
+    body = data.draw(T.expressions(inner.with_var(x, A.REAL, e1.bound), A.REAL, budget=10.0))
+    p = data.draw(T.predicates(inner))
+    a = data.draw(T.indices(inner, n))
+    assert i in a.vars() or not a.vars() or a.vars() <= set(sc.sizes) | {i}
+    e = A.Gen(i, n, A.Iverson(p, A.Let(x, e1.expr, body)))
+    d = sc.make_def(A.Access(e, (a,)))
+    checked = typecheck.check_module([d])
+    assert checked.ret_types["f"] is A.REAL
+    interp.interpret(d, sc.args(d, 1))
+
+
+def test_scope_helpers() -> None:
+    sc = T.Scope.of([A.Param("N", A.TSize()), A.Param("x", A.tensor([A.Affine.var("N")])),
+                     A.Param("E", A.TRel((A.Affine.var("N"),)))], {"N": 4})
+    assert sc.sizes == {"N": 4} and set(sc.rels) == {"E"} and set(sc.vars) == {"x"}
+    assert sc.value(A.Affine.var("N") * 2 - 1) == 7
+    assert sc.fresh("x") == "x1" and sc.fresh("y") == "y"
+    assert sc.with_index("i", 3).fresh("i") == "i1"
+
+
+# ---------------------------------------------------------------------------------------------
+# random_args
+
+
+def mk(params: list[tuple[str, A.Type]]) -> A.Def:
+    return A.Def("g", tuple(A.Param(n, t) for n, t in params), None, A.Const(0.0))
+
+
+N, K = A.Affine.var("N"), A.Affine.var("K")
+
+
+def test_random_args_shapes_and_encodings() -> None:
+    pt = A.tensor([N], A.TPair(A.REAL, A.tensor([K])))
+    d = mk([("N", A.TSize()), ("K", A.TSize()), ("x", A.tensor([N + K - 1])), ("s", A.REAL),
+            ("p", A.TPair(A.REAL, A.tensor([N, 2]))), ("q", pt),
+            ("E", A.TRel((N, K)))])
+    args = T.random_args(d, {"N": 3, "K": 2}, 5)
+    assert args["N"] == 3 and args["K"] == 2
+    assert args["x"].shape == (4,) and args["x"].dtype == np.float64
+    assert isinstance(args["s"], float) and -1 <= args["s"] <= 1
+    assert isinstance(args["p"][0], float) and args["p"][1].shape == (3, 2)
+    assert args["q"][0].shape == (3,) and args["q"][1].shape == (3, 2)   # struct of arrays
+    interp.interpret(d, args)                                             # accepted as is
+    boolean = T.random_args(d, {"N": 3, "K": 2}, 5, rel_encoding="bool")["E"]
+    coo = T.random_args(d, {"N": 3, "K": 2}, 5, rel_encoding="coo")["E"]
+    assert boolean.dtype == bool and boolean.shape == (3, 2)
+    assert coo.ndim == 2 and coo.shape[1] == 2 and np.issubdtype(coo.dtype, np.integer)
+    assert np.array_equal(np.argwhere(boolean), coo)                      # same relation
+    again = T.random_args(d, {"N": 3, "K": 2}, np.random.default_rng(5))
+    assert all(np.array_equal(u, v) for k in args
+               for u, v in zip(leaves(args[k]) if k != "E" else [args[k]],
+                               leaves(again[k]) if k != "E" else [again[k]]))
+
+
+def test_random_args_size_zero_and_errors() -> None:
+    d = mk([("N", A.TSize()), ("x", A.tensor([N, N])), ("E", A.TRel((N,)))])
+    args = T.random_args(d, {"N": 0}, 0, rel_encoding="coo")
+    assert args["x"].shape == (0, 0) and args["E"].shape == (0, 1)
+    with pytest.raises(TLError, match="size parameter N"):
+        T.random_args(d, {}, 0)
+    with pytest.raises(ShapeError):
+        T.random_args(d, {"N": -1}, 0)
+    with pytest.raises(ShapeError):
+        T.random_args(mk([("N", A.TSize()), ("x", A.tensor([N - 1]))]), {"N": 0}, 0)
+    with pytest.raises(ValueError):
+        T.random_args(d, {"N": 1}, 0, rel_encoding="dense")
+
+
+def test_options_are_validated() -> None:
+    with pytest.raises(ValueError):
+        T.programs(builtins={"nope"})
+    with pytest.raises(TypeError):
+        T.programs(colour="blue")
