@@ -39,11 +39,11 @@ def qform2(a: Args) -> float:
 
 def conv(a: Args) -> np.ndarray:
     N, K = a["N"], a["K"]
-    return np.array([a["w"] @ a["x"][i:i + K] for i in range(N)]).reshape(N)
+    return np.array([a["w"] @ a["x"][i:i + K] for i in range(N)], dtype=float).reshape(N)
 
 
 def deconv_loss(a: Args) -> float:
-    r = np.correlate(a["x"], a["w"], mode="valid") - a["b"]
+    r = conv(a) - a["b"]
     return float(r @ r)
 
 
@@ -156,7 +156,8 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
              lambda s, r: _vec_mat(s["N"], r), qform),
     Workload("qform2", "qform2.tl", "qform2", lambda n: {"N": n},
              lambda s, r: _vec_mat(s["N"], r), qform2),
-    Workload("conv", "conv.tl", "conv", lambda n: {"N": n, "K": 5}, _conv_inputs, conv),
+    Workload("conv", "conv.tl", "conv", lambda n: {"N": n, "K": 5},
+             lambda s, r: {k: v for k, v in _conv_inputs(s, r).items() if k != "b"}, conv),
     Workload("deconv_loss", "conv.tl", "deconv_loss", lambda n: {"N": n, "K": 5},
              _conv_inputs, deconv_loss),
     Workload("arap_residuals", "imgarap.tl", "arap_residuals",

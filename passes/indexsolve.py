@@ -22,7 +22,7 @@ from tensorlang.ast import (
 
 from .indexsolve_core import (
     Parametrization, Quotient, Solution, conjuncts, divisibility_pred, eq_pred, eval_pred,
-    parametrize, solve_equalities, split_atoms,
+    parametrize, solve_equalities, split_atoms, upper_bounds,
 )
 from .indexsolve_fm import (
     Bound, BoundNest, LoopBound, affine_to_python, ceil_div, constraint_to_pred,
@@ -89,8 +89,10 @@ def eliminate_sum(e: Expr) -> Expr:
     `[0 <= a and a < n and q{j:=a}] * b{j:=a}`); general coefficients go through the Smith
     normal form, with the cokernel equalities as a guard and the remaining sums running over
     kernel coordinates (and over a quotient coordinate pinned by `s*q == e` where an exact
-    division is needed), with cover sizes and Fourier-Motzkin bounds as Iverson guards on
-    each sum.  Returns `e` itself when no summed variable can be removed.
+    division is needed) with cover sizes; the Fourier-Motzkin bounds of the remaining sums
+    form one Iverson bracket around the body, the parameter-only guard one bracket outside
+    the sums.  `Const(0.0)` when the equalities never hold; `e` itself when no summed
+    variable can be removed.
     """
     avoid = all_names(e)
     vars_sizes, atoms, body = _collect(e, avoid)
@@ -108,6 +110,7 @@ def eliminate_sum(e: Expr) -> Expr:
 
 def _rebuild(par: Parametrization, vars_sizes: list[tuple[str, Affine]], outer: list[Pred],
              residual: list[Pred], body: Expr) -> Expr:
+    _scope_sizes(par, vars_sizes)
     nest = fourier_motzkin(par.ineqs, par.order)
     if not nest.feasible:
         return Const(0.0)
@@ -142,8 +145,20 @@ def _rebuild(par: Parametrization, vars_sizes: list[tuple[str, Affine]], outer: 
     return out if isinstance(guard, PTrue) else Iverson(guard, out)
 
 
+def _scope_sizes(par: Parametrization, vars_sizes: list[tuple[str, Affine]]) -> None:
+    """A kept sum whose size now mentions itself or an inner coordinate (`sum j:i+1` after
+    `i := -2*j`) runs over a parameter-only cover instead; its exact box constraint is
+    already among the inequalities and becomes a guard."""
+    ub: dict[str, Affine] | None = None
+    for pos, v in enumerate(par.order):
+        if par.sizes[v].vars() & set(par.order[pos:]):
+            ub = ub if ub is not None else upper_bounds(vars_sizes)
+            par.sizes[v] = ub[v] + 1
+
+
 def eliminate_sums(e: Expr) -> Expr:
-    """`eliminate_sum` at every sum of `e`, innermost first."""
+    """`eliminate_sum` at every sum of `e` (an expression or a whole `Def`), innermost
+    first."""
     memo: dict[int, Node] = {}
 
     def go(n: Node) -> Node:

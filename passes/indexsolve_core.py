@@ -13,7 +13,6 @@ import numpy as np
 
 from tensorlang.ast import (
     Affine, And, Cmp, Exists, Or, PFalse, Pred, PTrue, RelCall, fresh, free_names, pred_and,
-    subst,
 )
 
 from .indexsolve_fm import content
@@ -40,10 +39,6 @@ def eq_pred(e: Affine) -> Pred:
         pos, neg = neg, pos
         return Cmp("==", pos, neg + e.const)
     return Cmp("==", pos, neg - e.const)
-
-
-def false_pred() -> Pred:
-    return PFalse()
 
 
 @dataclass
@@ -432,8 +427,9 @@ def _snf_step(par: Parametrization, eqs: list[Affine], vars_sizes: list[tuple[st
         row = res.Vinv[r]
         sign = 1
         unit = [i for i, w in enumerate(row) if w]
-        if (quotient_coords and len(unit) == 1 and row[unit[0]] == 1
-                and not sizes0[X[unit[0]]].vars() & set(sizes0)):
+        if len(unit) == 1 and row[unit[0]] == 1 and not (
+                quotient_coords and sizes0[X[unit[0]]].vars() & set(sizes0)):
+            # the coordinate is an original variable: keep its name (and its sum range)
             name, lo, size = X[unit[0]], Affine.lit(0), sizes0[X[unit[0]]]
             kept.add(name)
         else:
@@ -471,7 +467,3 @@ def _cover(row: list[int], X: list[str], ub: Mapping[str, Affine]) -> tuple[Affi
         elif w < 0:
             lo = lo + ub[x] * w
     return lo, hi - lo + 1
-
-
-def substitute_pred(p: Pred, m: Mapping[str, Affine]) -> Pred:
-    return subst(p, dict(m)) if m else p

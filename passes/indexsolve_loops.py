@@ -82,8 +82,8 @@ class LoopNest:
         body_lines = body.splitlines() if isinstance(body, str) else list(body)
         if not self.feasible:
             return "pass"
-        depth = _emit_guards(self.guard, 0, lines, indent, nm, rel)
-        counter = [0]
+        counter = [0]  # numbers the flags of `exists` tests
+        depth = _emit_guards(self.guard, 0, lines, indent, nm, rel, counter)
         for lv in self.levels:
             pad = indent * depth
             if lv.loop is not None:

@@ -35,8 +35,8 @@ from tensorlang.ast import (
 )
 
 from .rewrite import (
-    SUM_BODY, Ctx, Rule, apply_rule as _apply_rule, iverson, provably_pos, register_rules,
-    run_pass,
+    SUM_BODY, Ctx, Rule, apply_rule as _apply_rule, iverson, provably_nonneg, provably_pos,
+    register_rules, run_pass,
 )
 
 
@@ -94,9 +94,13 @@ def L7(e: Expr, ctx: Ctx) -> Expr | None:
     return None
 
 
-def _nonempty_guard(sizes: list[Affine]):
-    """`0 < n` for each size not provably positive: the context runs only when all hold."""
-    return pred_and(*(Cmp("<", Affine.lit(0), n) for n in sizes if not provably_pos(n)))
+def _nonempty_guard(sizes: list[Affine], inside: list[Affine]):
+    """`0 < n` for each size n of a binder the value is hoisted out of: the value used to be
+    evaluated only when all of them are non-empty.  Left out when provable: n >= 1 always,
+    or n >= m for the size m of a gen the value stays inside (which runs only if m >= 1)."""
+    def known(n: Affine) -> bool:
+        return provably_pos(n) or any(provably_nonneg(n - m) for m in inside)
+    return pred_and(*(Cmp("<", Affine.lit(0), n) for n in sizes if not known(n)))
 
 
 def _fission(binders: list[tuple[str, Affine]], let: Let, ctx: Ctx) -> tuple[str, Expr, Expr]:
@@ -107,7 +111,8 @@ def _fission(binders: list[tuple[str, Affine]], let: Let, ctx: Ctx) -> tuple[str
     """
     fv = free_names(let.value)
     used = [(i, n) for i, n in binders if i in fv]
-    value = iverson(_nonempty_guard([n for i, n in binders if i not in fv]), let.value)
+    guard = _nonempty_guard([n for i, n in binders if i not in fv], [n for _, n in used])
+    value = iverson(guard, let.value)
     if not used:
         return let.name, value, let.body
     t = ctx.type_of(let.value)

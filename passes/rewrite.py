@@ -32,7 +32,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 from tensorlang.ast import (
     REAL, Access, Add, Affine, And, Call, Cmp, Const, Def, DefCall, Exists, Expr, Gen,
-    Iverson, Let, Mul, Node, Or, Pair, Param, PFalse, Pred, Proj, PTrue, RelCall, Sum, TArr,
+    Iverson, Let, Mul, Node, Or, Pair, PFalse, Pred, Proj, PTrue, RelCall, Sum, TArr,
     TPair, TReal, TRel, TSize, Type, Var, free_names, walk,
 )
 from tensorlang.errors import TLError
@@ -114,11 +114,8 @@ def rename_unique(d: Def) -> Def:
 
     A binder keeps its name when that is allowed, so conforming programs come back unchanged.
     """
-    used: set[str] = {p.name for p in d.params} | set(free_names(d.body))
-    for node in walk(d.body):
-        if isinstance(node, (Gen, Sum, Exists)):
-            used.add(node.idx)
-    renamer = _Renamer(used, frozenset(used) - _index_names(d.body))
+    outer = {p.name for p in d.params} | set(free_names(d.body))
+    renamer = _Renamer(outer | _index_names(d.body), frozenset(outer))
     body = renamer.expr(d.body, {})
     return d if body is d.body else Def(d.name, d.params, d.ret, body, loc=d.loc)
 
@@ -228,7 +225,7 @@ class Ctx:
 
     # -- names and types
     def fresh(self, base: str) -> str:
-        name = _fresh_name(base, self.used)
+        name = base if base not in self.used else _fresh_name(base, self.used)
         self.used.add(name)
         return name
 
@@ -334,7 +331,7 @@ def _enter(node: Expr, ctx: Ctx) -> None:
 
 
 @contextmanager
-def _deep_recursion(limit: int = 20000) -> Iterator[None]:
+def deep_recursion(limit: int = 20000) -> Iterator[None]:
     """Long let chains recurse deeply; raise the limit for the duration of a pass."""
     old = sys.getrecursionlimit()
     sys.setrecursionlimit(max(old, limit))
@@ -381,7 +378,7 @@ def normalize(e: Expr, rules: Sequence[tuple[str, Rule]], ctx: Ctx, pos: str = R
         memo[key(cur, p, rg)] = cur
         return cur
 
-    with _deep_recursion():
+    with deep_recursion():
         return norm(e, pos, ranges)
 
 
@@ -401,7 +398,7 @@ def step_once(e: Expr, rule: Rule, ctx: Ctx, pos: str = ROOT,
                 return _rebuild(node, {field: nc})
         return None
 
-    with _deep_recursion():
+    with deep_recursion():
         return go(e, pos, ranges or {})
 
 
@@ -418,7 +415,7 @@ def redexes(e: Expr, rule: Rule, ctx: Ctx) -> int:
         for _, child, cpos, crg in _slots(node, rg):
             go(child, cpos, crg)
 
-    with _deep_recursion():
+    with deep_recursion():
         go(e, ROOT, {})
     return count
 
@@ -426,9 +423,10 @@ def redexes(e: Expr, rule: Rule, ctx: Ctx) -> int:
 def run_pass(d: Def, rules: Sequence[tuple[str, Rule]],
              trace: Counter[str] | None = None) -> Def:
     """Rename binders apart, then normalise the body of `d` with `rules`."""
-    d = rename_unique(d)
-    ctx = Ctx(d)
-    body = normalize(d.body, rules, ctx)
+    with deep_recursion():
+        d = rename_unique(d)
+        ctx = Ctx(d)
+        body = normalize(d.body, rules, ctx)
     if trace is not None:
         trace.update(ctx.fired)
     return d if body is d.body else Def(d.name, d.params, d.ret, body, loc=d.loc)
@@ -460,9 +458,10 @@ def apply_rule(rule_id: str, d: Def) -> Def:
     rule = RULE_TABLE.get(rule_id)
     if rule is None:
         raise PassError(f"unknown rule {rule_id!r} (known: {', '.join(sorted(RULE_TABLE))})")
-    d = rename_unique(d)
-    ctx = Ctx(d)
-    body = step_once(d.body, rule, ctx)
+    with deep_recursion():
+        d = rename_unique(d)
+        ctx = Ctx(d)
+        body = step_once(d.body, rule, ctx)
     if body is None:
         raise RuleNotApplicable(f"rule {rule_id} does not apply to {d.name}")
     return Def(d.name, d.params, d.ret, body, loc=d.loc)
@@ -499,6 +498,6 @@ def is_scalar(t: Type) -> bool:
 __all__ = [
     "PassError", "RuleNotApplicable", "Rule", "Ctx", "soa", "index_type", "is_tensor",
     "provably_nonneg", "provably_pos", "rename_unique", "normalize", "step_once", "redexes",
-    "run_pass", "RULE_TABLE", "register_rules", "apply_rule", "let_chain", "build_lets",
-    "iverson", "is_scalar", "Param",
+    "run_pass", "deep_recursion", "RULE_TABLE", "register_rules", "apply_rule", "let_chain", "build_lets",
+    "iverson", "is_scalar",
 ]

@@ -35,6 +35,7 @@ then only remove statements.  See docs/ssa.md.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -44,22 +45,24 @@ from tensorlang.ast import Affine, Pred, PFalse, PTrue
 from tensorlang.errors import NotYetSupported
 from tensorlang.tssa import Builder, Operand, Program
 
-Factor = float | Operand
-
 
 @dataclass(frozen=True)
 class Term:
-    """The value `[guard] * prod(factors)` of a converted scalar expression.
+    """The value `[guard] * f1 * ... * fn` of a converted scalar expression.
 
-    `guard` is where the source expression is not a structural zero (SPEC 3 `Z`); the
-    zero term has guard `false` and no factors.  `clean` holds conjuncts outside which the
-    product of the factors is already zero (the mask of the statement that computed it),
-    so a guard made of them needs no masked copy.
+    `guard` is where the source expression is not a structural zero (`Z`); the zero term
+    has guard `false` and no factors.  A factor is a constant, an operand, or a nested
+    product `Term` whose multiplications count where *its* region holds.  `region` is the
+    set of conjuncts of (mask at creation and guard): where this product's multiplications
+    are executed.  `clean` holds conjuncts outside which the product of the factors is
+    already zero (the mask of the statement that computed it), so a guard made of them
+    needs no masked copy.
     """
 
     guard: Pred
-    factors: tuple[Factor, ...]
-    clean: frozenset[Pred] = frozenset()
+    factors: tuple
+    clean: frozenset = frozenset()
+    region: frozenset = frozenset()
 
     @property
     def is_zero(self) -> bool:
@@ -85,6 +88,9 @@ class Ctx:
 
     def inside(self, sums: Sequence[tuple[str, Affine]]) -> "Ctx":
         return Ctx(self.idx + tuple(sums), self.mask)
+
+    def region(self, guard: Pred = PTrue()) -> frozenset:
+        return frozenset(tssa.conjuncts(self.mask)) | frozenset(tssa.conjuncts(guard))
 
 
 def _bad(msg: str, e: A.Node) -> NotYetSupported:
@@ -112,60 +118,84 @@ class Converter:
         """A scalar constant statement `k = c`, read as `k`."""
         return Operand(self.b.const((), c), ())
 
-    def _stmt_clean(self, ctx: Ctx, extra: Pred = PTrue()) -> frozenset[Pred]:
-        return frozenset(tssa.conjuncts(A.pred_and(ctx.mask, extra)))
+    def flatten(self, t: Term, ctx: Ctx) -> list:
+        """The factors of `t` as constants and operands.  A nested product whose
+        multiplications count on the same region is spliced in; one with a larger region
+        (a factor of it is live where another factor of `t` is a structural zero) becomes
+        its own statement, so each multiplication is counted where the source executes it."""
+        out: list = []
+        for f in t.factors:
+            if isinstance(f, Term):
+                if f.region >= t.region:
+                    out += self.flatten(f, ctx)
+                else:
+                    out.append(Operand(self.emit_term(f, ctx), ctx.ids()))
+            else:
+                out.append(f)
+        return out
 
     def emit_term(self, t: Term, ctx: Ctx, sums: Sequence[tuple[str, Affine]] = ()) -> str:
-        """A statement `gen ctx. sum sums. [mask and guard] * prod(factors)`.
+        """The statement `gen ctx. sum sums. [region] * prod(factors)` (t is over ctx+sums).
 
-        Multiplications are kept one for one: a coefficient other than 1 is the contract's
-        `c`; further constants (and a literal 1, which the source multiplies by) become
-        scalar constant operands; more than two operands are multiplied pairwise first."""
+        Multiplications are kept one for one: one constant other than 0 and 1 is the
+        contract's coefficient `c`; further constants (and a literal 1 or 0, which the
+        source multiplies by) become scalar constant operands; more than two operands are
+        multiplied pairwise first, over ctx+sums."""
         gen = ctx.idx
+        inner = ctx.inside(sums)
         if t.is_zero:
             return self.b.const(gen, 0.0)
-        mask = A.pred_and(ctx.mask, t.guard)
-        consts = [f for f in t.factors if isinstance(f, float)]
-        ops = [f for f in t.factors if isinstance(f, Operand)]
+        mask = A.pred_and(*sorted(t.region, key=tssa.node_key))
+        factors = self.flatten(t, inner)
+        consts = [f for f in factors if isinstance(f, float)]
+        ops = [f for f in factors if isinstance(f, Operand)]
         if not ops and len(consts) == 1:
             if not sums:
                 return self.b.const(gen, consts[0], mask)
-            ops, consts = [self.const_operand(consts[0])], []  # sum of c: adds only
+            ops, consts = [self.const_operand(consts[0])], []  # sum of c: additions only
         coeff = 1.0
         for k, c in enumerate(consts):
-            if c not in (0.0, 1.0):  # 1 is free and 0 a structural zero as coefficients
+            if c not in (0.0, 1.0):  # as a coefficient, 1 would be free and 0 a zero
                 coeff = c
                 consts = consts[:k] + consts[k + 1:]
                 break
         ops += [self.const_operand(c) for c in consts]
-        inner = gen + tuple(sums)
-        while len(ops) > 2:  # pointwise over gen + sums, then the contraction
-            w = self.b.contract(inner, (), ops[0], ops[1], mask, coeff)
-            ops = [Operand(w, tuple(Affine.var(n) for n, _ in inner))] + ops[2:]
+        while len(ops) > 2:  # pointwise over ctx + sums, then the contraction
+            w = self.b.contract(inner.idx, (), ops[0], ops[1], mask, coeff)
+            ops = [Operand(w, inner.ids())] + ops[2:]
             coeff = 1.0
         if len(ops) == 2:
             return self.b.contract(gen, sums, ops[0], ops[1], mask, coeff)
         return self.b.reduce(gen, sums, ops[0], mask, coeff)
 
     def result(self, var: str, ctx: Ctx, extra: Pred = PTrue()) -> Term:
-        """The term reading a statement just emitted over ctx."""
-        return Term(PTrue(), (Operand(var, ctx.ids()),), self._stmt_clean(ctx, extra))
+        """The term reading a statement just emitted over ctx (never a structural zero)."""
+        return Term(PTrue(), (Operand(var, ctx.ids()),), ctx.region(extra), ctx.region())
 
     def with_support(self, t: Term, ctx: Ctx) -> tuple[Operand, Pred]:
-        """An operand and its support, for an add (the guard stays a support)."""
+        """An operand and its support, for an add (the guard becomes the support)."""
         if len(t.factors) == 1 and isinstance(t.factors[0], Operand):
             return t.factors[0], t.guard
-        if len(t.factors) == 1:
+        if len(t.factors) == 1 and isinstance(t.factors[0], float):
             return self.const_operand(t.factors[0]), t.guard
-        w = self.emit_term(t, ctx)
-        return Operand(w, ctx.ids()), t.guard
+        return Operand(self.emit_term(t, ctx), ctx.ids()), t.guard
+
+    def covered(self, t: Term, ctx: Ctx) -> bool:
+        """The factors' value is already zero where the guard fails (no masked copy is
+        needed): the guard's conjuncts are in the computing statement's mask, or the guard
+        holds on the whole index range (e.g. gen push-out's range guards)."""
+        if set(tssa.conjuncts(t.guard)) <= t.clean:
+            return True
+        names = set(A.free_names(t.guard)) | {n for n, _ in ctx.idx}
+        ex = next(c for c in (f"k{n}_" for n in itertools.count()) if tssa._prefix_ok(c, names))
+        return isinstance(tssa.canon_pred(t.guard, dict(ctx.idx), ex), PTrue)
 
     def exact(self, t: Term, ctx: Ctx) -> Operand:
         """An operand equal to the term's value at every point of the mask (for a map)."""
         if t.is_zero:
             return self.const_operand(0.0)
-        guard_ok = set(tssa.conjuncts(t.guard)) <= t.clean
-        if len(t.factors) == 1 and (isinstance(t.guard, PTrue) or guard_ok):
+        guard_ok = self.covered(t, ctx)
+        if len(t.factors) == 1 and not isinstance(t.factors[0], Term) and guard_ok:
             f = t.factors[0]
             return f if isinstance(f, Operand) else self.const_operand(f)
         return Operand(self.emit_term(t, ctx), ctx.ids())
@@ -187,10 +217,10 @@ class Converter:
                 raise _bad(f"projection of the binding {name}", e)
             var = self.env[name]
         elif name in self.ptypes:
-            if not isinstance(tssa.project_type(self.ptypes[name], path), A.Type) or \
-                    isinstance(self.ptypes[name], (A.TSize, A.TRel)):
-                raise _bad(f"{name} is not a real-valued input", e)
-            var = self.b.input(name, path)
+            try:
+                var = self.b.input(name, path)
+            except ValueError as err:
+                raise _bad(str(err), e) from None
         else:
             raise _bad(f"unbound variable {name}", e)
         return var, len(self.b.shapes[var])
@@ -199,6 +229,10 @@ class Converter:
 
     def binding(self, e: A.Expr) -> str:
         """SSA-gen: `gen I. s` (or a scalar s) -> its statement variable (or an alias)."""
+        if isinstance(e, (A.Var, A.Proj)):  # a whole variable: itself
+            var, rank = self.read_var(e, e)
+            if rank:
+                return var
         gens: list[tuple[str, Affine]] = []
         while isinstance(e, A.Gen):
             gens.append((e.idx, e.size))
@@ -212,7 +246,7 @@ class Converter:
         """SSA-trivial: `v = u[I]` (same shape, identity access, no mask) is u itself."""
         if len(t.factors) != 1 or not isinstance(t.factors[0], Operand):
             return None
-        if not (isinstance(t.guard, PTrue) or set(tssa.conjuncts(t.guard)) <= t.clean):
+        if not self.covered(t, ctx):
             return None
         o = t.factors[0]
         if o.idx != ctx.ids() or self.b.shapes[o.var] != tuple(s for _, s in ctx.idx):
@@ -235,12 +269,12 @@ def ssa_read(cv: Converter, e: A.Expr, ctx: Ctx) -> Term:
     var, rank = cv.read_var(base, e)
     if rank != len(idx):
         raise _bad(f"read of {var} with {len(idx)} of {rank} indices", e)
-    return Term(PTrue(), (Operand(var, idx),))
+    return Term(PTrue(), (Operand(var, idx),), region=ctx.region())
 
 
 def ssa_const(cv: Converter, e: A.Const, ctx: Ctx) -> Term:
     """SSA-const: a constant factor; the constant 0 is the structural zero."""
-    return ZERO if e.value == 0.0 else Term(PTrue(), (float(e.value),))
+    return ZERO if e.value == 0.0 else Term(PTrue(), (float(e.value),), region=ctx.region())
 
 
 def ssa_iverson(cv: Converter, e: A.Iverson, ctx: Ctx) -> Term:
@@ -250,7 +284,8 @@ def ssa_iverson(cv: Converter, e: A.Iverson, ctx: Ctx) -> Term:
     t = cv.conv(e.e, ctx.under(e.pred))
     if t.is_zero:
         return ZERO
-    return Term(A.pred_and(e.pred, t.guard), t.factors, t.clean)
+    return Term(A.pred_and(e.pred, t.guard), t.factors, t.clean,
+                t.region | frozenset(tssa.conjuncts(e.pred)))
 
 
 def ssa_add(cv: Converter, e: A.Add, ctx: Ctx) -> Term:
@@ -263,19 +298,23 @@ def ssa_add(cv: Converter, e: A.Add, ctx: Ctx) -> Term:
         return t1
     (o1, g1), (o2, g2) = cv.with_support(t1, ctx), cv.with_support(t2, ctx)
     v = cv.b.add(ctx.idx, o1, o2, ctx.mask, (g1, g2))
-    return Term(A.pred_or(g1, g2), (Operand(v, ctx.ids()),), cv._stmt_clean(ctx))
+    guard = A.pred_or(g1, g2)  # the sum is zero where both operands are dead
+    return Term(guard, (Operand(v, ctx.ids()),), ctx.region(guard), ctx.region(guard))
 
 
 def ssa_contract(cv: Converter, e: A.Mul, ctx: Ctx) -> Term:
-    """SSA-contract: `s1 * s2`: factors concatenate, guards conjoin (materialised by the
-    consumer as one contract with J empty, or fused into a sum's contract)."""
+    """SSA-contract: `s1 * s2`: a product term whose guard is the conjunction of the
+    factors' guards (an Iverson factor is hoisted into the product's mask); the consumer
+    materialises it as one contract (J empty) or fuses it into a sum's contract."""
     t1, t2 = cv.conv(e.a, ctx), cv.conv(e.b, ctx)
     if t1.is_zero or t2.is_zero:
         for t in (t1, t2):  # the source still multiplies inside the other factor
             if len(t.factors) > 1:
                 cv.emit_term(t, ctx)
         return ZERO
-    return Term(A.pred_and(t1.guard, t2.guard), t1.factors + t2.factors, t1.clean | t2.clean)
+    guard = A.pred_and(t1.guard, t2.guard)
+    parts = tuple(f for t in (t1, t2) for f in (t.factors if len(t.factors) == 1 else (t,)))
+    return Term(guard, parts, t1.clean | t2.clean, ctx.region(guard))
 
 
 def ssa_map(cv: Converter, e: A.Call, ctx: Ctx) -> Term:
@@ -300,7 +339,7 @@ def ssa_sum(cv: Converter, e: A.Sum, ctx: Ctx) -> Term:
         body = body.body
     t = cv.conv(body, ctx.inside(sums))
     if t.is_zero:  # a sum of structural zeros is 0 but is not itself a structural zero
-        return Term(PTrue(), (0.0,))
+        return Term(PTrue(), (0.0,), region=ctx.region())
     v = cv.emit_term(t, ctx, sums)
     names = {n for n, _ in sums}
     outer = [q for q in tssa.conjuncts(t.guard) if not (A.free_names(q) & names)]

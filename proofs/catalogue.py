@@ -128,16 +128,15 @@ def _show_args(args: Mapping[str, Any]) -> str:
 # Checking
 
 
-def check_instance(rule: Rule, lhs: Def, args: Mapping[str, Any]
-                   ) -> tuple[bool, bool, float | None, str | None]:
-    """(meaning ok, cost ok, cost ratio or None, failure description or None)."""
+def compare(lhs: Def, rhs: Def, args: Mapping[str, Any]
+            ) -> tuple[bool, bool, float | None, str | None]:
+    """Check that `rhs` means what `lhs` means on `args` and does not cost more.
+
+    Returns (meaning ok, cost ok, cost ratio rhs/lhs or None, failure description or None).
+    """
     from tensorlang.cost import cost_def
     from tensorlang.interp import interpret
 
-    try:
-        rhs = rule.apply(lhs)
-    except Exception as err:  # a non-redex instance or a crash of the rule: both failures
-        return False, False, None, f"apply raised {type(err).__name__}: {err}\n{_show(lhs)}"
     try:
         vl, vr = interpret(lhs, dict(args)), interpret(rhs, dict(args))
         cl, cr = cost_def(lhs, dict(args)).total, cost_def(rhs, dict(args)).total
@@ -154,6 +153,16 @@ def check_instance(rule: Rule, lhs: Def, args: Mapping[str, Any]
         why = (f"{'; '.join(what)}\nargs: {_show_args(args)}\n"
                f"lhs:\n{_show(lhs)}\nrhs:\n{_show(rhs)}")
     return meaning, cost, ratio, why
+
+
+def check_instance(rule: Rule, lhs: Def, args: Mapping[str, Any]
+                   ) -> tuple[bool, bool, float | None, str | None]:
+    """`compare(lhs, rule.apply(lhs), args)`; a rule that raises fails both checks."""
+    try:
+        rhs = rule.apply(lhs)
+    except Exception as err:  # a non-redex instance or a crash of the rule: both failures
+        return False, False, None, f"apply raised {type(err).__name__}: {err}\n{_show(lhs)}"
+    return compare(lhs, rhs, args)
 
 
 def check_rule(rule: Rule, max_examples: int = 100) -> RuleReport:
@@ -195,27 +204,141 @@ def all_ok(reports: Iterable[RuleReport]) -> bool:
     return all(r.ok for r in reports)
 
 
-def format_table(reports: Iterable[RuleReport]) -> str:
-    """The `tl prove` table: rule, pass, instances checked, meaning ok, cost ok, worst ratio."""
-    head = ("rule", "pass", "instances checked", "meaning ok", "cost ok", "worst cost ratio")
-    rows = [head]
+# ---------------------------------------------------------------------------------------------
+# Whole passes (SPEC 10: meaning kept, normal form reached, cost not raised)
+
+
+@dataclass(frozen=True)
+class PassEntry:
+    name: str                                  # "letlift", "pairelim", "genpush", "ssa", ...
+    prepare: Callable[[Def], Def]              # the stages before it (input in its pre-form)
+    run: Callable[[Def], Any]                  # the pass
+    check: Callable[[Any], str | None]         # its normal-form checker (None: form holds)
+    as_core: Callable[[Any], Def] = lambda p: p  # a core Def meaning and costing its output
+
+
+@dataclass(frozen=True)
+class PassReport:
+    name: str
+    programs: int
+    meaning_ok: bool
+    normal_form_ok: bool
+    cost_ok: bool
+    worst_ratio: float
+    counterexample: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.meaning_ok and self.normal_form_ok and self.cost_ok and self.programs > 0
+
+
+PASSES: dict[str, PassEntry] = {}
+
+
+def register_pass(entry: PassEntry) -> PassEntry:
+    PASSES[entry.name] = entry
+    return entry
+
+
+def check_pass_instance(entry: PassEntry, d: Def, args: Mapping[str, Any]
+                        ) -> tuple[bool, bool, bool, float | None, str | None]:
+    """(meaning ok, normal form ok, cost ok, ratio, failure description) for one program."""
+    try:
+        src = entry.prepare(d)
+        out = entry.run(src)
+        msg = entry.check(out)
+        rhs = entry.as_core(out)
+    except Exception as err:
+        return False, False, False, None, (f"{entry.name} raised {type(err).__name__}: {err}"
+                                           f"\n{_show(d)}")
+    meaning, cost, ratio, why = compare(src, rhs, args)
+    nf = msg is None
+    if not nf:
+        why = (why + "\n" if why else "") + f"not in normal form: {msg}\n{_show(rhs)}"
+    return meaning, nf, cost, ratio, why
+
+
+def check_pass(entry: PassEntry, max_examples: int = 100,
+               strategy: SearchStrategy | None = None) -> PassReport:
+    """Check a pass on random programs (`tensorlang.testing.programs()` by default)."""
+    from tensorlang.testing import programs
+
+    stats: dict[str, Any] = {"n": 0, "meaning": True, "nf": True, "cost": True,
+                             "worst": 0.0, "cex": None}
+
+    @settings(max_examples=max_examples, derandomize=True, database=None, deadline=None,
+              phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    @given(strategy if strategy is not None else programs())
+    def run(instance: tuple[Def, dict]) -> None:
+        d, args = instance
+        meaning, nf, cost, ratio, why = check_pass_instance(entry, d, args)
+        stats["n"] += 1
+        stats["meaning"] &= meaning
+        stats["nf"] &= nf
+        stats["cost"] &= cost
+        if ratio is not None:
+            stats["worst"] = max(stats["worst"], ratio)
+        if why is not None and (stats["cex"] is None or len(why) < len(stats["cex"])):
+            stats["cex"] = why
+
+    run()
+    return PassReport(entry.name, stats["n"], stats["meaning"], stats["nf"], stats["cost"],
+                      stats["worst"] if stats["n"] else math.nan, stats["cex"])
+
+
+def check_passes(max_examples: int = 100, names: Iterable[str] | None = None
+                 ) -> list[PassReport]:
+    load_rule_modules()
+    wanted = list(PASSES) if names is None else list(names)
+    return [check_pass(PASSES[n], max_examples) for n in wanted]
+
+
+def format_pass_table(reports: Iterable[PassReport]) -> str:
+    """Table of whole-pass checks: pass, programs, meaning ok, normal form ok, cost ok, ratio."""
+    head = ("pass", "programs checked", "meaning ok", "normal form ok", "cost ok",
+            "worst cost ratio")
     reports = list(reports)
-    for r in reports:
-        ratio = "-" if math.isnan(r.worst_ratio) else (
-            "inf" if math.isinf(r.worst_ratio) else f"{r.worst_ratio:.3f}")
-        rows.append((r.name, r.pass_, str(r.instances), "yes" if r.meaning_ok else "NO",
-                     "yes" if r.cost_ok else "NO", ratio))
-    widths = [max(len(row[k]) for row in rows) for k in range(len(head))]
-    lines = ["  ".join(c.ljust(w) if k < 2 else c.rjust(w)
+    rows = [head] + [(r.name, str(r.programs), _yes(r.meaning_ok), _yes(r.normal_form_ok),
+                      _yes(r.cost_ok), _ratio(r.worst_ratio)) for r in reports]
+    return _table(rows, left=1) + _counterexamples(reports)
+
+
+def _yes(ok: bool) -> str:
+    return "yes" if ok else "NO"
+
+
+def _ratio(r: float) -> str:
+    return "-" if math.isnan(r) else ("inf" if math.isinf(r) else f"{r:.3f}")
+
+
+def _table(rows: list[tuple[str, ...]], left: int) -> str:
+    """Columns aligned; the first `left` columns flush left, the others right."""
+    widths = [max(len(row[k]) for row in rows) for k in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) if k < left else c.rjust(w)
                        for k, (c, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    failed = [r for r in reports if not r.ok]
-    for r in failed:
-        lines.append("")
-        lines.append(f"{r.name}: counterexample")
-        lines.append(r.counterexample or "(no instances were drawn)")
     return "\n".join(lines)
 
 
+def _counterexamples(reports: list[Any]) -> str:
+    out = []
+    for r in reports:
+        if not r.ok:
+            out += ["", f"{r.name}: counterexample", r.counterexample or "(nothing was drawn)"]
+    return "\n" + "\n".join(out) if out else ""
+
+
+def format_table(reports: Iterable[RuleReport]) -> str:
+    """The `tl prove` table: rule, pass, instances checked, meaning ok, cost ok, worst ratio;
+    then the counterexample of each failing rule."""
+    head = ("rule", "pass", "instances checked", "meaning ok", "cost ok", "worst cost ratio")
+    reports = list(reports)
+    rows = [head] + [(r.name, r.pass_, str(r.instances), _yes(r.meaning_ok),
+                      _yes(r.cost_ok), _ratio(r.worst_ratio)) for r in reports]
+    return _table(rows, left=2) + _counterexamples(reports)
+
+
 __all__ = ["Rule", "RuleReport", "RULES", "register", "load_rule_modules", "values_close",
-           "check_instance", "check_rule", "check_all", "all_ok", "format_table"]
+           "compare", "check_instance", "check_rule", "check_all", "all_ok", "format_table",
+           "PassEntry", "PassReport", "PASSES", "register_pass", "check_pass_instance",
+           "check_pass", "check_passes", "format_pass_table"]

@@ -5,13 +5,13 @@ binding (or the result) that violates it, and how.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from tensorlang.ast import (
     Access, Def, Expr, Gen, Let, Pair, Proj, TArr, TPair, TReal, Type, Var, children, walk,
 )
 from tensorlang.errors import TLError
-from tensorlang.passes.rewrite import Ctx, let_chain, rename_unique
+from tensorlang.passes.rewrite import Ctx, deep_recursion, let_chain, rename_unique
 
 
 def _bindings(d: Def) -> tuple[list[tuple[str, Expr]], Expr]:
@@ -50,7 +50,8 @@ def _soa_violation(e: Expr, ctx: Ctx) -> str | None:
 
 
 def _context(d: Def) -> tuple[Def, Ctx]:
-    d = rename_unique(d)
+    with deep_recursion():
+        d = rename_unique(d)
     ctx = Ctx(d)
     for name, value in let_chain(d.body)[0]:
         ctx.declare(name, ctx.type_of(value))
@@ -160,16 +161,17 @@ def is_gen_pushed(d: Def) -> str | None:
         return f"ill-typed: {err.message}"
 
 
-try:  # the Tensor-SSA checker lives with the SSA pass (its own contributor)
-    from .normal_forms_ssa import is_tensor_ssa  # noqa: F401
-except ImportError:  # pragma: no cover - present once the SSA stage exists
-    pass
-
-CHECKERS: dict[str, Callable[[Def], str | None]] = {
+CHECKERS: dict[str, Callable[[Any], str | None]] = {
     "letlift": is_let_lifted,
     "pairelim": is_struct_of_arrays,
     "genpush": is_gen_pushed,
 }
+
+try:  # the Tensor-SSA checker lives with the SSA pass (its own contributor)
+    from .normal_forms_ssa import is_tensor_ssa  # noqa: F401
+    CHECKERS["ssa"] = is_tensor_ssa
+except ImportError:  # pragma: no cover - present once the SSA stage exists
+    pass
 
 __all__ = ["is_let_lifted", "is_struct_of_arrays", "is_gen_pushed", "CHECKERS"]
 if "is_tensor_ssa" in globals():

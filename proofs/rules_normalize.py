@@ -31,7 +31,8 @@ from tensorlang.passes import letlift as _letlift
 from tensorlang.passes import pairelim as _pairelim
 from tensorlang.passes.rewrite import Ctx, apply_rule, rename_unique, soa
 
-from .catalogue import Rule, register
+from .catalogue import PassEntry, Rule, register, register_pass
+from .normal_forms import is_gen_pushed, is_let_lifted, is_struct_of_arrays
 
 BUDGET = 20.0     # bound on the magnitude of every generated subterm's entries
 DEPTH = 2         # depth of random subterms
@@ -93,6 +94,13 @@ def _size(draw: Callable, sc: T.Scope) -> Affine:
 
 
 def _index(draw: Callable, sc: T.Scope, n: Affine) -> Affine:
+    """An index into a dimension of size n; one in four is out of range (`n` or `-1`) so
+    that zero extension is exercised."""
+    form = draw(st.integers(0, 7))
+    if form == 6:
+        return n
+    if form == 7:
+        return Affine.lit(-1)
     return draw(T.indices(sc, n, max_size=MAX_SIZE))
 
 
@@ -519,5 +527,11 @@ for _name, _pass, _schemas, _build, _fam, _custom in _ENTRIES:
                   _custom if _custom is not None else _apply(_name)))
 
 NORMALIZE_RULES: tuple[str, ...] = tuple(e[0] for e in _ENTRIES)
+
+# Whole passes, each fed the normal form of the passes before it.
+register_pass(PassEntry("letlift", lambda d: d, _letlift.letlift, is_let_lifted))
+register_pass(PassEntry("pairelim", _letlift.letlift, _pairelim.pairelim, is_struct_of_arrays))
+register_pass(PassEntry("genpush", lambda d: _pairelim.pairelim(_letlift.letlift(d)),
+                        _genpush.genpush, is_gen_pushed))
 
 __all__ = ["NORMALIZE_RULES", "LETLIFT", "PAIRELIM", "GENPUSH", "Family"]

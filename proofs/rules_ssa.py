@@ -200,3 +200,285 @@ def inputs(draw: Callable, min_size: int = 0, max_size: int = 3) -> dict[str, An
         "B": rng.uniform(-1.5, 1.5, (n, m)), "E": rng.random((n, m)) < 0.5,
         "q": (rng.uniform(-1.5, 1.5, n), rng.uniform(-1.5, 1.5, n)),
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# The cost-model refinement the conversion is exact under (docs/ssa.md, "Cost")
+
+
+def zmask_refined(e: A.Expr, env: Any) -> np.ndarray:
+    """`Z` extended to products and made deep through brackets:
+    `Z(e1 * e2) = Z(e1) or Z(e2)`, `Z([p] * e) = not p or Z(e)` (the rest as SPEC 3)."""
+    from tensorlang.interp import eval_pred
+
+    d = env.depth
+    if isinstance(e, A.Const):
+        return np.full((1,) * d, e.value == 0.0)
+    if isinstance(e, A.Iverson):
+        return ~eval_pred(e.pred, env) | zmask_refined(e.e, env)
+    if isinstance(e, A.Let):
+        while isinstance(e, A.Let):
+            e = e.body
+        return zmask_refined(e, env)
+    if isinstance(e, A.Add):
+        return zmask_refined(e.a, env) & zmask_refined(e.b, env)
+    if isinstance(e, A.Mul):
+        return zmask_refined(e.a, env) | zmask_refined(e.b, env)
+    return np.zeros((1,) * d, dtype=bool)
+
+
+def _cost_refined(e: A.Expr, env: Any) -> np.ndarray:
+    from tensorlang import cost as C
+    from tensorlang.interp import eval_pred, extent
+
+    d = env.depth
+    if isinstance(e, A.Mul):  # a multiplication by a structural zero is not executed
+        live = ~(zmask_refined(e.a, env) | zmask_refined(e.b, env))
+        return (_cost_refined(e.a, env) + _cost_refined(e.b, env)
+                + live[..., None] * C._unit(C._MUL, d))
+    if isinstance(e, A.Add):
+        live = ~(zmask_refined(e.a, env) | zmask_refined(e.b, env))
+        return (_cost_refined(e.a, env) + _cost_refined(e.b, env)
+                + live[..., None] * C._unit(C._ADD, d))
+    if isinstance(e, (A.Var, A.Const)):
+        return C._zeros(d)
+    if isinstance(e, A.Call):
+        out = C._unit(C._CALL, d)
+        for a in e.args:
+            out = out + _cost_refined(a, env)
+        return out
+    if isinstance(e, A.Pair):
+        return _cost_refined(e.a, env) + _cost_refined(e.b, env)
+    if isinstance(e, (A.Proj, A.Access)):
+        return _cost_refined(e.e, env)
+    if isinstance(e, A.Gen):
+        n = extent(e.size, env)
+        return C._reduce(_cost_refined(e.body, env.bind_index(e.idx, n)), [n], d)
+    if isinstance(e, A.Sum):
+        binders, body = C._sum_nest(e)
+        inner, sizes = env, []
+        for idx, size in binders:
+            sizes.append(extent(size, inner))
+            inner = inner.bind_index(idx, sizes[-1])
+        total = C._reduce(_cost_refined(body, inner), sizes, d)
+        live = C._reduce((~zmask_refined(body, inner)).astype(np.int64)[..., None],
+                         sizes, d)[..., 0]
+        return total + np.maximum(live - 1, 0)[..., None] * C._unit(C._ADD, d)
+    if isinstance(e, A.Iverson):
+        mask = eval_pred(e.pred, env)
+        if not mask.any():
+            return C._zeros(d)
+        return np.where(mask[..., None], _cost_refined(e.e, env), 0)
+    if isinstance(e, A.Let):
+        out = C._zeros(d)
+        while isinstance(e, A.Let):
+            out = out + _cost_refined(e.value, env)
+            e = e.body
+        return out + _cost_refined(e, env)
+    raise TypeError(f"cannot cost {type(e).__name__}")
+
+
+def cost_refined(d: A.Def, args: dict[str, Any]) -> Any:
+    """SPEC 3 with `Z` covering products (`cost.Cost`).  On programs where no factor of a
+    product is ever a structural zero, and no bracket guards a structural zero, it equals
+    `cost_def`; the bare SSA conversion's cost equals it on every gen-pushed program."""
+    from tensorlang import cost as C
+    from tensorlang.interp import bind_args
+
+    env = bind_args(d, args, values=False)
+    return C._as_cost(_cost_refined(d.body, env))
+
+
+# ---------------------------------------------------------------------------------------------
+# Catalogue entries: one per conversion case
+
+RESTRICTED = frozenset({"log", "sqrt", "recip", "tan", "dtan", "pow"})
+
+
+def _top(g: _Gen, scope: list[tuple[str, Affine]], case: str) -> A.Expr:
+    """A scalar expression whose outermost construct is the given conversion case."""
+    sub = lambda: _scalar(g, scope, 1)  # noqa: E731
+    if case == "SSA-read":
+        return _read(g, scope)
+    if case == "SSA-const":
+        return A.Const(g.draw(st.sampled_from([1.0, -2.5, 0.0, 3.0])))
+    if case == "SSA-iverson":
+        return A.Iverson(_pred(g, scope), _scalar(g, scope, 2))
+    if case == "SSA-add":
+        return A.Add(_scalar(g, scope, 2), _scalar(g, scope, 2))
+    if case == "SSA-contract":
+        return A.Mul(_scalar(g, scope, 2), _scalar(g, scope, 2))
+    if case == "SSA-map":
+        fn = g.draw(st.sampled_from(sorted(A.BUILTINS)))
+        nargs, nparams = A.BUILTINS[fn]
+        params = (g.draw(st.sampled_from([2.0, 0.5, -1.0])),) if nparams else ()
+        args = []
+        for _ in range(nargs):  # restricted domains: positive (or bounded) arguments
+            a = sub()
+            if fn in RESTRICTED:
+                a = A.Add(A.Call("square", (a,), ()), A.Const(1.0)) if fn not in ("tan", "dtan") \
+                    else A.Call("tanh", (a,), ())
+            args.append(a)
+        return A.Call(fn, tuple(args), params)
+    if case in ("SSA-sum-contract", "SSA-reduce"):
+        sums = [(g.name("j"), g.draw(st.sampled_from([N, M])))
+                for _ in range(g.draw(st.integers(1, 2)))]
+        inner = scope + sums
+        if case == "SSA-sum-contract":
+            body: A.Expr = A.Mul(_scalar(g, inner, 1), _scalar(g, inner, 1))
+        else:
+            body = g.draw(st.sampled_from(["read", "map", "add"]))
+            body = {"read": lambda: _read(g, inner),
+                    "map": lambda: A.Call("sin", (_scalar(g, inner, 1),), ()),
+                    "add": lambda: A.Add(_scalar(g, inner, 1), _scalar(g, inner, 1))}[body]()
+        if g.draw(st.booleans()):
+            body = A.Iverson(_pred(g, inner), body)
+        for name, size in reversed(sums):
+            body = A.Sum(name, size, body)
+        return body
+    raise KeyError(case)
+
+
+def _wrap_gens(scope: list[tuple[str, Affine]], e: A.Expr) -> A.Expr:
+    for name, size in reversed(scope):
+        e = A.Gen(name, size, e)
+    return e
+
+
+def _eta(name: str, shape: tuple[Affine, ...], g: _Gen) -> A.Expr:
+    """`gen o. name[o]` (gen push-out's form of returning a variable)."""
+    scope = [(g.name("o"), s) for s in shape]
+    read: A.Expr = A.Access(A.Var(name), tuple(Affine.var(n) for n, _ in scope)) if shape \
+        else A.Var(name)
+    return _wrap_gens(scope, read)
+
+
+def case_instances(case: str) -> st.SearchStrategy:
+    """Gen-pushed definitions `let b = gen I. <case at the top> in gen o. b[o]` (for
+    SSA-trivial, SSA-cse and SSA-dce: programs with an alias, a repeated binding, a dead
+    binding), with inputs."""
+
+    @st.composite
+    def strategy(draw: Callable) -> tuple[A.Def, dict[str, Any]]:
+        g = _Gen(draw, itertools.count(), list(READABLE))
+        shape = draw(st.sampled_from([(), (N,), (M,), (N, M)]))
+        scope = [(g.name("i"), s) for s in shape]
+        if case in ("SSA-gen", "SSA-trivial"):
+            src = draw(st.sampled_from([r for r in READABLE if r[2] == shape] or
+                                       [("s", (), ())]))
+            shape = src[2]
+            scope = [(g.name("i"), s) for s in shape]
+            g.reads = [src]
+            first = _wrap_gens(scope, _read(g, scope) if case == "SSA-gen" else
+                               _eta_read(src, scope))
+            g.reads = list(READABLE) + [("b0", (), shape)]
+            scope2 = [(g.name("i"), s) for s in shape]
+            body = A.Let("b0", first, _wrap_gens(scope2, A.Call("sin", (_read(g, scope2),), ())))
+        else:
+            top = "SSA-add" if case in ("SSA-cse", "SSA-dce") else case
+            e = _wrap_gens(scope, _top(g, scope, top))
+            out = _eta("b0", shape, g)
+            if case == "SSA-cse":  # the same binding twice, both read
+                out = _wrap_gens(scope, A.Add(
+                    A.Access(A.Var("b0"), tuple(Affine.var(n) for n, _ in scope)) if scope
+                    else A.Var("b0"),
+                    A.Access(A.Var("b1"), tuple(Affine.var(n) for n, _ in scope)) if scope
+                    else A.Var("b1")))
+                body = A.Let("b0", e, A.Let("b1", e, out))
+            elif case == "SSA-dce":  # a dead binding
+                dead = _wrap_gens(scope, _scalar(g, scope, 2))
+                body = A.Let("b0", e, A.Let("b1", dead, out))
+            else:
+                body = A.Let("b0", e, out)
+        return A.Def("inst", PARAMS, None, body), draw(inputs())
+
+    return strategy()
+
+
+def _eta_read(src: tuple[str, tuple[int, ...], tuple[Affine, ...]],
+              scope: list[tuple[str, Affine]]) -> A.Expr:
+    name, path, shape = src
+    base: A.Expr = A.Var(name)
+    for k in path:
+        base = A.Proj(base, k)
+    return A.Access(base, tuple(Affine.var(n) for n, _ in scope)) if shape else base
+
+
+_TOP_TYPES: dict[str, tuple[type, ...]] = {
+    "SSA-read": (A.Access, A.Var, A.Proj), "SSA-const": (A.Const,),
+    "SSA-iverson": (A.Iverson,), "SSA-add": (A.Add,), "SSA-contract": (A.Mul,),
+    "SSA-map": (A.Call,), "SSA-sum-contract": (A.Sum,), "SSA-reduce": (A.Sum,),
+}
+
+
+def _first_body(d: A.Def) -> A.Expr:
+    binds, _ = bindings(d)
+    if not binds:
+        raise ValueError("no binding")
+    e = binds[0][1]
+    while isinstance(e, A.Gen):
+        e = e.body
+    return e
+
+
+def _sum_body(e: A.Expr) -> A.Expr:
+    while isinstance(e, A.Sum):
+        e = e.body
+    while isinstance(e, A.Iverson):
+        e = e.e
+    return e
+
+
+def make_apply(case: str) -> Callable[[A.Def], A.Def]:
+    """The conversion of an instance of `case` (checked to be one), as a core Def."""
+
+    def apply(d: A.Def) -> A.Def:
+        if case in _TOP_TYPES:
+            top = _first_body(d)
+            if not isinstance(top, _TOP_TYPES[case]):
+                raise ValueError(f"{case} does not apply: the binding is a {type(top).__name__}")
+            if case == "SSA-sum-contract" and not isinstance(_sum_body(top), A.Mul):
+                raise ValueError("SSA-sum-contract needs a sum of a product")
+            if case == "SSA-reduce" and isinstance(_sum_body(top), A.Mul):
+                raise ValueError("SSA-reduce needs a sum of a non-product")
+        share = case == "SSA-cse"
+        prune = case == "SSA-dce"
+        return tssa.to_core(to_ssa(d, share=share, prune=prune))
+
+    return apply
+
+
+SCHEMAS: dict[str, str] = {
+    "SSA-read": "gen I. x[A] -> v = x (input), read as the operand x[A]",
+    "SSA-const": "gen I. [P] * c -> v = gen I. [P] * c (const); 0 is the structural zero",
+    "SSA-iverson": "gen I. [P] * ([p] * s) -> s converted under mask P and p, guard p",
+    "SSA-add": "gen I. [P] * (s1 + s2) -> v = gen I. [P] * ([G1] * u1[A1] + [G2] * u2[A2])",
+    "SSA-contract": "gen I. [P] * (s1 * s2) -> v = gen I. [P and G1 and G2] * c * u1[A1] * u2[A2]",
+    "SSA-map": "gen I. [P] * f(s1, ..) -> u_k = gen I. [P] * s_k; v = gen I. [P] * f(u1[I], ..)",
+    "SSA-sum-contract": "gen I. [P] * sum J. s1 * s2 -> v = gen I. sum J. [P and G] * c * u1[A1] * u2[A2]",
+    "SSA-reduce": "gen I. [P] * sum J. s -> u = gen I, J. [P] * s; v = gen I. sum J. [P and G] * u[I, J]",
+    "SSA-gen": "let x = gen I. s in e -> v = <statement of s over I>; e{x := v}",
+    "SSA-trivial": "v = gen I. u[I] (u of shape I) -> v := u (statement dropped)",
+    "SSA-cse": "v1 = rhs; v2 = rhs -> v1 = rhs; v2 := v1 (hash-consing)",
+    "SSA-dce": "v = rhs, v not read by the output -> (dropped)",
+}
+
+
+def _register() -> None:
+    try:
+        from .catalogue import PassEntry, Rule, register, register_pass
+    except ImportError:  # the catalogue is optional for the strategies above
+        return
+    for case, schema in SCHEMAS.items():
+        register(Rule(case, "ssa", schema, (lambda c=case: case_instances(c)),
+                      make_apply(case)))
+    from tensorlang.passes.genpush import genpush
+    from tensorlang.passes.letlift import letlift
+    from tensorlang.passes.pairelim import pairelim
+
+    from .normal_forms_ssa import is_tensor_ssa
+    register_pass(PassEntry("ssa", lambda d: genpush(pairelim(letlift(d))), to_ssa,
+                            is_tensor_ssa, tssa.to_core))
+
+
+_register()

@@ -26,7 +26,12 @@ def __getattr__(name: str):  # PEP 562
     if name in _API:
         return getattr(importlib.import_module(".api", __name__), name)
     if name in _SUBMODULES:
-        return importlib.import_module(f".{name}", __name__)
+        try:
+            return importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as err:
+            if err.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"tensorlang.{name} is not available yet") from None
     raise AttributeError(f"module 'tensorlang' has no attribute '{name}'")
 
 

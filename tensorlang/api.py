@@ -11,7 +11,9 @@ g = tl.grad(m.qform, "x")
 
 A `Function` wraps one elaborated core `Def`.  Arguments are bound to parameters by name or
 position; size parameters may always be omitted: they are inferred by unifying each
-parameter's type with the shape of the value given (`bind_args`).  Values follow the argument contract of docs/CONTRACTS.md.
+parameter's type with the shape of the value given (`bind_args`).  Values follow the
+argument contract of docs/CONTRACTS.md.  Derived functions (`grad`, `jvp`, ...) have their
+signatures from the type checker; computing them is the derivative passes' work.
 """
 from __future__ import annotations
 
@@ -21,9 +23,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from . import ast, pipeline
+from . import pipeline
 from .ast import Affine, Def, DerivedDef, Param, TArr, TPair, TReal, TRel, TSize, Type
-from .errors import NotYetSupported, ShapeError, TLError
+from .errors import Loc, NotYetSupported, ShapeError, TLError
 
 __all__ = [
     "load", "parse", "from_def", "Module", "Function", "DerivedFunction", "Compiled",
@@ -78,12 +80,17 @@ class _Constraint:
 class _Binder:
     """Converts the values given for one function's parameters and infers its sizes."""
 
-    def __init__(self, fname: str, params: Sequence[Param]):
+    def __init__(self, fname: str, params: Sequence[Param],
+                 locs: Mapping[str, Loc] | None = None):
         self.fname = fname
         self.params = tuple(params)
+        self.locs = dict(locs or {})
         self.sizes: dict[str, int] = {}
         self.cons: list[_Constraint] = []
         self.shapes: dict[str, list[tuple[str, tuple[Affine, ...], tuple[int, ...]]]] = {}
+
+    def loc(self, p: Param) -> Loc | None:
+        return self.locs.get(p.name)
 
     # -- conversion ------------------------------------------------------------------------
 
@@ -97,11 +104,11 @@ class _Binder:
     def _size(self, p: Param, value: Any) -> int:
         if isinstance(value, (bool, np.bool_)) or not _is_integral(value):
             raise TLError(f"size {p.name} of {self.fname} must be a non-negative integer, "
-                          f"got {_describe(value)}", p.loc)
+                          f"got {_describe(value)}", self.loc(p))
         n = int(value)
         if n < 0:
             raise ShapeError(f"size {p.name} of {self.fname} must be non-negative, got {n}",
-                             p.loc)
+                             self.loc(p))
         self.sizes[p.name] = n
         return n
 
@@ -115,17 +122,17 @@ class _Binder:
             if not isinstance(value, (tuple, list)) or len(value) != 2:
                 raise TLError(f"argument {path} of {self.fname} must be a pair (a tuple of 2 "
                               f"values) for type {format_type(p.type)}, got "
-                              f"{_describe(value)}", p.loc)
+                              f"{_describe(value)}", self.loc(p))
             return (self._value(p, t.a, value[0], tuple(dims), path + ".0"),
                     self._value(p, t.b, value[1], tuple(dims), path + ".1"))
         if not isinstance(t, TReal):
             raise TLError(f"parameter {p.name} of {self.fname} has an unsupported type "
-                          f"{format_type(p.type)}", p.loc)
-        arr = _as_float_array(value, path, self.fname, p)
+                          f"{format_type(p.type)}", self.loc(p))
+        arr = _as_float_array(value, path, self.fname, p, self.loc(p))
         if not dims:
             if arr.ndim != 0:
                 raise ShapeError(f"argument {path} of {self.fname}: expected a scalar (R), "
-                                 f"got an array of shape {_shape_str(arr.shape)}", p.loc)
+                                 f"got an array of shape {_shape_str(arr.shape)}", self.loc(p))
             return float(arr)
         self._expect_shape(p, path, tuple(dims), arr.shape)
         return np.ascontiguousarray(arr)
@@ -146,7 +153,7 @@ class _Binder:
             raise ShapeError(
                 f"relation {p.name} of {self.fname}: expected a boolean mask of shape "
                 f"{self._expected_str(p.type.sizes)} or a (k, {arity}) integer coordinate "
-                f"array, got {_describe(value)}", p.loc)
+                f"array, got {_describe(value)}", self.loc(p))
         return np.ascontiguousarray(arr, dtype=np.int64)
 
     def _expect_shape(self, p: Param, path: str, dims: tuple[Affine, ...],
@@ -155,8 +162,9 @@ class _Binder:
         if len(shape) != len(dims):
             raise ShapeError(
                 f"argument {path} of {self.fname}: expected shape {self._expected_str(dims)} "
-                f"({len(dims)} dimensions) for type {format_type(p.type)}, got shape "
-                f"{_shape_str(shape)}", p.loc)
+                f"({len(dims)} dimension{'s' if len(dims) != 1 else ''}) for type "
+                f"{format_type(p.type)}, got shape "
+                f"{_shape_str(shape)}", self.loc(p))
         for axis, (dim, actual) in enumerate(zip(dims, shape)):
             self.cons.append(_Constraint(dim, int(actual), p, path, axis))
 
@@ -197,7 +205,7 @@ class _Binder:
         raise ShapeError(
             f"argument {c.path} of {self.fname}: expected shape {self._expected_str(dims)} "
             f"(type {format_type(c.param.type)}{', ' + where if where else ''}), got shape "
-            f"{_shape_str(actual)}", c.param.loc)
+            f"{_shape_str(actual)}", self.loc(c.param))
 
     def _expected_str(self, dims: Sequence[Affine]) -> str:
         out = []
@@ -208,13 +216,16 @@ class _Binder:
 
 
 def bind_args(fname: str, params: Sequence[Param], args: Sequence[Any],
-              kwargs: Mapping[str, Any], need_values: bool = True) -> dict[str, Any]:
+              kwargs: Mapping[str, Any], need_values: bool = True,
+              locs: Mapping[str, Loc] | None = None) -> dict[str, Any]:
     """Bind positional and keyword arguments to `params`, converting values and inferring sizes.
 
     Positional arguments go to the parameters not given by keyword, in order: either all of
     them, or only the non-size ones (sizes may be omitted).  With `need_values=False` only the
-    sizes and relations are required (what the cost model needs).
+    sizes and relations are required (what the cost model needs).  `locs` locates the
+    parameters in the source, for errors.
     """
+    locs = locs or {}
     _check_names(fname, params, kwargs)
     given: dict[str, Any] = dict(kwargs)
     if args:
@@ -229,23 +240,27 @@ def bind_args(fname: str, params: Sequence[Param], args: Sequence[Any],
                           f"({', '.join(p.name for p in rest)}) or {len(values)} without the "
                           f"sizes; got {len(args)}")
         given.update({p.name: v for p, v in zip(targets, args)})
-    out, binder = _convert_all(fname, params, given)
+    out, binder = _convert_all(fname, params, given, locs)
     for p in params:
-        if _is_size(p):
-            if p.name not in binder.sizes:
-                raise TLError(f"cannot infer size {p.name} of {fname} from the arguments: "
-                              f"pass {p.name}=...", p.loc)
-            out[p.name] = binder.sizes[p.name]
-        elif p.name not in out and (need_values or isinstance(p.type, TRel)):
+        if not _is_size(p) and p.name not in out and (need_values or isinstance(p.type, TRel)):
             what = "relation" if isinstance(p.type, TRel) else "argument"
-            raise TLError(f"missing {what} {p.name}: {format_type(p.type)} of {fname}", p.loc)
+            raise TLError(f"missing {what} {p.name}: {format_type(p.type)} of {fname}",
+                          locs.get(p.name))
+    unknown = [p for p in params if _is_size(p) and p.name not in binder.sizes]
+    if unknown:
+        names = ", ".join(p.name for p in unknown)
+        raise TLError(f"cannot infer size{'s' if len(unknown) > 1 else ''} {names} of {fname} "
+                      f"from the arguments: pass {', '.join(p.name + '=...' for p in unknown)}",
+                      locs.get(unknown[0].name))
+    out.update({p.name: binder.sizes[p.name] for p in params if _is_size(p)})
     return {p.name: out[p.name] for p in params if p.name in out}
 
 
-def infer_sizes(fname: str, params: Sequence[Param], given: Mapping[str, Any]) -> dict[str, int]:
+def infer_sizes(fname: str, params: Sequence[Param], given: Mapping[str, Any],
+                locs: Mapping[str, Loc] | None = None) -> dict[str, int]:
     """The sizes given or implied by the shapes of the values in `given` (others may be missing)."""
     _check_names(fname, params, given)
-    _, binder = _convert_all(fname, params, given)
+    _, binder = _convert_all(fname, params, given, locs)
     return {p.name: binder.sizes[p.name] for p in params
             if _is_size(p) and p.name in binder.sizes}
 
@@ -258,15 +273,63 @@ def _check_names(fname: str, params: Sequence[Param], given: Mapping[str, Any]) 
                           f"(parameters: {', '.join(p.name for p in params)})")
 
 
-def _convert_all(fname: str, params: Sequence[Param],
-                 given: Mapping[str, Any]) -> tuple[dict[str, Any], _Binder]:
-    binder = _Binder(fname, params)
+def _convert_all(fname: str, params: Sequence[Param], given: Mapping[str, Any],
+                 locs: Mapping[str, Loc] | None) -> tuple[dict[str, Any], _Binder]:
+    binder = _Binder(fname, params, locs)
     out: dict[str, Any] = {}
     for p in sorted(params, key=lambda p: not _is_size(p)):  # sizes first: they are facts
         if p.name in given:
             out[p.name] = binder.convert(p, given[p.name])
     binder.solve()
     return out, binder
+
+
+def param_locs(d: Def, filename: str | None = None) -> dict[str, Loc]:
+    """Where each parameter of `d` is declared in its source (`name: type`), for errors.
+
+    Found by scanning the source text from the def's own location: `Param` nodes are
+    hash-consed, so the `loc` a Param carries is that of its first occurrence anywhere
+    (`N: size` of an earlier def).  Empty when `d` has no trustworthy location (built in
+    Python, or first parsed from another file than `filename`).
+    """
+    loc = d.loc
+    if loc is None or loc.source is None or not loc.source.text:
+        return {}
+    if filename is not None and loc.source.name != filename:
+        return {}
+    text = loc.source.text
+    lines = text.splitlines(keepends=True)
+    start = text.find("(", sum(len(x) for x in lines[:loc.line - 1]) + loc.col - 1)
+    if start < 0:
+        return {}
+    spans: list[tuple[int, int]] = []
+    depth, seg, pos = 1, start + 1, start + 1
+    while pos < len(text) and depth:
+        ch = text[pos]
+        if ch == "#":
+            pos = text.find("\n", pos)
+            pos = len(text) if pos < 0 else pos
+            continue
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        if (depth == 1 and ch == ",") or depth == 0:
+            spans.append((seg, pos))
+            seg = pos + 1
+        pos += 1
+    out: dict[str, Loc] = {}
+    for p, (a, b) in zip(d.params, spans):
+        seg_text = text[a:b]
+        a += len(seg_text) - len(seg_text.lstrip())
+        b -= len(seg_text) - len(seg_text.rstrip())
+        if not text.startswith(p.name, a):
+            return {}  # the text is not this def's header
+        line = text.count("\n", 0, a) + 1
+        col = a - (text.rfind("\n", 0, a) + 1) + 1
+        end = col + (b - a) if "\n" not in text[a:b] else None
+        out[p.name] = Loc(loc.source, line, col, end)
+    return out if len(out) == len(d.params) else {}
 
 
 def _is_integral(v: Any) -> bool:
@@ -285,15 +348,16 @@ def _integral_array(arr: np.ndarray) -> bool:
     return False
 
 
-def _as_float_array(value: Any, path: str, fname: str, p: Param) -> np.ndarray:
+def _as_float_array(value: Any, path: str, fname: str, p: Param,
+                    loc: Loc | None) -> np.ndarray:
     if isinstance(value, (tuple, str, bytes)) or value is None:
         raise TLError(f"argument {path} of {fname} must be a number or a numpy array for type "
-                      f"{format_type(p.type)}, got {_describe(value)}", p.loc)
+                      f"{format_type(p.type)}, got {_describe(value)}", loc)
     try:
         return np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
         raise TLError(f"argument {path} of {fname} is not numeric: {_describe(value)}",
-                      p.loc) from None
+                      loc) from None
 
 
 def _shape_str(shape: Sequence[int]) -> str:
@@ -335,6 +399,7 @@ class Function:
         self._def = d
         self._ret = ret_type if ret_type is not None else d.ret
         self.module = module
+        self._locs: dict[str, Loc] | None = None  # parameter locations, found on first need
 
     # -- description -----------------------------------------------------------------------
 
@@ -369,7 +434,14 @@ class Function:
 
     def bind(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """The complete argument dict (sizes inferred) the interpreter and backends take."""
-        return bind_args(self.name, self.params, args, kwargs)
+        return bind_args(self.name, self.params, args, kwargs, locs=self.param_locs())
+
+    def param_locs(self) -> dict[str, Loc]:
+        """Where the parameters are declared (for errors about arguments)."""
+        if self._locs is None:
+            filename = self.module.filename if self.module is not None else None
+            self._locs = param_locs(self._def, filename)
+        return self._locs
 
     def core(self) -> Def:
         """The core `Def` to run (for a derived function: its derivative program)."""
@@ -380,8 +452,8 @@ class Function:
 
     def interpret(self, *args: Any, **kwargs: Any) -> Any:
         """Run the reference interpreter on the program as written."""
-        bound = self.bind(*args, **kwargs)
-        return to_python(_interp().interpret(self.core(), bound))
+        core = self.core()
+        return to_python(_interp().interpret(core, self.bind(*args, **kwargs)))
 
     def compile(self, backend: str = "interp") -> "Compiled":
         """A callable running this function on `backend` ("interp", "numba" or "cuda")."""
@@ -407,11 +479,17 @@ class Function:
     def cost(self, stage: str | None = None, **args: Any) -> Any:
         """Exact SPEC 3 cost for the given sizes (and relations; arrays give their sizes).
 
-        `stage=None` costs the program as it will run (the last pipeline stage available);
-        `stage="source"` the program as written.
+        `stage=None` costs the program as it will run (`default_stage()`: the furthest stage
+        of the pipeline it gets through); `stage="source"` the program as written.
         """
-        bound = bind_args(self.name, self.params, (), args, need_values=False)
-        return pipeline.cost(self.core(), stage or pipeline.last_available(), bound)
+        core = self.core()
+        bound = bind_args(self.name, self.params, (), args, need_values=False,
+                          locs=self.param_locs())
+        return pipeline.cost(core, stage or pipeline.furthest(core), bound)
+
+    def default_stage(self) -> str:
+        """The stage `cost` uses by default: the furthest this program gets through."""
+        return pipeline.furthest(self.core())
 
 
 class Compiled:
@@ -457,6 +535,7 @@ class DerivedFunction(Function):
         self._params = tuple(params)
         self._ret = ret_type
         self.module = module
+        self._locs = {}  # its parameters are declared by its base function
 
     @property
     def name(self) -> str:
@@ -666,10 +745,12 @@ def load(path: str | os.PathLike[str]) -> Module:
     return parse(text, path)
 
 
-def from_def(d: Def) -> Function:
-    """A `Function` from a `Def` built in Python (`tl.dsl`): type-checked and elaborated."""
+def from_def(d: Def, earlier: Sequence["Def | Function"] = ()) -> Function:
+    """A `Function` from a `Def` built in Python (`tl.dsl`): type-checked and elaborated.
+    `earlier`: the defs (or Functions) it calls."""
     if not isinstance(d, Def):
         raise TLError(f"from_def expects a tensorlang Def, got {type(d).__name__}")
     _, typecheck = _front_end()
-    checked = typecheck.check_module([d], "<dsl>")
+    defs = [e.source if isinstance(e, Function) else e for e in earlier]
+    checked = typecheck.check_module([*defs, d], "<dsl>")
     return module_from_checked(checked, "<dsl>")[d.name]

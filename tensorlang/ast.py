@@ -44,6 +44,8 @@ class Node:
                 object.__setattr__(obj, name, value)
             object.__setattr__(obj, "loc", loc)
             _TABLE[key] = obj
+        elif loc is not None and obj.loc is None:
+            object.__setattr__(obj, "loc", loc)  # first located occurrence names it
         return obj
 
     def __init__(self, *args: Any, loc: Loc | None = None) -> None:  # work done in __new__

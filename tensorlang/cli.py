@@ -221,7 +221,7 @@ def build_args(fn: Any, given: Mapping[str, Any], random_sizes: Mapping[str, int
         raise TLError(f"missing argument{'s' if len(missing) > 1 else ''} "
                       f"{', '.join(missing)} of {fn.name}: give --arg NAME=VALUE "
                       f"(or NAME=@rand), or --random SIZE=INT to fill every input")
-    sizes = api.infer_sizes(fn.name, fn.params, fixed)
+    sizes = api.infer_sizes(fn.name, fn.params, fixed, fn.param_locs())
     unknown = [p.name for p in fn.params if isinstance(p.type, ast.TSize) and p.name not in sizes]
     if unknown:
         raise TLError(f"random inputs need every size: give --random "
@@ -274,18 +274,19 @@ def cmd_run(ns: argparse.Namespace) -> int:
     module = _load(ns.file)
     fn = _function(module, ns.func)
     t1 = time.perf_counter()
-    given = {name: parse_value(name, text) for name, text in ns.arg}
-    args = build_args(fn, given, dict(ns.random), ns.seed)
     compiled = fn.compile(ns.backend)
     t2 = time.perf_counter()
-    result = compiled(**args)
+    given = {name: parse_value(name, text) for name, text in ns.arg}
+    args = build_args(fn, given, dict(ns.random), ns.seed)
     t3 = time.perf_counter()
-    print(format_result(result))
+    result = compiled(**args)
+    t4 = time.perf_counter()
+    print(format_result(result), flush=True)
     if ns.out:
         save_result(ns.out, result)
     if ns.time:
         print(f"time: load+check {t1 - t0:.4f} s, compile {t2 - t1:.4f} s, "
-              f"run ({ns.backend}) {t3 - t2:.4f} s", file=sys.stderr)
+              f"inputs {t3 - t2:.4f} s, run ({ns.backend}) {t4 - t3:.4f} s", file=sys.stderr)
     return 0
 
 
@@ -330,21 +331,29 @@ def cmd_check(ns: argparse.Namespace) -> int:
 
 
 def _all_errors(text: str, filename: str) -> list[TLError]:
-    """Every definition's first error: check the defs one by one, skipping failed ones (a
-    parse error stops everything, so it is the only one)."""
-    from . import parser, typecheck
+    """Every definition's first error: check the defs one by one, leaving out failed ones and
+    the defs that use them (whose errors would only repeat); a parse error stops everything,
+    so it is the only one."""
+    from . import ast, parser, typecheck
 
     try:
         defs = parser.parse_module(text, filename)
     except TLError as err:
         return [err]
     ok: list[Any] = []
+    failed: set[str] = set()
     errors: list[TLError] = []
     for d in defs:
+        uses = {d.fn} if isinstance(d, ast.DerivedDef) else \
+            {n.name for n in ast.walk(d.body) if isinstance(n, ast.DefCall)}
+        if uses & failed:
+            failed.add(d.name)
+            continue
         try:
             typecheck.check_module(ok + [d], filename)
         except TLError as err:
             errors.append(err)
+            failed.add(d.name)
         else:
             ok.append(d)
     return errors
@@ -357,13 +366,11 @@ def cmd_show(ns: argparse.Namespace) -> int:
 
 
 def cmd_cost(ns: argparse.Namespace) -> int:
-    from . import pipeline
-
     fn = _function(_load(ns.file), ns.func)
     args = {name: parse_value(name, text) for name, text in ns.assign}
     if any(v is RAND for v in args.values()):
         raise TLError("tl cost takes sizes (and relation files), not '@rand'")
-    stage = ns.stage or pipeline.last_available()
+    stage = ns.stage or fn.default_stage()
     cost = fn.cost(stage=stage, **args)
     sizes = ", ".join(f"{k}={v}" for k, v in args.items() if isinstance(v, int))
     print(format_cost(cost, f"cost of {fn.name} at stage {stage}"

@@ -40,8 +40,8 @@ from .ast import (
 )
 from .errors import Loc, NotYetSupported, TypeCheckError
 from .typecheck import (
-    TLWarning, TypeEnv, access_result, access_warning, builtin_arity, check_affine,
-    check_pred, check_size, format_type, param_env, prove_nonneg, type_of,
+    TLWarning, TypeEnv, role_text, access_result, access_warning, builtin_arity, check_affine,
+    check_pred, check_size, format_type, param_env, pick_loc, prove_nonneg, type_of,
 )
 
 __all__ = ["elaborate_def", "elaborate_expr", "is_core", "inline_call"]
@@ -355,15 +355,15 @@ class _Elaborator:
 
     # -- expressions
     def expr(self, e: Expr, env: TypeEnv, loc: Loc | None) -> tuple[Operand, Type]:
-        loc = e.loc or loc
+        loc = pick_loc(e.loc, loc)
         if isinstance(e, Var):
             t = env.var_type(e.name)
             if t is None:
                 role = env.role(e.name)
                 if role is None:
                     raise _err(f"undefined variable {e.name}", loc)
-                raise _err(f"{e.name} is a {role}, not a value (sizes and indices may only be "
-                           "used in indices, sizes and predicates)", loc)
+                raise _err(f"{role_text(env, e.name)}, not a value (sizes and indices may "
+                           "only be used in indices, sizes and predicates)", loc)
             return e, t
         if isinstance(e, Const):
             return e, REAL
@@ -409,7 +409,7 @@ class _Elaborator:
             return Gen(e.idx, e.size, body, loc=e.loc), TArr(e.size, t)
         if not isinstance(t, TReal):
             raise _err(f"the body of sum {e.idx} must be R, found {format_type(t)}",
-                       e.body.loc or loc)
+                       pick_loc(e.body.loc, loc))
         return Sum(e.idx, e.size, body, loc=e.loc), REAL
 
     def access(self, e: Access, env: TypeEnv, loc: Loc | None) -> tuple[Operand, Type]:
@@ -435,7 +435,8 @@ class _Elaborator:
             v, t = self.expr(a, env, loc)
             if not isinstance(t, TReal):
                 raise _err(f"argument {k + 1} of {fn}: expected R, found {format_type(t)} "
-                           f"(builtins are scalar; map over a tensor with gen)", a.loc or loc)
+                           "(builtins are scalar; map over a tensor with gen)",
+                           pick_loc(a.loc, loc))
             out.append(v)
         return Call(fn, tuple(out), params, loc=loc), REAL
 
@@ -460,7 +461,8 @@ class _Elaborator:
         oa = self.operand(a, len(sa), lets)
         ob = self.operand(b, len(sb), lets)
         shape = sa or sb
-        return _EW(cls, oa, ob, bool(sa), bool(sb), shape, tuple(lets), e.loc or loc), tensor(shape)
+        ew = _EW(cls, oa, ob, bool(sa), bool(sb), shape, tuple(lets), pick_loc(e.loc, loc))
+        return ew, tensor(shape)
 
     def operand(self, v: Operand, k: int, lets: list[tuple[str, Expr]]) -> Operand:
         """`v` as an operand of elementwise arithmetic over k dimensions (0: a scalar);
@@ -527,7 +529,7 @@ def inline_call(el: _Elaborator, callee: Def, e: DefCall, env: TypeEnv,
     values: list[tuple[Param, Expr]] = []
     for p, a in pairs:
         where = f"argument {position[p.name]} of {name} (parameter {p.name}: {format_type(p.type)})"
-        aloc = a.loc or loc
+        aloc = pick_loc(a.loc, loc)
         if isinstance(p.type, TSize):
             aff = _expr_affine(a)
             if aff is None:

@@ -13,6 +13,19 @@ Using one grammar keeps the parser LALR(1) (an Iverson bracket and an access bot
 `[`, and only the mode tells a predicate from a value) and lets errors name the mode that was
 expected.  Every node gets a `Loc`; every failure is a `ParseError` with a location.  No text
 is ever evaluated: identifiers come only from the `NAME` terminal of the grammar.
+
+Decisions where SPEC 2.3 is silent:
+* `R` is special only in types: a variable may be called `R`.  The keywords are `KEYWORDS`.
+* `[n1, ..., nk] t` is the array type with any element type (`[N] (R, R)`, a tensor of
+  pairs); `R[n]` is `[n] R`.  `(t1, t2, t3)` nests to the right like tuples.
+* Projections are `.0` and `.1` only.  Comparisons do not chain (`i < j < k` is an error).
+* In affine positions a product needs one constant factor; any constant affine expression
+  counts (`(1 + 1) * i`), not only a literal.
+* `-` folds into any operand that is a constant: `-(2)` is `Const(-2.0)`.
+* In a product chain a bracket right after `/` is a divisor, not a guard (`a / [p]` is
+  `a * recip([p])`); a guard followed by `/` guards the rest: `[p] / a * b` is
+  `[p] * (recip(a) * b)`.
+* `parse_expr`, `parse_pred`, `parse_affine` and `parse_type` accept line breaks anywhere.
 """
 from __future__ import annotations
 
@@ -86,7 +99,7 @@ class _Indenter(PostLex):
             self._check_adjacent(prev, tok)
             prev = tok
             if tok.type == "_NL":
-                if depth > 0:
+                if depth > 0 or "\n" not in tok.value:  # bracketed, or a lone comment
                     continue
                 yield tok
                 yield from self._indentation(tok, levels)
@@ -108,18 +121,18 @@ class _Indenter(PostLex):
                               prev.column + len(word))
 
     def _indentation(self, nl: Token, levels: list[int]) -> Iterator[Token]:
-        text = nl.value.rsplit("\n", 1)[-1] if "\n" in nl.value else ""
+        text = nl.value.rsplit("\n", 1)[-1]
         indent = text.count(" ") + text.count("\t") * self.TAB_LEN
         if indent > levels[-1]:
             levels.append(indent)
             yield Token.new_borrow_pos("_INDENT", text, nl)
             return
+        if indent not in levels:
+            raise _LexProblem("unindent does not match any outer indentation level",
+                              nl.end_line, nl.end_column)
         while indent < levels[-1]:
             levels.pop()
             yield Token.new_borrow_pos("_DEDENT", text, nl)
-        if indent != levels[-1]:
-            raise _LexProblem("unindent does not match any outer indentation level",
-                              nl.end_line, nl.end_column)
 
 
 _LOCK = threading.Lock()
@@ -219,7 +232,28 @@ def _parser_expected(err: UnexpectedToken) -> set[str]:
     return {n for n in names if not n.startswith("__IGNORE")}
 
 
+def _glued_word(src: Source, tok: Token) -> ParseError | None:
+    """`Rx` in a type, `2x`: a word the contextual lexer split after a keyword or number."""
+    text = src.text
+    start = tok.start_pos
+    if (not isinstance(start, int) or start <= 0 or not _WORD_CHAR.match(tok.value[:1] or " ")
+            or not _WORD_CHAR.match(text[start - 1])):
+        return None
+    begin = start
+    while begin > 0 and _WORD_CHAR.match(text[begin - 1]):
+        begin -= 1
+    word = text[begin:start] + tok.value
+    line = text.count("\n", 0, begin) + 1
+    col = begin - (text.rfind("\n", 0, begin) + 1) + 1
+    return ParseError(f"unexpected name {word!r}",
+                      Loc(src, line, col, col + len(word)))
+
+
 def _token_loc(src: Source, tok: Token) -> Loc:
+    if tok.type == "$END":  # just after the last visible character
+        body = src.text.rstrip()
+        line = body.count("\n") + 1
+        return Loc(src, line, len(body) - (body.rfind("\n") + 1) + 1)
     line = tok.line if tok.line is not None else max(1, src.text.count("\n"))
     col = tok.column if tok.column is not None else 1
     end = tok.end_column if tok.end_line == line and tok.end_column else None
@@ -229,6 +263,9 @@ def _token_loc(src: Source, tok: Token) -> Loc:
 def _lark_error(src: Source, err: Exception) -> ParseError:
     if isinstance(err, UnexpectedToken):
         tok = err.token
+        glued = _glued_word(src, tok)
+        if glued is not None:
+            return glued
         expected = _parser_expected(err)
         if tok.type in ("_DEDENT", "$END") and _NAME_OF.get("return") in expected:
             return ParseError("a def body must end with a 'return' statement",
@@ -338,13 +375,23 @@ class _Converter:
     e_float = e_int
 
     def e_add(self, t: Tree) -> Expr:
-        a, b = t.children
-        return Add(self.expr(a), self.expr(b), loc=self.loc(t))
+        """`a + b - c ...`, converted along the left spine without recursion (long sums)."""
+        spine: list[Tree] = []
+        node: Item = t
+        while _is(node, "add", "sub"):
+            assert isinstance(node, Tree)
+            spine.append(node)
+            node = node.children[0]
+        acc = self.expr(node)
+        for n in reversed(spine):
+            loc = self.loc(n)
+            rhs = self.expr(n.children[1])
+            if n.data == "sub":  # a - b  ->  a + (-1.0) * b
+                rhs = Mul(Const(-1.0, loc=loc), rhs, loc=loc)
+            acc = Add(acc, rhs, loc=loc).with_loc(loc)
+        return acc
 
-    def e_sub(self, t: Tree) -> Expr:
-        a, b = t.children
-        loc = self.loc(t)
-        return Add(self.expr(a), Mul(Const(-1.0, loc=loc), self.expr(b), loc=loc), loc=loc)
+    e_sub = e_add
 
     def e_neg(self, t: Tree) -> Expr:
         x = self.expr(t.children[0])
@@ -379,8 +426,8 @@ class _Converter:
             bracket = items[g][1]
             assert isinstance(bracket, Tree)
             pred = self.pred(bracket.children[0])
-            tail = Iverson(pred, inner if inner is not None else Const(1.0),
-                           loc=self.span(bracket, items[-1][1]))
+            loc = self.span(bracket, items[-1][1])
+            tail = Iverson(pred, inner if inner is not None else Const(1.0, loc=loc), loc=loc)
         head = self.product(items[:guards[0]] if guards else items)
         if tail is None:
             assert head is not None
@@ -451,7 +498,8 @@ class _Converter:
         return out
 
     def e_bracket(self, t: Tree) -> Expr:
-        return Iverson(self.pred(t.children[0]), Const(1.0), loc=self.loc(t))
+        loc = self.loc(t)
+        return Iverson(self.pred(t.children[0]), Const(1.0, loc=loc), loc=loc)
 
     def e_gen(self, t: Tree) -> Expr:
         return self.binder(Gen, t, self.expr)
@@ -529,8 +577,7 @@ class _Converter:
         elif kind == "int":
             out = Affine.lit(self.integer(t.children[0]))
         elif kind in ("add", "sub"):
-            a, b = (self.affine(c) for c in t.children)
-            out = a + b if kind == "add" else a - b
+            out = self.affine_sum(t)
         elif kind == "neg":
             out = -self.affine(t.children[0])
         elif kind == "mul":
@@ -544,6 +591,19 @@ class _Converter:
         else:
             self.fail(AFFINE_MSG, t)
         return out.with_loc(self.loc(t))
+
+    def affine_sum(self, t: Tree) -> Affine:
+        spine: list[Tree] = []
+        node: Item = t
+        while _is(node, "add", "sub"):
+            assert isinstance(node, Tree)
+            spine.append(node)
+            node = node.children[0]
+        acc = self.affine(node)
+        for n in reversed(spine):
+            rhs = self.affine(n.children[1])
+            acc = acc + rhs if n.data == "add" else acc - rhs
+        return acc
 
     def integer(self, tok: Item) -> int:
         try:

@@ -96,8 +96,22 @@ def available_stages() -> list[str]:
 
 
 def last_available() -> str:
-    """The program as it will run: the furthest stage reachable with the modules present."""
+    """The furthest stage whose modules (and all before it) import; a given program may stop
+    earlier (`furthest`)."""
     return available_stages()[-1]
+
+
+def furthest(d: ast.Def) -> str:
+    """The last stage `d` gets through: the program as it will run.  A pass that does not
+    support some construct yet (`NotYetSupported`) ends the pipeline there for this program."""
+    reached = STAGE_NAMES[0]
+    for name in STAGE_NAMES[1:]:
+        try:
+            run_to(d, name)
+        except NotYetSupported:
+            break
+        reached = name
+    return reached
 
 
 def run_to(d: ast.Def, name: str) -> Any:
@@ -106,7 +120,7 @@ def run_to(d: ast.Def, name: str) -> Any:
         raise TLError(f"the pipeline runs on core definitions, not {type(d).__name__}")
     st = stage(name)
     if st.name == STAGE_NAMES[0]:
-        return d  # (not memoised: a value that refers to its weak key would pin it)
+        return d
     memo = _MEMO.get(d)
     if memo is None:
         memo = _MEMO[d] = {}
@@ -142,6 +156,8 @@ def show(d: ast.Def, name: str = "parsed", unicode: bool = False) -> str:
     tssa = _import("tensorlang.tssa", "Tensor SSA")
     if "unicode" in _kwargs_of(tssa.to_text):
         return tssa.to_text(prog, unicode=unicode)
+    if unicode:  # the SSA listing is a .tl def: its core form in Unicode notation
+        return _import("tensorlang.printer", "printing").to_unicode(tssa.to_core(prog))
     return tssa.to_text(prog)
 
 

@@ -153,16 +153,25 @@ class Repl:
         var_names = ast.free_vars(e)
         rel_names = {n.name for n in ast.walk(e) if isinstance(n, ast.RelCall)} & free
         size_names = set(free - var_names - rel_names)
+        # A bound integer passed straight to a def (`qform(N, x, A)`) is a size argument.
+        size_names |= {a.name for n in ast.walk(e) if isinstance(n, ast.DefCall)
+                       for a in n.args if isinstance(a, ast.Var)
+                       and a.name in self.values and self.values[a.name].type is None}
         params: dict[str, Param] = {}
         args: dict[str, Any] = {}
         for name in sorted(var_names | rel_names):
             b = self.values.get(name)
             if b is None:
                 continue  # the checker reports the unbound name with its location
-            t = b.type if b.type is not None else ast.REAL
-            params[name] = Param(name, t)
-            args[name] = float(b.value) if b.type is None else b.value
-            size_names |= _type_sizes(t)
+            if b.type is not None:
+                params[name] = Param(name, b.type)
+                args[name] = b.value
+                size_names |= _type_sizes(b.type)
+        for name in sorted(var_names - size_names):  # integers used as values are reals
+            b = self.values.get(name)
+            if b is not None and b.type is None:
+                params[name] = Param(name, ast.REAL)
+                args[name] = float(b.value)
         sizes: list[Param] = []
         for name in sorted(size_names):
             b = self.values.get(name)
@@ -319,7 +328,7 @@ class Repl:
             if p.name not in args and p.name in self.values and \
                     isinstance(p.type, (TRel, TSize)):
                 args[p.name] = self.values[p.name].value
-        stage = stage or pipeline.last_available()
+        stage = stage or fn.default_stage()
         cost = fn.cost(stage=stage, **args)
         given = ", ".join(f"{k}={v}" for k, v in args.items() if isinstance(v, int))
         return format_cost(cost, f"cost of {fn.name} at stage {stage}"

@@ -32,6 +32,7 @@ of a program are distinct from each other and from the parameters.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -53,11 +54,19 @@ VALUE_NAMES = ("x", "y", "z", "w", "u", "v")
 REL_NAMES = ("E", "F", "G", "H")
 INDEX_BASES = ("i", "j", "k", "l", "m")
 
-KINKED = frozenset({"abs", "relu", "max", "min"})          # not differentiable everywhere
-SMOOTH_BUILTINS = frozenset(BUILTINS) - KINKED
-# Order = shrinking preference (simplest first).
+# Not differentiable everywhere (kinks, or steps: the derivative helpers of ast.BUILTINS).
+KINKED = frozenset({"abs", "relu", "max", "min", "step", "sign", "ge", "gt"})
+# The builtins the generator knows the safe domain of, in shrinking preference (simplest
+# first): SPEC 2.3's, then the derivative helpers that derivative programs call.  A builtin
+# added to ast.BUILTINS later is not generated until it is listed here.
 _BUILTIN_ORDER = ("square", "tanh", "sin", "cos", "exp", "log", "sqrt", "recip", "pow",
-                  "sigmoid", "softplus", "tan", "abs", "relu", "max", "min")
+                  "sigmoid", "softplus", "tan", "abs", "relu", "max", "min",
+                  "dtanh", "dsigmoid", "dtan", "step", "sign", "ge", "gt")
+GENERATED_BUILTINS = frozenset(_BUILTIN_ORDER) & frozenset(BUILTINS)
+SURFACE_BUILTINS = frozenset(_BUILTIN_ORDER[:16])          # SPEC 2.3's list
+SMOOTH_BUILTINS = GENERATED_BUILTINS - KINKED
+_BOUNDED = {"tanh": 1.0, "sin": 1.0, "cos": 1.0, "sigmoid": 1.0, "dtanh": 1.0,
+            "dsigmoid": 0.25, "step": 1.0, "sign": 1.0}    # |f(x)| <= bound for every x
 _POS_EXPONENTS = (-1.0, 0.5, -0.5, 1.5, -2.0)               # pow on positive arguments only
 _ANY_EXPONENTS = (2.0, 3.0)                                 # pow on any argument
 
@@ -78,16 +87,17 @@ class GenOptions:
     soa_projections: bool = False
     lets: bool = True                 # let-bindings
     smooth: bool = False              # no kinked builtins (abs relu max min)
-    builtins: frozenset[str] = frozenset(BUILTINS)
+    builtins: frozenset[str] = GENERATED_BUILTINS
     budget: float = 1e3               # bound on the magnitude of every value
     max_params: int = 3               # value parameters (besides sizes and relations)
     max_rank: int = 3                 # rank of any generated tensor type
     max_sizes: int = 3                # size parameters
 
     def __post_init__(self) -> None:
-        unknown = set(self.builtins) - set(BUILTINS)
+        unknown = set(self.builtins) - GENERATED_BUILTINS
         if unknown:
-            raise ValueError(f"unknown builtins {sorted(unknown)}")
+            raise ValueError(f"cannot generate builtins {sorted(unknown)} (known: "
+                             f"{', '.join(sorted(GENERATED_BUILTINS))})")
         if self.budget < 4:
             raise ValueError("budget must be at least 4")
 
@@ -152,7 +162,7 @@ class Scope:
         taken = self.names()
         if base not in taken:
             return base
-        return next(f"{base}{k}" for k in range(1, 10 ** 6) if f"{base}{k}" not in taken)
+        return next(f"{base}{k}" for k in itertools.count(1) if f"{base}{k}" not in taken)
 
     def value(self, a: Affine) -> int:
         """The concrete value of a size expression (index variables are not sizes)."""
@@ -441,7 +451,7 @@ class _Gen:
             kinds = ["const"] * (leaf or depth <= 0) + var
             if depth > 0:
                 kinds += ["mul", "sum", "call", "mul", "sum", "iverson", "call", "mul", "sum",
-                          "access", "call", "iverson", "let", "mul", "call", "let"]
+                          "access", "call", "iverson", "mul", "call"]
                 kinds += ["add", "add", "add"] if budget >= 2 else []
         elif isinstance(t, TArr):
             kinds = ["gen"] + var
@@ -453,7 +463,7 @@ class _Gen:
                 kinds += ["pair", "iverson"]
         if depth > 0:
             if o.lets:
-                kinds += ["let"]
+                kinds += ["let"] * (3 if isinstance(t, TReal) else 1)
             if not o.no_pairs:
                 kinds += ["proj"]
             if not isinstance(t, TReal) and _rank(t) < o.max_rank and \
@@ -503,14 +513,16 @@ class _Gen:
 
     def _gen(self, t: Type, sc: Scope, depth: int, budget: float) -> tuple[Expr, float]:
         assert isinstance(t, TArr)
+        # Gen and Pair are dictated by the type, which shrinks: they use up no depth, so
+        # the scalars inside a tensor-valued result are as rich as a scalar result.
         i = self.names.index()
-        body, b = self.expr(t.elem, sc.with_index(i, t.size), depth - 1, budget)
+        body, b = self.expr(t.elem, sc.with_index(i, t.size), depth, budget)
         return Gen(i, t.size, body), b
 
     def _pair(self, t: Type, sc: Scope, depth: int, budget: float) -> tuple[Expr, float]:
         assert isinstance(t, TPair)
-        a, ba = self.expr(t.a, sc, depth - 1, budget)
-        b, bb = self.expr(t.b, sc, depth - 1, budget)
+        a, ba = self.expr(t.a, sc, depth, budget)
+        b, bb = self.expr(t.b, sc, depth, budget)
         return Pair(a, b), max(ba, bb)
 
     def _iverson(self, t: Type, sc: Scope, depth: int, budget: float) -> tuple[Expr, float]:
@@ -559,12 +571,16 @@ class _Gen:
             return self._const(t, sc, depth, budget)
         fn = self.pick(fns)
         d = depth - 1
-        if fn in ("tanh", "sin", "cos", "sigmoid"):
+        if fn in _BOUNDED:
             a, _ = self.expr(REAL, sc, d, budget)
-            return Call(fn, (a,), ()), 1.0
-        if fn == "tan":
+            return Call(fn, (a,), ()), _BOUNDED[fn]
+        if fn in ("ge", "gt"):
+            a, _ = self.expr(REAL, sc, d, budget)
+            b, _ = self.expr(REAL, sc, d, budget)
+            return Call(fn, (a, b), ()), 1.0
+        if fn in ("tan", "dtan"):  # only on [-1, 1], far from the poles
             a, ba = self.expr(REAL, sc, d, 1.0)
-            return Call(fn, (a,), ()), math.tan(ba)
+            return Call(fn, (a,), ()), math.tan(ba) if fn == "tan" else 1 + math.tan(ba) ** 2
         if fn == "exp":
             a, ba = self.expr(REAL, sc, d, min(2.0, math.log(budget)))
             return Call(fn, (a,), ()), math.exp(ba)
@@ -604,6 +620,8 @@ class _Gen:
     def _feasible(self, fn: str, budget: float) -> bool:
         if fn == "tan":
             return budget >= math.tan(1.0)
+        if fn == "dtan":
+            return budget >= 1 + math.tan(1.0) ** 2
         if fn == "exp":
             return budget >= math.e
         if fn == "softplus":
@@ -669,8 +687,9 @@ def programs(max_size: int = 5, max_depth: int = 4, **options: Any) -> st.Search
     """Random well-typed core programs with matching inputs: `(Def, args)`.
 
     Options (see `GenOptions`): `real_output_only`, `no_pairs`, `no_relations`,
-    `pair_tensors`, `lets`, `smooth`, `builtins` (allowed set), `budget`, `max_params`,
-    `max_rank`, `max_sizes`.  The def is named `f` and declares its return type.
+    `pair_tensors`, `soa_projections`, `lets`, `smooth`, `builtins` (allowed set),
+    `budget`, `max_params`, `max_rank`, `max_sizes`.  The def is named `f` and declares its
+    return type; `args` has every parameter (sizes 0..max_size).
     """
     opts = _options(max_size=max_size, max_depth=max_depth, **options)
 
@@ -685,24 +704,27 @@ def programs(max_size: int = 5, max_depth: int = 4, **options: Any) -> st.Search
 def differentiable_programs(max_size: int = 4, max_depth: int = 4,
                             **options: Any) -> st.SearchStrategy:
     """`(Def, args, wrt)`: programs smooth in their real inputs, `wrt` a non-empty list of
-    real-valued (R or R[...]) parameter names.  No abs/relu/max/min; every other builtin is
-    applied where it is smooth (log, sqrt, recip, negative powers on arguments >= a positive
-    lower bound).  Iverson brackets depend only on indices, so they are no kinks."""
+    names of R or R[...] parameters (the first value parameter always is one).
+
+    No kinked builtins (`KINKED`: abs relu max min and the step-like helpers); the others
+    are applied where they are smooth (log, sqrt, recip, negative powers on arguments with a
+    positive lower bound, tan on [-1, 1]).  Iverson brackets depend only on indices, so they
+    are no kinks.  Values are bounded by 1e2 by default (finite differences stay accurate)."""
     options.setdefault("budget", 1e2)
     opts = _options(max_size=max_size, max_depth=max_depth, smooth=True, **options)
 
     @st.composite
     def strategy(draw: Callable) -> tuple[Def, dict[str, Any], list[str]]:
         d, args, _ = _draw_program(draw, opts, need_real=True)
-        real = [p.name for p in d.params if is_real_valued(p.type)]
+        real = [p.name for p in d.params if is_real_tensor(p.type)]
         chosen = [n for n in real if draw(st.booleans())]
         return d, args, chosen or real[:1]
 
     return strategy()
 
 
-def is_real_valued(t: Type) -> bool:
-    """R or R[...]: the types of parameters one differentiates with respect to."""
+def is_real_tensor(t: Type) -> bool:
+    """R or R[...] (the `wrt` parameters of `differentiable_programs`)."""
     return isinstance(scalar_of(t), TReal)
 
 
@@ -725,6 +747,8 @@ def typed_expressions(scope: Scope, type: Type | None = None, max_depth: int = 3
     whose entries are bounded by `bound` when the scope's variables obey their bounds."""
     opts = _options(max_depth=max_depth, **options)
     b = opts.budget if budget is None else budget
+    if b < 1:
+        raise ValueError("budget must be at least 1")
 
     @st.composite
     def strategy(draw: Callable) -> Typed:

@@ -47,6 +47,7 @@ from typing import Any, Callable, ClassVar, Iterable, Mapping, Sequence, Union
 import numpy as np
 
 from . import ast as A
+from . import builtins as B
 from .ast import (Affine, And, Cmp, Exists, Node, Or, Param, PFalse, Pred, PTrue, RelCall,
                   TArr, TPair, TReal, TRel, TSize, Type)
 
@@ -155,14 +156,15 @@ def _sizes_neg(a: Affine) -> bool:
 
 
 def _split(op: str, d: Affine) -> Pred:
-    """`d >= 0` (op `<=`) or `d == 0` (op `==`) written as `L op R` with positive terms."""
+    """`d >= 0` as `L <= R`, or `d == 0` (leading term positive) as `L == R`, both sides
+    with positive coefficients."""
     pos = Affine(tuple((n, c) for n, c in d.terms if c > 0), 0)
     neg = Affine(tuple((n, -c) for n, c in d.terms if c < 0), 0)
     if d.const >= 0:
         pos = pos + d.const
     else:
         neg = neg + (-d.const)
-    return Cmp(op, neg, pos)
+    return Cmp(op, neg, pos) if op == "<=" else Cmp(op, pos, neg)
 
 
 def _canon_cmp(p: Cmp, ranges: Mapping[str, Affine]) -> Pred:
@@ -443,12 +445,12 @@ class _SumRhs(Rhs):
             pr = canon_pred(A.subst(pred, ren) if ren else pred, _ranges(ix, dims, sd), ix[2])
             ren_ops = tuple(o.subst(ren) if ren else o for o in ops)
             for order in set(itertools.permutations(ren_ops)):
-                cand = (sd, pr, order)
+                cand = (order, sd, pr)  # accesses first: J in order of first use
                 key = node_key(cand)
                 if best is None or key < best[0]:
                     best = (key, cand)
         assert best is not None
-        sd, pr, order = best[1]
+        order, sd, pr = best[1]
         return (ix, dims, sd, pr, coeff, order)
 
 
@@ -586,6 +588,13 @@ def leaf_paths(t: Type) -> list[tuple[int, ...]]:
         return [(0,) + p for p in leaf_paths(_proj1(t, 0))] + \
                [(1,) + p for p in leaf_paths(_proj1(t, 1))]
     return [()]
+
+
+def soa_type(t: Type) -> Type:
+    """The struct-of-arrays form of a type: `[n](t1, t2)` becomes `([n]t1, [n]t2)`."""
+    if isinstance(A.scalar_of(t), TPair):
+        return TPair(soa_type(_proj1(t, 0)), soa_type(_proj1(t, 1)))
+    return t
 
 
 def _is_real_tensor(t: Type) -> bool:
@@ -975,25 +984,32 @@ def fmt_affine(a: Affine) -> str:
     return s[2:] if s.startswith("+ ") else "-" + s[2:]
 
 
-def fmt_pred(p: Pred, prec: int = 0) -> str:
+_ASCII = {"and": " and ", "or": " or ", "<=": "<=", "<": "<", "==": "==", "exists": "exists ",
+          "sum": "sum ", "*": " * ", "]*": "] * "}
+_UNICODE = {"and": " ∧ ", "or": " ∨ ", "<=": "≤", "<": "<", "==": "=", "exists": "∃",
+            "sum": "Σ ", "*": "·", "]*": "]·"}
+
+
+def fmt_pred(p: Pred, prec: int = 0, unicode: bool = False) -> str:
     """`or` binds looser than `and`; `exists` extends right, so it is parenthesised inside
     a conjunction or disjunction."""
+    sym = _UNICODE if unicode else _ASCII
     if isinstance(p, PTrue):
         return "true"
     if isinstance(p, PFalse):
         return "false"
     if isinstance(p, Cmp):
-        return f"{fmt_affine(p.lhs)} {p.op} {fmt_affine(p.rhs)}"
+        return f"{fmt_affine(p.lhs)} {sym[p.op]} {fmt_affine(p.rhs)}"
     if isinstance(p, RelCall):
         return f"{p.name}({', '.join(fmt_affine(a) for a in p.args)})"
     if isinstance(p, And):
-        s = " and ".join(fmt_pred(q, 2) for q in conjuncts(p))
+        s = sym["and"].join(fmt_pred(q, 2, unicode) for q in conjuncts(p))
         return f"({s})" if prec > 1 else s
     if isinstance(p, Or):
-        s = " or ".join(fmt_pred(q, 1) for q in disjuncts(p))
+        s = sym["or"].join(fmt_pred(q, 1, unicode) for q in disjuncts(p))
         return f"({s})" if prec > 0 else s
     if isinstance(p, Exists):
-        s = f"exists {p.idx}:{fmt_affine(p.size)}. {fmt_pred(p.body)}"
+        s = f"{sym['exists']}{p.idx}:{fmt_affine(p.size)}. {fmt_pred(p.body, 0, unicode)}"
         return f"({s})" if prec > 0 else s
     raise TypeError(repr(p))
 
@@ -1024,77 +1040,69 @@ def fmt_operand(o: Operand) -> str:
     return f"{o.var}[{', '.join(fmt_affine(a) for a in o.idx)}]" if o.idx else o.var
 
 
-def _guard(p: Pred) -> str:
-    return "" if isinstance(p, PTrue) else f"[{fmt_pred(p)}] * "
+def _guard(p: Pred, unicode: bool = False) -> str:
+    sym = _UNICODE if unicode else _ASCII
+    return "" if isinstance(p, PTrue) else f"[{fmt_pred(p, 0, unicode)}{sym[']*']}"
 
 
-def fmt_rhs(rhs: Rhs) -> str:
+def fmt_rhs(rhs: Rhs, unicode: bool = False) -> str:
     """The right-hand side as a .tl expression (generator indices implicit)."""
+    sym = _UNICODE if unicode else _ASCII
+    g = functools.partial(_guard, unicode=unicode)
     if isinstance(rhs, Input):
         return rhs.param + "".join(f".{k}" for k in rhs.path)
     if isinstance(rhs, ConstRhs):
-        return _guard(rhs.pred) + _fmt_num(rhs.value)
+        return g(rhs.pred) + _fmt_num(rhs.value)
     if isinstance(rhs, AddRhs):
         (s1, s2), (o1, o2) = rhs.supports, rhs.operands
-        inner = f"{_guard(s1)}{fmt_operand(o1)} + {_guard(s2)}{fmt_operand(o2)}"
-        return f"{_guard(rhs.pred)}({inner})" if not isinstance(rhs.pred, PTrue) else inner
+        inner = f"{g(s1)}{fmt_operand(o1)} + {g(s2)}{fmt_operand(o2)}"
+        return f"{g(rhs.pred)}({inner})" if not isinstance(rhs.pred, PTrue) else inner
     if isinstance(rhs, MapRhs):
         args = [fmt_operand(o) for o in rhs.operands] + [_fmt_num(c) for c in rhs.params]
-        return f"{_guard(rhs.pred)}{rhs.fn}({', '.join(args)})"
+        return f"{g(rhs.pred)}{rhs.fn}({', '.join(args)})"
     if isinstance(rhs, _SumRhs):
         factors = ([] if rhs.coeff == 1.0 else [_fmt_num(rhs.coeff)]) + \
                   [fmt_operand(o) for o in rhs.operands]
-        body = _guard(rhs.pred) + " * ".join(factors)
+        body = g(rhs.pred) + sym["*"].join(factors)
         if rhs.sdims:
             binders = ", ".join(f"{n}:{fmt_affine(s)}"
                                 for n, s in zip(rhs.sum_names(), rhs.sdims))
-            return f"sum {binders}. {body}"
+            return f"{sym['sum']}{binders}. {body}"
         return body
     raise TypeError(repr(rhs))
 
 
-def fmt_stmt(s: Stmt) -> str:
+def fmt_stmt(s: Stmt, unicode: bool = False) -> str:
+    """`v[i0:N, i1:M] = <rhs>` (the .tl sugar for `v = gen i0:N, i1:M. <rhs>`)."""
     rhs = s.rhs
     lhs = s.var
     if rhs.dims:
         lhs += "[" + ", ".join(f"{n}:{fmt_affine(d)}"
                                for n, d in zip(rhs.gen_names(), rhs.dims)) + "]"
-    return f"{lhs} = {fmt_rhs(rhs)}"
+    return f"{lhs} = {fmt_rhs(rhs, unicode)}"
 
 
 def _fmt_out(out: Out) -> str:
     return out if isinstance(out, str) else f"({_fmt_out(out[0])}, {_fmt_out(out[1])})"
 
 
-def to_text(p: Program) -> str:
-    """One statement per line, like masked einsums; the text is a valid `.tl` def."""
-    params = ", ".join(f"{q.name}: {fmt_type(q.type)}" for q in p.params)
-    ret = f" -> {fmt_type(p.ret)}" if p.ret is not None else ""
+def to_text(p: Program, unicode: bool = False) -> str:
+    """One statement per line, like masked einsums; the ASCII text is a valid `.tl` def
+    (`unicode`: mathematical notation, Σ ∧ ∨ ≤ ·)."""
+    # Types in struct-of-arrays form: `x.0` of `x : [n](R, R)` is typed as `([n]R, [n]R).0`
+    params = ", ".join(f"{q.name}: {fmt_type(soa_type(q.type))}" for q in p.params)
+    ret = f" -> {fmt_type(soa_type(p.ret))}" if p.ret is not None else ""
     lines = [f"def {p.name}({params}){ret}:"]
     for s in p.stmts:
         if isinstance(s.rhs, Input) and not s.rhs.path and s.var == s.rhs.param:
             continue
-        lines.append("    " + fmt_stmt(s))
+        lines.append("    " + fmt_stmt(s, unicode))
     lines.append(f"    return {_fmt_out(p.output)}")
     return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------
 # Direct numpy evaluation and exact cost (agree with interpret/cost_def of to_core)
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-NUMPY_BUILTINS: dict[str, Callable[..., np.ndarray]] = {
-    "exp": np.exp, "log": np.log, "sin": np.sin, "cos": np.cos, "tan": np.tan,
-    "tanh": np.tanh, "sqrt": np.sqrt, "sigmoid": _sigmoid,
-    "softplus": lambda x: np.logaddexp(0.0, x), "abs": np.abs,
-    "relu": lambda x: np.where(x > 0, x, 0.0), "square": lambda x: x * x,
-    "recip": lambda x: 1.0 / x, "pow": lambda x, c: np.power(x, c),
-    "max": lambda a, b: np.where(a >= b, a, b), "min": lambda a, b: np.where(a <= b, a, b),
-}
 
 
 @dataclass
@@ -1227,7 +1235,7 @@ def _eval_rhs(rhs: Rhs, env: _Env, args: Mapping[str, Any]) -> np.ndarray:
             s1, s2 = (eval_pred(s, g.names, n, env) for s in rhs.supports)
             vals = np.where(s1, ops[0], 0.0) + np.where(s2, ops[1], 0.0)
         elif isinstance(rhs, MapRhs):
-            vals = np.asarray(NUMPY_BUILTINS[rhs.fn](*ops, *rhs.params), dtype=np.float64)
+            vals = np.asarray(B.apply(rhs.fn, ops, rhs.params), dtype=np.float64)
             vals = np.broadcast_to(vals, (n,))
         else:
             vals = ops[0] * ops[1] if len(ops) == 2 else ops[0].copy()

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
@@ -62,7 +63,7 @@ __all__ = [
     "param_env", "check_names", "check_def", "check_module", "CheckedDef", "CheckedModule",
     "Signature", "derived_signature", "TLWarning", "provably_in_range", "prove_nonneg",
     "bounds_warnings", "access_warning", "format_type", "format_affine", "is_real_valued",
-    "builtin_arity",
+    "builtin_arity", "pick_loc", "role_text",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -154,6 +155,24 @@ class TLWarning:
 
 def _err(message: str, loc: Loc | None) -> TypeCheckError:
     return TypeCheckError(message, loc)
+
+
+# Nodes are hash-consed and keep the location of their first occurrence, which may lie in
+# another def or another file.  While a def is checked, `_SPAN` holds its source and line
+# range, and a node location outside it gives way to the enclosing node's.
+_SPAN: ContextVar[tuple[Source | None, int, float] | None] = ContextVar("tl_span", default=None)
+
+
+def pick_loc(own: Loc | None, outer: Loc | None) -> Loc | None:
+    """A node's own location if it belongs to the def being checked, else `outer`."""
+    if own is None:
+        return outer
+    span = _SPAN.get()
+    if span is None:
+        return own
+    src, lo, hi = span
+    same = own.source is src or own.source == src  # equal text: the same place
+    return own if same and lo <= own.line < hi else outer
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,9 +305,11 @@ def is_real_valued(t: Type) -> bool:
 # Well-formedness of affine expressions, sizes, predicates, types
 
 
-def _role_text(env: TypeEnv, name: str) -> str:
+def role_text(env: TypeEnv, name: str) -> str:
     role = env.role(name)
-    return f"{name} is a {role}" if role else f"{name} is not defined"
+    if role is None:
+        return f"{name} is not defined"
+    return f"{name} is {'an' if role[0] in 'aeiou' else 'a'} {role}"
 
 
 def check_affine(a: Affine, env: TypeEnv, loc: Loc | None, what: str = "index") -> None:
@@ -296,7 +317,7 @@ def check_affine(a: Affine, env: TypeEnv, loc: Loc | None, what: str = "index") 
     for v in a.vars():
         if env.role(v) not in (INDEX, SIZE):
             raise _err(f"{what} {format_affine(a)} must use index or size variables only, "
-                       f"but {_role_text(env, v)}", loc)
+                       f"but {role_text(env, v)}", loc)
 
 
 def check_size(a: Affine, env: TypeEnv, loc: Loc | None, what: str = "size") -> None:
@@ -304,7 +325,7 @@ def check_size(a: Affine, env: TypeEnv, loc: Loc | None, what: str = "size") -> 
     for v in a.vars():
         if env.role(v) != SIZE:
             raise _err(f"{what} {format_affine(a)} must be affine in size variables, "
-                       f"but {_role_text(env, v)}", loc)
+                       f"but {role_text(env, v)}", loc)
 
 
 def check_type(t: Type, env: TypeEnv, loc: Loc | None, *, allow: tuple[type, ...] = ()) -> None:
@@ -327,7 +348,7 @@ def check_type(t: Type, env: TypeEnv, loc: Loc | None, *, allow: tuple[type, ...
 
 
 def check_pred(p: Pred, env: TypeEnv, loc: Loc | None = None) -> None:
-    loc = p.loc or loc
+    loc = pick_loc(p.loc, loc)
     if isinstance(p, (PTrue, PFalse)):
         return
     if isinstance(p, Cmp):
@@ -336,7 +357,7 @@ def check_pred(p: Pred, env: TypeEnv, loc: Loc | None = None) -> None:
     elif isinstance(p, RelCall):
         rel = env.rel_type(p.name)
         if rel is None:
-            raise _err(f"{p.name} is not a relation ({_role_text(env, p.name)})", loc)
+            raise _err(f"{p.name} is not a relation ({role_text(env, p.name)})", loc)
         if len(rel.sizes) != len(p.args):
             raise _err(f"relation {p.name}: {format_type(rel)} takes {len(rel.sizes)} "
                        f"indices, found {len(p.args)}", loc)
@@ -368,11 +389,11 @@ def type_of(e: Expr, env: TypeEnv) -> Type:
 
 
 def _type(e: Expr, env: TypeEnv, loc: Loc | None) -> Type:
-    loc = e.loc or loc
+    loc = pick_loc(e.loc, loc)
     if isinstance(e, Var):
         t = env.var_type(e.name)
         if t is None:
-            raise _err(f"{e.name} is not a variable ({_role_text(env, e.name)})"
+            raise _err(f"{e.name} is not a variable ({role_text(env, e.name)})"
                        if env.role(e.name) else f"undefined variable {e.name}", loc)
         return t
     if isinstance(e, Const):
@@ -398,8 +419,9 @@ def _expect_real(t: Type, what: str, loc: Loc | None) -> None:
 def _type_rule(e: Expr, env: TypeEnv, loc: Loc | None) -> Type:
     if isinstance(e, (Add, Mul)):
         op = "+" if isinstance(e, Add) else "*"
-        _expect_real(_type(e.a, env, loc), f"left operand of {op}", e.a.loc or loc)
-        _expect_real(_type(e.b, env, loc), f"right operand of {op}", e.b.loc or loc)
+        _expect_real(_type(e.a, env, loc), f"left operand of {op}", pick_loc(e.a.loc, loc))
+        _expect_real(_type(e.b, env, loc), f"right operand of {op}",
+                     pick_loc(e.b.loc, loc))
         return REAL
     if isinstance(e, Call):
         arity = builtin_arity(e.fn)
@@ -409,7 +431,8 @@ def _type_rule(e: Expr, env: TypeEnv, loc: Loc | None) -> Type:
             raise _err(f"{e.fn} takes {arity[0]} argument(s) and {arity[1]} constant "
                        f"parameter(s), found {len(e.args)} and {len(e.params)}", loc)
         for k, a in enumerate(e.args):
-            _expect_real(_type(a, env, loc), f"argument {k + 1} of {e.fn}", a.loc or loc)
+            _expect_real(_type(a, env, loc), f"argument {k + 1} of {e.fn}",
+                         pick_loc(a.loc, loc))
         return REAL
     if isinstance(e, Pair):
         return TPair(_type(e.a, env, loc), _type(e.b, env, loc))
@@ -426,7 +449,7 @@ def _type_rule(e: Expr, env: TypeEnv, loc: Loc | None) -> Type:
         body = _type(e.body, env.with_index(e.idx, e.size), loc)
         if isinstance(e, Gen):
             return TArr(e.size, body)
-        _expect_real(body, f"body of sum {e.idx}", e.body.loc or loc)
+        _expect_real(body, f"body of sum {e.idx}", pick_loc(e.body.loc, loc))
         return REAL
     if isinstance(e, Access):
         t = _type(e.e, env, loc)
@@ -649,7 +672,7 @@ def bounds_warnings(d: Def) -> list[TLWarning]:
     seen: set[tuple[str, Loc | None]] = set()
 
     def go(e: Node, env: TypeEnv, loc: Loc | None) -> None:
-        loc = e.loc or loc
+        loc = pick_loc(e.loc, loc)
         if isinstance(e, (Gen, Sum)):
             go(e.body, env.with_index(e.idx, e.size), loc)
         elif isinstance(e, Let):
@@ -687,14 +710,15 @@ def check_names(d: Def) -> None:
     origin: dict[str, str] = {}
     for p in d.params:
         if p.name in scope:
-            raise _err(f"parameter {p.name} of {d.name} is declared twice", p.loc or d.loc)
+            raise _err(f"parameter {p.name} of {d.name} is declared twice",
+                       pick_loc(p.loc, d.loc))
         scope[p.name] = SIZE if isinstance(p.type, TSize) else \
             REL if isinstance(p.type, TRel) else VAR
         origin[p.name] = "parameter"
     e: Expr = d.body
     loc = d.loc
     while isinstance(e, Let):
-        loc = e.loc or loc
+        loc = pick_loc(e.loc, loc)
         _names_in(e.value, scope, loc)
         if e.name in scope:
             what = origin[e.name]
@@ -705,11 +729,11 @@ def check_names(d: Def) -> None:
         scope[e.name] = VAR
         origin[e.name] = "statement"
         e = e.body
-    _names_in(e, scope, e.loc or loc)
+    _names_in(e, scope, pick_loc(e.loc, loc))
 
 
 def _names_in(e: Node, scope: Mapping[str, str], loc: Loc | None) -> None:
-    loc = e.loc or loc
+    loc = pick_loc(e.loc, loc)
     if isinstance(e, (Gen, Sum, Exists)):
         role = scope.get(e.idx)
         if role is not None and role != INDEX:
@@ -742,7 +766,7 @@ def param_env(d: Def) -> TypeEnv:
             sizes = sizes.with_size(p.name)
     for p in d.params:
         try:
-            check_type(p.type, sizes, p.loc or d.loc, allow=(TSize, TRel))
+            check_type(p.type, sizes, pick_loc(p.loc, d.loc), allow=(TSize, TRel))
         except TypeCheckError as err:
             raise _err(f"parameter {p.name} of {d.name}: {err.message}", err.loc) from None
     return TypeEnv.of_params(d.params)
@@ -759,9 +783,9 @@ def check_ret_type(d: Def, env: TypeEnv) -> None:
 def _return_loc(d: Def) -> Loc | None:
     e, loc = d.body, d.loc
     while isinstance(e, Let):
-        loc = e.loc or loc
+        loc = pick_loc(e.loc, loc)
         e = e.body
-    return e.loc or loc
+    return pick_loc(e.loc, loc)
 
 
 @dataclass(frozen=True)
@@ -772,9 +796,23 @@ class CheckedDef:
 
 
 def check_def(d: Def, earlier: Mapping[str, Def] | None = None, *,
-              later: Iterable[str] = (), derived: Iterable[str] = ()) -> CheckedDef:
+              later: Iterable[str] = (), derived: Iterable[str] = (),
+              end_line: int | None = None) -> CheckedDef:
     """Check and elaborate one surface def.  `earlier`: the core defs it may call; `later`,
-    `derived`: names of later defs and of derived defs (for precise error messages)."""
+    `derived`: names of later defs and of derived defs (for precise error messages);
+    `end_line`: where the next definition starts (locations past it are not this def's)."""
+    token = None
+    if d.loc is not None:
+        token = _SPAN.set((d.loc.source, d.loc.line, end_line or math.inf))
+    try:
+        return _check_def(d, earlier, later, derived)
+    finally:
+        if token is not None:
+            _SPAN.reset(token)
+
+
+def _check_def(d: Def, earlier: Mapping[str, Def] | None, later: Iterable[str],
+               derived: Iterable[str]) -> CheckedDef:
     from .elaborate import elaborate_def  # elaborate imports this module
 
     check_names(d)
@@ -813,7 +851,7 @@ def _tuple_type(ts: Sequence[Type]) -> Type:
 def derived_signature(dd: DerivedDef, params: Sequence[Param], ret: Type,
                       loc: Loc | None = None) -> Signature:
     """The signature of `dd` given its function's parameters and return type (SPEC 2.5)."""
-    loc = dd.loc or loc
+    loc = pick_loc(dd.loc, loc)
     kind, f = dd.kind, dd.fn
     if kind not in DERIVED_KINDS:
         raise _err(f"unknown derived function {kind} (expected one of "
@@ -911,8 +949,10 @@ def _check_module(items: Sequence[Def | DerivedDef], filename: str) -> CheckedMo
             raise _err(f"{item.name} is already defined{where}", item.loc)
         first[item.name] = item.loc
         later = [x.name for x in items[k + 1:]]
+        nxt = items[k + 1].loc if k + 1 < len(items) else None
         if isinstance(item, Def):
-            checked = check_def(item, out.defs, later=later, derived=out.derived)
+            checked = check_def(item, out.defs, later=later, derived=out.derived,
+                                end_line=nxt.line if nxt is not None else None)
             out.defs[item.name] = checked.core
             out.ret_types[item.name] = checked.ret_type
             out.warnings.extend(TLWarning(w.message, _with_file(w.loc, filename))

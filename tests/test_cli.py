@@ -38,18 +38,21 @@ def qform_grad = grad(qform, x)
 
 BAD_TYPES = """\
 def f(N: size, x: R[N]) -> R:
-    return sum i:N. x[i] * y
+    return sum i:N. x[i] * y_undefined
 
 def g(N: size, x: R[N]) -> R:
     return sum i:N. x[i]
 
 def h(x: R) -> R[3]:
     return x
+
+def k(N: size, x: R[N]) -> R:
+    return f(N, x) + g(N, x)
 """
 
 WARN = """\
-def shift(N: size, x: R[N]) -> R:
-    return sum i:N. x[i + 1]
+def shift(N: size, xs: R[N]) -> R:
+    return sum i:N. xs[i + 2]
 """
 
 
@@ -184,6 +187,7 @@ def test_check_reports_every_error(capsys, files):
     assert code == 1
     assert f"{files['bad.tl']}:2:" in err and f"{files['bad.tl']}:7:" in err
     assert "2 errors" in err and "^" in err and "Traceback" not in err
+    assert "unknown function f" not in err  # k uses f: its error would only repeat f's
     code, _, err = run_main(capsys, "check", files["syntax.tl"])
     assert code == 1 and f"{files['syntax.tl']}:2:" in err and "parse error" in err
     code, _, err = run_main(capsys, "check", files["dir"] / "missing.tl")
@@ -286,8 +290,6 @@ def test_subprocess_run_and_errors(files):
     r = spawn("run", files["prog.tl"], "qform", "--arg", f"A={files['dir'] / 'A35.npy'}",
               "--arg", f"x={files['dir'] / 'x.npy'}")
     assert r.returncode == 1 and "shape error" in r.stderr and "Traceback" not in r.stderr
-    r = spawn()
-    assert r.returncode == 2 and "usage:" in r.stderr
 
 
 def test_console_script(files):
@@ -298,3 +300,5 @@ def test_console_script(files):
                         "source"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.splitlines()[2].split() == ["total", "8", "12", "0",
                                                                         "20"]
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "usage:" in r.stderr

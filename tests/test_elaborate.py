@@ -15,7 +15,7 @@ from tensorlang.errors import TypeCheckError
 from tensorlang.interp import interpret
 from tensorlang.typecheck import TypeEnv, check_def, check_module
 
-from test_typecheck import CONV, QFORM, L, P, R, acc, aff, canon, gen, lt, size, sum_
+from test_typecheck import conv_def, qform_def, L, P, R, acc, aff, canon, gen, lt, size, sum_
 
 RNG = np.random.default_rng(0)
 
@@ -40,12 +40,15 @@ def vec(n: int) -> np.ndarray:
     return RNG.uniform(-1, 1, n)
 
 
-VEC_PARAMS = (size("N"), P("x", R("N")), P("y", R("N")), P("s", REAL))
+def vec_params() -> tuple:  # built on demand (see test_typecheck.qform_def)
+    return (size("N"), P("x", R("N")), P("y", R("N")), P("s", REAL))
+
+
 VEC_ARGS = {"N": 5, "x": vec(5), "y": vec(5), "s": 0.7}
 
 
-def vdef(body, ret=None, params=VEC_PARAMS, name="f") -> Def:
-    return Def(name, params, ret, body)
+def vdef(body, ret=None, params=None, name="f") -> Def:
+    return Def(name, params or vec_params(), ret, body)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,7 +193,7 @@ def test_sugar_errors():
 
 
 def test_is_core():
-    assert is_core(QFORM)
+    assert is_core(qform_def())
     assert not is_core(vdef(Add(Var("x"), Var("y"))))
     assert not is_core(vdef(DefCall("g", (Var("x"),))))
     assert not is_core(vdef(Var("x"), ret=REAL))  # wrong declared type
@@ -198,7 +201,7 @@ def test_is_core():
 
 
 def test_elaborate_expr_in_an_environment():
-    env = TypeEnv.of_params(VEC_PARAMS)
+    env = TypeEnv.of_params(vec_params())
     e, t = elaborate_expr(Mul(Var("s"), Add(Var("x"), Var("y"))), env)
     assert t is R("N")
     assert_alpha(e, gen("i", "N", Mul(Var("s"), Add(acc("x", "i"), acc("y", "i")))))
@@ -207,13 +210,14 @@ def test_elaborate_expr_in_an_environment():
 # ---------------------------------------------------------------------------------------------
 # Inlining
 
-SCALE = Def("scale", (size("N"), P("v", R("N")), P("c", REAL)), R("N"),
-            Let("t", Mul(Var("c"), Var("c")), gen("i", "N", Mul(Var("t"), acc("v", "i")))))
+def scale_def() -> Def:
+    return Def("scale", (size("N"), P("v", R("N")), P("c", REAL)), R("N"),
+               Let("t", Mul(Var("c"), Var("c")), gen("i", "N", Mul(Var("t"), acc("v", "i")))))
 
 
 def test_inline_simple_call():
     user = vdef(DefCall("scale", (Var("N"), Var("x"), Var("s"))))
-    got = core_of(user, SCALE)
+    got = core_of(user, scale_def())
     want = Let("t", Mul(Var("s"), Var("s")), gen("i", "N", Mul(Var("t"), acc("x", "i"))))
     assert_alpha(got.body, want)
     assert got.ret is R("N")
@@ -222,7 +226,7 @@ def test_inline_simple_call():
 
 def test_inline_binds_expression_arguments_with_let():
     arg = Add(Var("s"), Const(1.0))
-    got = core_of(vdef(DefCall("scale", (Var("x"), arg))), SCALE)
+    got = core_of(vdef(DefCall("scale", (Var("x"), arg))), scale_def())
     want = Let("c", arg, Let("t", Mul(Var("c"), Var("c")),
                              gen("i", "N", Mul(Var("t"), acc("x", "i")))))
     assert_alpha(got.body, want)
@@ -237,7 +241,7 @@ def test_inline_avoids_capture():
                    acc(DefCall("scale", (Var("x"), Add(Var("t"), Mul(acc("x", "i"),
                                                                       Const(1.0))))), "j"),
                    Const(1.0)))))
-    got = core_of(user, SCALE)
+    got = core_of(user, scale_def())
     args = {"N": 4, "x": vec(4), "t": 0.3}
     x, t = args["x"], args["t"]
     expected = np.array([((t + x[i]) ** 2) * x.sum() for i in range(4)])
@@ -246,11 +250,11 @@ def test_inline_avoids_capture():
 
 def test_inline_callee_binder_named_like_a_caller_variable():
     # callee `scale` has a statement t; the caller has a statement t too, used after the call
-    user = Def("u", VEC_PARAMS, None,
+    user = Def("u", vec_params(), None,
                Let("t", Add(Var("s"), Const(2.0)),
                    Let("r", DefCall("scale", (Var("x"), Var("t"))),
                        gen("k", "N", Add(acc("r", "k"), Mul(Var("t"), acc("y", "k")))))))
-    got = core_of(user, SCALE)
+    got = core_of(user, scale_def())
     x, y, s = VEC_ARGS["x"], VEC_ARGS["y"], VEC_ARGS["s"]
     np.testing.assert_allclose(interpret(got, VEC_ARGS), (s + 2) ** 2 * x + (s + 2) * y,
                                rtol=1e-12)
@@ -263,7 +267,7 @@ def test_inline_sizes_substituted_and_omitted():
     params = (size("M"), size("J"), P("a", R("M + J - 1")), P("k", R("J")))
     explicit = Def("u", params, None, DefCall("conv", (Var("M"), Var("J"), Var("a"), Var("k"))))
     omitted = Def("u", params, None, DefCall("conv", (Var("a"), Var("k"))))
-    got1, got2 = core_of(explicit, CONV), core_of(omitted, CONV)
+    got1, got2 = core_of(explicit, conv_def()), core_of(omitted, conv_def())
     assert got1.body is got2.body or canon(got1.body) is canon(got2.body)
     assert got1.ret is R("M")
     want = gen("i", "M", sum_("q", "J", Mul(acc("k", "q"), acc("a", "i + q"))))
@@ -276,10 +280,10 @@ def test_inline_size_expressions_as_arguments():
     # conv(N, 2, x, w) with x: R[N + 1], w: R[2]
     params = (size("N"), P("x", R("N + 1")), P("w", R("2")))
     got = core_of(Def("u", params, None,
-                      DefCall("conv", (Var("N"), Const(2.0), Var("x"), Var("w")))), CONV)
+                      DefCall("conv", (Var("N"), Const(2.0), Var("x"), Var("w")))), conv_def())
     assert got.ret is R("N")
     # the size inferred by solving N + K - 1 = N + 1 with K = 2
-    got2 = core_of(Def("u", params, None, DefCall("conv", (Var("x"), Var("w")))), CONV)
+    got2 = core_of(Def("u", params, None, DefCall("conv", (Var("x"), Var("w")))), conv_def())
     assert canon(got.body) is canon(got2.body)
 
 
@@ -306,7 +310,7 @@ def test_inline_of_inline_and_sugar_on_results():
     outer = Def("twice", params, None,
                 Add(DefCall("deconv_loss", (Var("x"), Var("w"), Var("b"))),
                     DefCall("deconv_loss", (Var("x"), Var("w"), Var("b")))))
-    m = check_module([CONV, loss, outer])
+    m = check_module([conv_def(), loss, outer])
     assert m.warnings == []
     for d in m.defs.values():
         assert is_core(d)
@@ -332,22 +336,22 @@ def test_call_errors():
 def test_call_arity_and_argument_types():
     with pytest.raises(TypeCheckError, match=r"scale takes 3 argument\(s\) \(N: size, v: R\[N\], "
                                              r"c: R\), or 2 without the sizes; found 1"):
-        check_module([SCALE, vdef(DefCall("scale", (Var("x"),)))])
+        check_module([scale_def(), vdef(DefCall("scale", (Var("x"),)))])
     bad = Var("s", loc=L(8, 20))
     with pytest.raises(TypeCheckError, match=r"argument 3 of scale \(parameter c\): expected R, "
                                              r"found R\[N\]"):
-        check_module([SCALE, vdef(DefCall("scale", (Var("N"), Var("x"), Var("y"))))])
+        check_module([scale_def(), vdef(DefCall("scale", (Var("N"), Var("x"), Var("y"))))])
     with pytest.raises(TypeCheckError, match=r"argument 2 of scale \(parameter v\): expected "
                                              r"R\[N\], found R"):
-        check_module([SCALE, vdef(DefCall("scale", (bad, Var("s"))))])
+        check_module([scale_def(), vdef(DefCall("scale", (bad, Var("s"))))])
     params = (size("N"), size("M"), P("x", R("N")))
     with pytest.raises(TypeCheckError, match=r"argument 2 of scale \(parameter v\): expected "
                                              r"R\[M\], found R\[N\]"):
-        check_module([SCALE, Def("u", params, None,
+        check_module([scale_def(), Def("u", params, None,
                                  DefCall("scale", (Var("M"), Var("x"), Const(1.0))))])
     with pytest.raises(TypeCheckError, match=r"argument 1 of scale \(parameter N: size\): s must "
                                              "be affine in size variables"):
-        check_module([SCALE, vdef(DefCall("scale", (Var("s"), Var("x"), Const(1.0))))])
+        check_module([scale_def(), vdef(DefCall("scale", (Var("s"), Var("x"), Const(1.0))))])
 
 
 def test_sizes_that_cannot_be_inferred():
@@ -403,3 +407,84 @@ def test_sugar_means_its_naive_expansion(data):
     args = random_args(want, sc.sizes, data.draw(st.integers(0, 2 ** 16)))
     np.testing.assert_allclose(interpret(got, args), interpret(want, args), rtol=1e-9,
                                atol=1e-12, equal_nan=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# From .tl text: elaborated programs against hand-written core programs
+
+
+def text_module(text: str):
+    parser = pytest.importorskip("tensorlang.parser")
+    return check_module(parser.parse_module(text, "e.tl"), "e.tl")
+
+
+def test_text_sugar_matches_hand_expanded_core():
+    m = text_module("def f(N: size, M: size, A: R[N, M], B: R[N, M], s: R) -> R[N, M]:\n"
+                    "    return s * A - B / 2.0 + A * B\n\n"
+                    "def g(N: size, M: size, A: R[N, M], B: R[N, M], s: R) -> R[N, M]:\n"
+                    "    h = recip(2.0)\n"
+                    "    return gen i:N, j:M. s * A[i, j] - B[i, j] * h + A[i, j] * B[i, j]\n")
+    f, g = m.defs["f"], m.defs["g"]
+    # `/ 2.0` is `* recip(2.0)`: a call, so it is computed once outside the gen
+    assert_alpha(f.body, g.body)
+    args = {"N": 2, "M": 3, "A": RNG.uniform(-1, 1, (2, 3)), "B": RNG.uniform(-1, 1, (2, 3)),
+            "s": 0.5}
+    same_meaning(f, g, args)
+
+
+def test_text_inlining_with_capture():
+    m = text_module(
+        "def scale(N: size, v: R[N], c: R) -> R[N]:\n"
+        "    t = c * c\n"
+        "    out[i:N] = t * v[i]\n"
+        "    return out\n\n"
+        "def user(N: size, x: R[N], t: R) -> R[N]:\n"
+        "    out[i:N] = sum j:N. scale(x, t + x[i])[j]\n"
+        "    return out\n\n"
+        "def by_hand(N: size, x: R[N], t: R) -> R[N]:\n"
+        "    out[i:N] = sum j:N. (t + x[i]) * (t + x[i]) * x[j]\n"
+        "    return out\n")
+    args = {"N": 4, "x": vec(4), "t": 0.25}
+    same_meaning(m.defs["user"], m.defs["by_hand"], args)
+    assert not any(isinstance(n, DefCall) for n in walk(m.defs["user"].body))
+
+
+def test_text_conv_example_with_and_without_sizes():
+    m = text_module(
+        "def conv(N: size, K: size, x: R[N + K - 1], w: R[K]) -> R[N]:\n"
+        "    out[i:N] = sum k:K. w[k] * x[i + k]\n"
+        "    return out\n\n"
+        "def loss(N: size, K: size, x: R[N + K - 1], w: R[K], b: R[N]) -> R:\n"
+        "    r = conv(N, K, x, w) - b\n"
+        "    return sum i:N. r[i] * r[i]\n\n"
+        "def loss2(N: size, K: size, x: R[N + K - 1], w: R[K], b: R[N]) -> R:\n"
+        "    r = conv(x, w) - b\n"
+        "    return sum i:N. r[i] * r[i]\n")
+    assert m.warnings == []
+    args = {"N": 6, "K": 3, "x": vec(8), "w": vec(3), "b": vec(6)}
+    r = np.correlate(args["x"], args["w"], mode="valid") - args["b"]
+    assert interpret(m.defs["loss"], args) == pytest.approx(r @ r, rel=1e-12)
+    assert canon(m.defs["loss"].body) is canon(m.defs["loss2"].body)
+
+
+def test_text_call_errors_with_locations():
+    parser = pytest.importorskip("tensorlang.parser")
+    text = ("def f(N: size, x: R[N]) -> R[N]:\n    return x\n\n"
+            "def g(M: size, y: R[M], s: R) -> R[M]:\n    return f(M, s)\n")
+    with pytest.raises(TypeCheckError) as info:
+        check_module(parser.parse_module(text, "e.tl"), "e.tl")
+    assert info.value.message == ("argument 2 of f (parameter x): expected R[M], found R")
+    assert info.value.loc.line == 5
+    text = "def f(x: R) -> R:\n    return g(x)\n\ndef g(x: R) -> R:\n    return x\n"
+    with pytest.raises(TypeCheckError, match="g is not defined before this point") as info:
+        check_module(parser.parse_module(text, "e.tl"), "e.tl")
+    assert info.value.loc.line == 2
+
+
+def test_sizes_and_indices_are_not_values():
+    with pytest.raises(TypeCheckError, match="N is a size, not a value"):
+        check_module([vdef(Mul(Var("N"), Var("x")))])
+    with pytest.raises(TypeCheckError, match="i is an index variable, not a value"):
+        check_module([vdef(gen("i", "N", Var("i")))])
+    with pytest.raises(TypeCheckError, match="undefined variable nope"):
+        check_module([vdef(Var("nope"))])

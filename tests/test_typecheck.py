@@ -3,11 +3,10 @@ bounds warnings, derived defs and their signatures."""
 from __future__ import annotations
 
 import itertools
+import pathlib
 import re
 
 import pytest
-from hypothesis import given
-
 from tensorlang.ast import (
     REAL, Access, Add, Affine, And, Call, Cmp, Const, Def, DefCall, DerivedDef, Exists, Gen,
     Iverson, Let, Mul, Node, Or, Pair, Param, Proj, RelCall, Sum, TArr, TPair, TRel, TSize, Var,
@@ -116,83 +115,84 @@ def test_format_type_tl_syntax():
 # ---------------------------------------------------------------------------------------------
 # type_of: one test per rule
 
-ENV = env_of(size("N"), size("M"), P("x", R("N")), P("A", R("N", "M")), P("s", REAL),
-             P("p", TPair(REAL, R("N"))), P("E", TRel((aff("N"), aff("M")))))
+def env_all() -> TypeEnv:
+    return env_of(size("N"), size("M"), P("x", R("N")), P("A", R("N", "M")), P("s", REAL),
+                  P("p", TPair(REAL, R("N"))), P("E", TRel((aff("N"), aff("M")))))
 
 
 def test_var_and_const():
-    assert type_of(Var("x"), ENV) is R("N")
-    assert type_of(Const(2.0), ENV) is REAL
+    assert type_of(Var("x"), env_all()) is R("N")
+    assert type_of(Const(2.0), env_all()) is REAL
 
 
 def test_add_mul_call_scalar():
     e = Add(Mul(Var("s"), acc("x", "0")), Call("exp", (Var("s"),), ()))
-    assert type_of(e, ENV) is REAL
-    assert type_of(Call("pow", (Var("s"),), (3.0,)), ENV) is REAL
-    assert type_of(Call("max", (Var("s"), Const(1.0)), ()), ENV) is REAL
+    assert type_of(e, env_all()) is REAL
+    assert type_of(Call("pow", (Var("s"),), (3.0,)), env_all()) is REAL
+    assert type_of(Call("max", (Var("s"), Const(1.0)), ()), env_all()) is REAL
 
 
 def test_core_arithmetic_rejects_tensors():
     with pytest.raises(TypeCheckError, match=r"right operand of \+ must be R, found R\[N\]"):
-        type_of(Add(Var("s"), Var("x")), ENV)
+        type_of(Add(Var("s"), Var("x")), env_all())
     with pytest.raises(TypeCheckError, match=r"left operand of \* must be R, found R\[N, M\]"):
-        type_of(Mul(Var("A"), Var("s")), ENV)
+        type_of(Mul(Var("A"), Var("s")), env_all())
     with pytest.raises(TypeCheckError, match=r"argument 1 of exp must be R, found R\[N\]"):
-        type_of(Call("exp", (Var("x"),), ()), ENV)
+        type_of(Call("exp", (Var("x"),), ()), env_all())
 
 
 def test_call_errors():
     with pytest.raises(TypeCheckError, match="unknown function foo"):
-        type_of(Call("foo", (Var("s"),), ()), ENV)
+        type_of(Call("foo", (Var("s"),), ()), env_all())
     with pytest.raises(TypeCheckError, match="pow takes 1 argument.*1 constant"):
-        type_of(Call("pow", (Var("s"),), ()), ENV)
+        type_of(Call("pow", (Var("s"),), ()), env_all())
 
 
 def test_gen_and_sum():
     g = gen("i", "N", gen("j", "M", acc("A", "i", "j")))
-    assert type_of(g, ENV) is R("N", "M")
-    assert type_of(sum_("i", "N", acc("x", "i")), ENV) is REAL
-    assert type_of(gen("i", "N", Var("p")), ENV) is TArr(aff("N"), TPair(REAL, R("N")))
+    assert type_of(g, env_all()) is R("N", "M")
+    assert type_of(sum_("i", "N", acc("x", "i")), env_all()) is REAL
+    assert type_of(gen("i", "N", Var("p")), env_all()) is TArr(aff("N"), TPair(REAL, R("N")))
 
 
 def test_sum_body_must_be_real():
     with pytest.raises(TypeCheckError, match=r"body of sum i must be R, found R\[M\]"):
-        type_of(sum_("i", "N", acc("A", "i")), ENV)
+        type_of(sum_("i", "N", acc("A", "i")), env_all())
 
 
 def test_access_full_and_partial():
-    assert type_of(acc("A", "i", "j"), ENV.with_index("i", aff("N")).with_index("j", aff("M"))) \
-        is REAL
-    assert type_of(acc("A", "0"), ENV) is R("M")
-    assert type_of(Access(acc("A", "0"), (aff("1"),)), ENV) is REAL
+    env = env_all().with_index("i", aff("N")).with_index("j", aff("M"))
+    assert type_of(acc("A", "i", "j"), env) is REAL
+    assert type_of(acc("A", "0"), env_all()) is R("M")
+    assert type_of(Access(acc("A", "0"), (aff("1"),)), env_all()) is REAL
 
 
 def test_access_too_many_indices():
     with pytest.raises(TypeCheckError, match=r"access with 2 indices needs a tensor with at "
                                               r"least 2 dimensions, found R\[N\]"):
-        type_of(acc("x", "0", "0"), ENV)
+        type_of(acc("x", "0", "0"), env_all())
     with pytest.raises(TypeCheckError, match="found R$"):
-        type_of(acc("s", "0"), ENV)
+        type_of(acc("s", "0"), env_all())
 
 
 def test_index_variables_must_be_bound():
     with pytest.raises(TypeCheckError, match="index i must use index or size variables only, "
                                              "but i is not defined"):
-        type_of(acc("x", "i"), ENV)
+        type_of(acc("x", "i"), env_all())
     with pytest.raises(TypeCheckError, match="but s is a variable"):
-        type_of(acc("x", "s"), ENV)
+        type_of(acc("x", "s"), env_all())
 
 
 def test_sizes_are_affine_in_size_variables_only():
     e = gen("i", "N", sum_("j", "i", acc("x", "j")))
     with pytest.raises(TypeCheckError, match="range of sum j i must be affine in size "
-                                             "variables, but i is a index variable"):
-        type_of(e, ENV)
-    assert type_of(gen("i", "N + M - 1", Const(1.0)), ENV) is R("N + M - 1")
+                                             "variables, but i is an index variable"):
+        type_of(e, env_all())
+    assert type_of(gen("i", "N + M - 1", Const(1.0)), env_all()) is R("N + M - 1")
 
 
 def test_iverson_has_the_type_of_its_body():
-    env = ENV.with_index("i", aff("N"))
+    env = env_all().with_index("i", aff("N"))
     assert type_of(Iverson(lt("i", "3"), Var("p")), env) is TPair(REAL, R("N"))
     assert type_of(Iverson(RelCall("E", (aff("i"), aff("0"))), Var("A")), env) is R("N", "M")
     ex = Exists("t", aff("N"), Cmp("==", aff("i"), aff("2*t")))
@@ -200,7 +200,7 @@ def test_iverson_has_the_type_of_its_body():
 
 
 def test_relation_calls():
-    env = ENV.with_index("i", aff("N"))
+    env = env_all().with_index("i", aff("N"))
     with pytest.raises(TypeCheckError, match=r"relation E: rel\(N, M\) takes 2 indices, "
                                              "found 1"):
         type_of(Iverson(RelCall("E", (aff("i"),)), Var("s")), env)
@@ -209,23 +209,23 @@ def test_relation_calls():
 
 
 def test_pair_proj_let():
-    assert type_of(Pair(Var("s"), Var("x")), ENV) is TPair(REAL, R("N"))
-    assert type_of(Proj(Var("p"), 1), ENV) is R("N")
-    assert type_of(Let("q", Var("x"), acc("q", "0")), ENV) is REAL
+    assert type_of(Pair(Var("s"), Var("x")), env_all()) is TPair(REAL, R("N"))
+    assert type_of(Proj(Var("p"), 1), env_all()) is R("N")
+    assert type_of(Let("q", Var("x"), acc("q", "0")), env_all()) is REAL
     with pytest.raises(TypeCheckError, match=r"projection \.0 needs a pair, found R\[N\]"):
-        type_of(Proj(Var("x"), 0), ENV)
+        type_of(Proj(Var("x"), 0), env_all())
 
 
 def test_variables():
     with pytest.raises(TypeCheckError, match="undefined variable nope"):
-        type_of(Var("nope"), ENV)
+        type_of(Var("nope"), env_all())
     with pytest.raises(TypeCheckError, match="N is not a variable"):
-        type_of(Var("N"), ENV)
+        type_of(Var("N"), env_all())
 
 
 def test_defcall_is_not_core():
     with pytest.raises(TypeCheckError, match="not core"):
-        type_of(DefCall("f", (Var("x"),)), ENV)
+        type_of(DefCall("f", (Var("x"),)), env_all())
 
 
 def test_type_of_memo_respects_the_environment():
@@ -279,19 +279,27 @@ def test_module_filename_fills_in_missing_sources():
 # ---------------------------------------------------------------------------------------------
 # Defs: return types
 
-QFORM = Def("qform", (size("N"), P("x", R("N")), P("A", R("N", "N"))), REAL,
-            Let("y", gen("i", "N", sum_("j", "N", Mul(acc("A", "i", "j"), acc("x", "j")))),
-                sum_("i", "N", Mul(acc("x", "i"), acc("y", "i")))))
-CONV = Def("conv", (size("N"), size("K"), P("x", R("N + K - 1")), P("w", R("K"))), R("N"),
-           Let("out", gen("i", "N", sum_("k", "K", Mul(acc("w", "k"), acc("x", "i + k")))),
-               Var("out")))
+# Example defs are built on demand, not kept at module level: a node that lives all session
+# would be shared (hash-consing) with other tests' parsed programs, without their locations.
+
+
+def qform_def() -> Def:
+    return Def("qform", (size("N"), P("x", R("N")), P("A", R("N", "N"))), REAL,
+               Let("y", gen("i", "N", sum_("j", "N", Mul(acc("A", "i", "j"), acc("x", "j")))),
+                   sum_("i", "N", Mul(acc("x", "i"), acc("y", "i")))))
+
+
+def conv_def() -> Def:
+    return Def("conv", (size("N"), size("K"), P("x", R("N + K - 1")), P("w", R("K"))), R("N"),
+               Let("out", gen("i", "N", sum_("k", "K", Mul(acc("w", "k"), acc("x", "i + k")))),
+                   Var("out")))
 
 
 def test_check_module_fields():
-    m = check_module([QFORM, CONV, DerivedDef("g", "grad", "qform", ("x",))])
+    m = check_module([qform_def(), conv_def(), DerivedDef("g", "grad", "qform", ("x",))])
     assert isinstance(m, CheckedModule)
     assert list(m.defs) == ["qform", "conv"] and m.order == ["qform", "conv", "g"]
-    assert m.defs["qform"] is QFORM  # already core: elaboration is the identity
+    assert m.defs["qform"] is qform_def()  # already core: elaboration is the identity
     assert m.ret_types == {"qform": REAL, "conv": R("N"), "g": R("N")}
     assert m.warnings == [] and list(m.derived) == ["g"]
 
@@ -307,7 +315,7 @@ def test_return_type_inferred():
 
 
 def test_affine_sizes_in_types():
-    m = check_module([CONV])
+    m = check_module([conv_def()])
     assert m.ret_types["conv"] is R("N")
     assert m.defs["conv"].params[2].type is R("K + N - 1")
     d = Def("pad", (size("N"), P("x", R("N"))), R("N + 2"),
@@ -408,8 +416,8 @@ def _warnings(body, *params):
 
 
 def test_conv_is_provably_in_bounds():
-    assert check_module([CONV]).warnings == []
-    assert bounds_warnings(CONV) == []
+    assert check_module([conv_def()]).warnings == []
+    assert bounds_warnings(conv_def()) == []
 
 
 def test_shifted_access_warns():
@@ -417,6 +425,8 @@ def test_shifted_access_warns():
     assert len(ws) == 1
     assert isinstance(ws[0], TLWarning)
     assert "access x[i + 1] may be out of bounds: cannot prove 0 <= i + 1 < N" in ws[0].message
+    core = Def("f", (size("N"), P("x", R("N"))), None, gen("i", "N", acc("x", "i + 1")))
+    assert [w.message for w in bounds_warnings(core)] == [ws[0].message]
 
 
 def test_guards_silence_the_warning():
@@ -510,22 +520,26 @@ def test_warnings_are_not_repeated_for_inlined_calls():
 # ---------------------------------------------------------------------------------------------
 # Derived defs
 
-LOSS = Def("loss", (size("N"), size("M"), P("E", TRel((aff("N"),))), P("x", R("N")),
-                    P("A", R("N", "M")), P("s", REAL)), REAL,
-           sum_("i", "N", Iverson(RelCall("E", (aff("i"),)),
-                                  Mul(Var("s"), sum_("j", "M", Mul(acc("A", "i", "j"),
-                                                                    acc("x", "i")))))))
-VEC = Def("vec", (size("N"), P("x", R("N")), P("s", REAL)), None,
-          gen("i", "N", Mul(Var("s"), acc("x", "i"))))
+def loss_def() -> Def:
+    return Def("loss", (size("N"), size("M"), P("E", TRel((aff("N"),))), P("x", R("N")),
+                        P("A", R("N", "M")), P("s", REAL)), REAL,
+               sum_("i", "N", Iverson(RelCall("E", (aff("i"),)),
+                                      Mul(Var("s"), sum_("j", "M", Mul(acc("A", "i", "j"),
+                                                                        acc("x", "i")))))))
 
 
-def _sig(kind, fn, *wrt, defs=(LOSS, VEC)):
-    m = check_module([*defs, DerivedDef("d", kind, fn, wrt)])
+def vec_def() -> Def:
+    return Def("vec", (size("N"), P("x", R("N")), P("s", REAL)), None,
+               gen("i", "N", Mul(Var("s"), acc("x", "i"))))
+
+
+def _sig(kind, fn, *wrt):
+    m = check_module([loss_def(), vec_def(), DerivedDef("d", kind, fn, wrt)])
     return m.derived_types["d"], m
 
 
 def test_derived_signatures():
-    base = LOSS.params
+    base = loss_def().params
     sig, m = _sig("grad", "loss", "x")
     assert sig == Signature(base, R("N")) and m.ret_types["d"] is R("N")
     sig, _ = _sig("grad", "loss", "x", "A")
@@ -533,10 +547,10 @@ def test_derived_signatures():
     sig, _ = _sig("grad", "loss")  # every real-valued input: x, A, s
     assert sig.ret is TPair(R("N"), TPair(R("N", "M"), REAL))
     sig, _ = _sig("jvp", "vec", "x", "s")
-    assert sig.params == VEC.params + (P("d_x", R("N")), P("d_s", REAL))
+    assert sig.params == vec_def().params + (P("d_x", R("N")), P("d_s", REAL))
     assert sig.ret is TPair(R("N"), R("N"))
     sig, _ = _sig("vjp", "vec", "x", "s")
-    assert sig.params == VEC.params + (P("d_y", R("N")),)
+    assert sig.params == vec_def().params + (P("d_y", R("N")),)
     assert sig.ret is TPair(R("N"), TPair(R("N"), REAL))
     sig, _ = _sig("hvp", "loss", "A")
     assert sig.params == base + (P("v", R("N", "M")),) and sig.ret is R("N", "M")
@@ -551,7 +565,7 @@ def test_derived_signatures():
 
 def test_derived_of_derived():
     g = DerivedDef("g", "grad", "loss", ("s",))
-    m = check_module([LOSS, g, DerivedDef("h", "grad", "g", ("s",))])
+    m = check_module([loss_def(), g, DerivedDef("h", "grad", "g", ("s",))])
     assert m.derived_types["h"].ret is REAL
     assert m.order == ["loss", "g", "h"]
 
@@ -572,7 +586,7 @@ def test_derived_of_derived():
 ])
 def test_derived_errors(kind, fn, wrt, message):
     with pytest.raises(TypeCheckError, match=message):
-        check_module([LOSS, VEC, DerivedDef("d", kind, fn, wrt, loc=L(12, 1))])
+        check_module([loss_def(), vec_def(), DerivedDef("d", kind, fn, wrt, loc=L(12, 1))])
 
 
 def test_derived_name_clash_and_order():
@@ -585,7 +599,7 @@ def test_derived_name_clash_and_order():
     with pytest.raises(TypeCheckError, match="recursion is not allowed"):
         check_module([DerivedDef("j", "jvp", "j", ("x",))])
     with pytest.raises(TypeCheckError) as info:
-        check_module([VEC, DerivedDef("d", "grad", "vec", ("x",), loc=L(12, 1))])
+        check_module([vec_def(), DerivedDef("d", "grad", "vec", ("x",), loc=L(12, 1))])
     assert info.value.loc.line == 12
 
 
@@ -594,4 +608,97 @@ def test_derived_functions_cannot_be_called_yet():
     g = DerivedDef("g", "grad", "loss", ("s",))
     user = Def("u", (P("z", REAL),), None, DefCall("g", (Var("z"),)))
     with pytest.raises(NotYetSupported, match="derived function g"):
-        check_module([LOSS, g, user])
+        check_module([loss_def(), g, user])
+
+
+# ---------------------------------------------------------------------------------------------
+# From .tl text (the parser's surface AST)
+
+
+def check_text(text: str, filename: str = "t.tl") -> CheckedModule:
+    parser = pytest.importorskip("tensorlang.parser")
+    return check_module(parser.parse_module(text, filename), filename)
+
+
+def error_of(text: str, filename: str = "t.tl") -> TypeCheckError:
+    with pytest.raises(TypeCheckError) as info:
+        check_text(text, filename)
+    return info.value
+
+
+def test_text_undefined_variable_location():
+    err = error_of("def f(N: size, x: R[N]) -> R:\n    return sum i:N. x[i] * yq\n")
+    assert err.message == "undefined variable yq"
+    assert (err.loc.line, err.loc.col) == (2, 28)
+    assert str(err).startswith("t.tl:2:28: type error: undefined variable yq")
+    assert str(err).splitlines()[-1].strip() == "^^"  # under `yq`
+
+
+def test_text_return_type_mismatch():
+    # (a name used nowhere else: a shared node keeps the location it was first built with)
+    err = error_of("def f(N: size, x: R[N]) -> R:\n    y_ret = x\n    return y_ret\n")
+    assert err.message == "f is declared to return R, but its body has type R[N]"
+    assert err.loc.line == 3
+
+
+def test_text_name_rules():
+    err = error_of("def f(N: size, x: R[N]) -> R[N]:\n    return gen x:N. 1.0\n")
+    assert "gen index x has the same name as the variable x" in err.message
+    assert err.loc.line == 2
+    err = error_of("def f(x: R) -> R:\n    y = x\n    z = y\n    y = z\n    return y\n")
+    assert err.message == "y is already defined by an earlier statement of f"
+    assert err.loc.line == 4
+    err = error_of("def f(x: R) -> R:\n    x = 2.0\n    return x\n")
+    assert err.message == "statement x redefines the parameter x of f"
+
+
+def test_text_sizes_must_be_affine_in_sizes():
+    err = error_of("def f(N: size, x: R[N]) -> R:\n    return sum i:N, j:i. x[j]\n")
+    assert "range of sum j i must be affine in size variables, but i is an index variable" \
+        in err.message
+    assert err.loc.line == 2
+
+
+def test_text_warnings():
+    m = check_text("def f(N: size, x: R[N]) -> R:\n"
+                   "    a = sum i:N. [i + 1 < N] * x[i + 1]\n"
+                   "    return a + sum i:N. x[i + 1]\n")
+    (w,) = m.warnings
+    assert w.loc.line == 3 and "x[i + 1]" in w.message
+    assert str(w).startswith("t.tl:3:")
+
+
+def test_text_locations_stay_in_their_file():
+    # hash-consing shares the node `y` (first built for good.tl) between the two sources; the
+    # error is still placed in the file being checked, at the nearest node of its own
+    good = check_text("def f(N: size, x: R[N], y: R) -> R:\n    return sum i:N. x[i] * y\n",
+                      "good.tl")
+    text = "# another file\n\ndef g(N: size, x: R[N]) -> R:\n    return sum i:N. y * x[i]\n"
+    err = error_of(text, "bad.tl")
+    assert good is not None
+    assert err.loc.source.name == "bad.tl" and err.loc.line == 4
+
+
+def test_text_derived_defs():
+    m = check_text("def qform(N: size, x: R[N], A: R[N, N]) -> R:\n"
+                   "    y = gen i:N. sum j:N. A[i, j] * x[j]\n"
+                   "    return sum i:N. x[i] * y[i]\n\n"
+                   "def g = grad(qform, x)\n"
+                   "def h = hessian(qform, x)\n"
+                   "def v = vjp(qform, A)\n")
+    assert str(m.derived_types["g"]) == "(N: size, x: R[N], A: R[N, N]) -> R[N]"
+    assert str(m.derived_types["h"]) == "(N: size, x: R[N], A: R[N, N]) -> R[N, N]"
+    assert str(m.derived_types["v"]) == \
+        "(N: size, x: R[N], A: R[N, N], d_y: R) -> (R, R[N, N])"
+    err = error_of("def f(N: size, x: R[N]) -> R[N]:\n    return x\n\ndef g = grad(f, x)\n")
+    assert err.loc.line == 4 and "needs f to return R" in err.message
+
+
+EXAMPLES = sorted((pathlib.Path(__file__).parent.parent / "examples").glob("*.tl"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_examples_check_without_warnings(path):
+    m = check_text(path.read_text(), str(path))
+    assert m.warnings == []
+    assert set(m.order) == set(m.defs) | set(m.derived)

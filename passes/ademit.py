@@ -1,0 +1,466 @@
+"""Statement emission shared by the derivative passes (jvp, vjp, derived functions).
+
+The derivative rules of SPEC 6 produce masked sums `gen I. sum J. [P] * c * u1[A1] * u2[A2]`
+whose summation indices are often determined by equalities in P (the adjoint of a read
+`u[A]` sums over all I with `A(I) == K`; a one-hot seed `[k == j]` pins a sum index).
+`Emitter` turns such a sum into ordinary Tensor SSA, simplifying as it goes:
+
+  * const inlining   a read of a constant statement `w = gen I'. [Q] * c'` becomes the mask
+                     `Q(A) and 0 <= A < dims` and the factor c' (cost never rises: a contract
+                     becomes a reduce, a reduce of a constant becomes a constant);
+  * gather forwarding a read of a gather `g = gen I'. [Q] * c' * u[B]` (a reduce with no sum)
+                     reads `u[B(A)]` under `Q(A)` instead (when the coefficients do not add a
+                     multiplication), so zero-cost copies such as the adjoint of a diagonal
+                     never have to be materialised;
+  * mask strengthening the product is zero where an operand's support fails, so the
+                     operand's support (affine and relation atoms) joins the mask;
+  * sum elimination  the index solver (`passes.indexsolve.eliminate_sum`: unit substitution,
+                     Smith normal form with divisibility guards, Fourier-Motzkin bounds)
+                     removes every summation index the equalities determine: an adjoint is a
+                     gather over its output index, never a scatter;
+  * aliasing         `v = gen I. u[I]` (same shape, mask implied by u's support) is u.
+
+Every statement variable carries a *support*: a predicate over its generator indices
+outside which it is structurally zero (the mask; for a sum, the mask projected onto I by
+Fourier-Motzkin, which over-approximates and so stays valid).  Supports make a fan-out add
+count only where both contributions are live (SPEC 3's guarded addition).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+from tensorlang import ast as A
+from tensorlang import tssa
+from tensorlang.ast import Affine, Cmp, PFalse, Pred, PTrue, RelCall
+from tensorlang.builtins import deriv_expr
+from tensorlang.tssa import (AddRhs, Builder, ConstRhs, ContractRhs, Input, MapRhs, Operand,
+                             ReduceRhs, Rhs)
+
+from .indexsolve import eliminate_sum
+from .indexsolve_fm import constraint_to_pred, fourier_motzkin
+
+IndexList = Sequence[tuple[str, Affine]]
+_ROUNDS = 8  # forwarding rounds per emitted sum (each round removes a statement level)
+
+
+def ids(names: Iterable[str]) -> tuple[Affine, ...]:
+    return tuple(Affine.var(n) for n in names)
+
+
+def _simple_atoms(p: Pred) -> list[Pred]:
+    """Conjuncts worth copying into another mask: comparisons and relation calls (copying
+    disjunctions and `exists` would only grow predicates)."""
+    return [q for q in tssa.conjuncts(p) if isinstance(q, (Cmp, RelCall))]
+
+
+def _drop_range_implied(p: Pred, dims: Sequence[Affine]) -> Pred:
+    """Drop size-only atoms that hold whenever one of `dims` is non-empty: a mask is only
+    evaluated at points of its ranges (`0 < N` inside `gen i:N`, from the index solver)."""
+    parts = tssa.conjuncts(p)
+    keep = [q for q in parts if not _implied_by_dims(q, dims)]
+    return p if len(keep) == len(parts) else A.pred_and(*keep)
+
+
+def _implied_by_dims(q: Pred, dims: Sequence[Affine]) -> bool:
+    if not isinstance(q, Cmp) or q.op == "==" or not q.lhs.vars() | q.rhs.vars():
+        return False
+    d = q.rhs - q.lhs - (1 if q.op == "<" else 0)  # the atom is d >= 0
+    for n in dims:  # n >= 1 at any point; d - (n - 1) >= 0 for all sizes >= 0 suffices
+        r = d - (n - 1)
+        if r.const >= 0 and all(c >= 0 for _, c in r.terms):
+            return True
+    return False
+
+
+def _range_pred(idx: Sequence[Affine], dims: Sequence[Affine]) -> Pred:
+    return A.pred_and(*(A.in_range(a, n) for a, n in zip(idx, dims)))
+
+
+def project(pred: Pred, names: Sequence[str], sizes: Sequence[Affine]) -> Pred:
+    """A predicate over the other variables that holds wherever `exists names. pred` does
+    (rational Fourier-Motzkin on the affine atoms; other atoms mentioning `names` dropped)."""
+    drop = set(names)
+    keep: list[Pred] = []
+    cons: list[Affine] = []
+    for q in tssa.conjuncts(pred):
+        if not (A.free_names(q) & drop):
+            keep.append(q)
+        elif isinstance(q, Cmp):
+            d = q.rhs - q.lhs
+            if q.op == "<":
+                cons.append(d - 1)
+            elif q.op == "<=":
+                cons.append(d)
+            else:
+                cons += [d, -d]
+        if isinstance(q, PFalse):
+            return PFalse()
+    if names:  # the boxes too: an empty sum range is a structural zero
+        for n, s in zip(names, sizes):
+            cons += [Affine.var(n), s - 1 - Affine.var(n)]
+        nest = fourier_motzkin(cons, list(names))
+        if not nest.feasible:
+            return PFalse()
+        keep += [constraint_to_pred(a) for a in nest.guard]
+    return A.pred_and(*keep)
+
+
+@dataclass
+class Val:
+    """`coeff * op` (op None: the constant `coeff`) -- a scalar value under construction."""
+
+    coeff: float
+    op: Operand | None = None
+
+    @property
+    def zero(self) -> bool:
+        return self.coeff == 0.0
+
+
+class Emitter:
+    """A `tssa.Builder` that simplifies the sums it is given and tracks supports."""
+
+    def __init__(self, params: Sequence[A.Param], ix: tuple[str, str, str]) -> None:
+        self.b = Builder(params, ix=ix)
+        self.ix = self.b.ix
+        self.supp: dict[str, Pred] = {}
+
+    # -- bookkeeping -----------------------------------------------------------------------
+
+    def shape(self, var: str) -> tuple[Affine, ...]:
+        return self.b.shapes[var]
+
+    def gens(self, dims: Sequence[Affine]) -> list[tuple[str, Affine]]:
+        """The canonical generator indices of a statement with these dims."""
+        return [(f"{self.ix[0]}{k}", d) for k, d in enumerate(dims)]
+
+    def canon(self, p: Pred, gen: IndexList, sums: IndexList = ()) -> Pred:
+        p = _drop_range_implied(p, [s for _, s in list(gen) + list(sums)])
+        return tssa.canon_pred(p, {n: s for n, s in list(gen) + list(sums)}, self.ix[2])
+
+    def _support_of(self, rhs: Rhs) -> Pred:
+        if isinstance(rhs, Input):
+            return PTrue()
+        if isinstance(rhs, ConstRhs):
+            return PFalse() if rhs.value == 0.0 else rhs.pred
+        if isinstance(rhs, MapRhs):
+            return rhs.pred
+        if isinstance(rhs, AddRhs):
+            parts = []
+            for s, o in zip(rhs.supports, rhs.operands):
+                parts.append(A.pred_and(s, *self._atoms_at(o)))
+            return A.pred_and(rhs.pred, A.pred_or(*parts))
+        return project(rhs.pred, rhs.sum_names(), rhs.sdims)
+
+    def _note(self, var: str, rhs: Rhs) -> str:
+        if var not in self.supp:
+            gen = list(zip(rhs.gen_names(), rhs.dims)) if not isinstance(rhs, Input) else []
+            self.supp[var] = self.canon(self._support_of(rhs), gen)
+        return var
+
+    def _atoms_at(self, o: Operand) -> list[Pred]:
+        """The simple atoms of o.var's support, read at o's access."""
+        s = self.supp.get(o.var, PTrue())
+        if isinstance(s, PTrue):
+            return []
+        m = {f"{self.ix[0]}{k}": a for k, a in enumerate(o.idx)}
+        if isinstance(s, PFalse):
+            return [PFalse()]
+        return [A.subst(q, m) for q in _simple_atoms(s)]
+
+    # -- plain statements ------------------------------------------------------------------
+
+    def input(self, param: str, path: Sequence[int] = ()) -> str:
+        var = self.b.input(param, path)
+        self.supp.setdefault(var, PTrue())
+        return var
+
+    def copy(self, rhs: Rhs, rename: Mapping[str, str]) -> str:
+        """A statement of another program, operands renamed, emitted verbatim."""
+        if isinstance(rhs, Input):
+            return self.input(rhs.param, rhs.path)
+        rhs = rhs.rename_vars(rename)
+        return self._note(self.b.emit(rhs), rhs)
+
+    def const(self, gen: IndexList, value: float, pred: Pred = PTrue()) -> str | None:
+        pred = self.canon(pred, gen)
+        if value == 0.0 or isinstance(pred, PFalse):
+            return None
+        rhs = tssa.make_const(gen, value, pred, self.ix)
+        return self._note(self.b.emit(rhs), rhs)
+
+    def zeros(self, dims: Sequence[Affine]) -> str:
+        rhs = tssa.make_const(self.gens(dims), 0.0, PTrue(), self.ix)
+        return self._note(self.b.emit(rhs), rhs)
+
+    def map(self, gen: IndexList, fn: str, params: Sequence[float], ops: Sequence[Operand],
+            pred: Pred = PTrue()) -> str | None:
+        pred = self.canon(pred, gen)
+        if isinstance(pred, PFalse):
+            return None
+        rhs = tssa.make_map(gen, fn, ops, pred, params, self.ix)
+        return self._note(self.b.emit(rhs), rhs)
+
+    # -- adds ------------------------------------------------------------------------------
+
+    def add(self, gen: IndexList, a: tuple[Operand, Pred], b: tuple[Operand, Pred],
+            pred: Pred = PTrue()) -> str | None:
+        """`gen. [pred] * ([s1] * o1 + [s2] * o2)` with forwarded gathers and supports
+        strengthened by the operands' supports (the add then counts only where both are
+        live)."""
+        sides = []
+        for o, s in (a, b):
+            o, s = self._forward_add_operand(o, s)
+            if o is not None:
+                s = self.canon(A.pred_and(s, *self._atoms_at(o)), gen)
+                if not isinstance(s, PFalse):
+                    sides.append((o, s))
+        if not sides:
+            return None
+        if len(sides) == 1:
+            (o, s), = sides
+            return self.sum(gen, [], A.pred_and(pred, s), 1.0, [o])
+        (o1, s1), (o2, s2) = sides
+        pred = self.canon(pred, gen)
+        if isinstance(pred, PFalse):
+            return None
+        rhs = tssa.make_add(gen, o1, o2, pred, (s1, s2), self.ix)
+        return self._note(self.b.emit(rhs), rhs)
+
+    def _forward_add_operand(self, o: Operand, s: Pred) -> tuple[Operand | None, Pred]:
+        for _ in range(_ROUNDS):
+            d = self.b.defs.get(o.var)
+            if isinstance(d, ConstRhs) and d.value == 0.0:
+                return None, PFalse()
+            if not (isinstance(d, ReduceRhs) and not d.sdims and d.coeff == 1.0):
+                break
+            o, extra = self._through(d, o)
+            s = A.pred_and(s, extra)
+        return o, s
+
+    def add_all(self, dims: Sequence[Affine], terms: Sequence[str | None]) -> str | None:
+        """The sum of statements of shape `dims` (one guarded add per extra term)."""
+        gen = self.gens(dims)
+        idx = ids(n for n, _ in gen)
+        out: str | None = None
+        for t in terms:
+            if t is None:
+                continue
+            out = t if out is None else self.add(gen, (Operand(out, idx), PTrue()),
+                                                 (Operand(t, idx), PTrue()))
+        return out
+
+    # -- sums ------------------------------------------------------------------------------
+
+    def _through(self, d: Rhs, o: Operand) -> tuple[Operand, Pred]:
+        """Read through the gather / constant `d` at o's access: (new operand or o, mask)."""
+        m = {n: a for n, a in zip(d.gen_names(), o.idx)}
+        mask = A.pred_and(A.subst(d.pred, m), _range_pred(o.idx, d.dims))
+        if isinstance(d, ReduceRhs):
+            u = d.operands[0]
+            return Operand(u.var, tuple(a.subst(m) for a in u.idx)), mask
+        return o, mask
+
+    def sum(self, gen: IndexList, sums: IndexList, pred: Pred, coeff: float,
+            ops: Sequence[Operand]) -> str | None:
+        """`gen I. sum J. [pred] * coeff * ops...` (at most two operands) as one simplified
+        statement; None when it is structurally zero.  Index names are arbitrary (distinct
+        from sizes and relations)."""
+        if coeff == 0.0:
+            return None
+        ren: dict[str, Affine] = {}
+        g2 = [(f"_g{k}", s) for k, (_, s) in enumerate(gen)]
+        s2 = [(f"_s{k}", s) for k, (_, s) in enumerate(sums)]
+        for (n, _), (t, _) in zip(list(gen) + list(sums), g2 + s2):
+            ren[n] = Affine.var(t)
+        pred = A.subst(pred, ren)
+        cur = [o.subst(ren) for o in ops]
+        sums_l = list(s2)
+        for _ in range(_ROUNDS):
+            changed = False
+            nxt: list[Operand] = []
+            for o in cur:
+                d = self.b.defs.get(o.var)
+                if isinstance(d, ConstRhs):
+                    if d.value == 0.0:
+                        return None
+                    coeff *= d.value
+                    _, mask = self._through(d, o)
+                    pred = A.pred_and(pred, mask)
+                    changed = True
+                    continue
+                if (isinstance(d, ReduceRhs) and not d.sdims
+                        and (d.coeff == 1.0 or coeff != 1.0)):
+                    o, mask = self._through(d, o)
+                    coeff *= d.coeff
+                    pred = A.pred_and(pred, mask)
+                    changed = True
+                nxt.append(o)
+            cur = nxt
+            for o in cur:
+                pred = A.pred_and(pred, *self._atoms_at(o))
+            if isinstance(self.canon(pred, g2, sums_l), PFalse):
+                return None
+            if sums_l:
+                solved = _solve(sums_l, pred, cur)
+                if solved is None:
+                    return None
+                sums_l, pred, cur, k = solved
+                coeff *= k
+            if not changed:
+                break
+        return self._emit_sum(g2, sums_l, pred, coeff, cur)
+
+    def _emit_sum(self, gen: IndexList, sums: IndexList, pred: Pred, coeff: float,
+                  ops: list[Operand]) -> str | None:
+        pred = self.canon(pred, gen, sums)
+        if coeff == 0.0 or isinstance(pred, PFalse):
+            return None
+        if not ops:
+            if not sums:
+                return self.const(gen, coeff, pred)
+            c = self.const([], coeff)  # a sum of a constant: additions only
+            assert c is not None
+            ops, coeff = [Operand(c, ())], 1.0
+        if len(ops) == 1:
+            rhs: Rhs = tssa.make_reduce(gen, sums, ops[0], pred, coeff, self.ix)
+        else:
+            rhs = tssa.make_contract(gen, sums, ops[0], ops[1], pred, coeff, self.ix)
+        alias = self._alias(rhs)
+        if alias is not None:
+            return alias
+        return self._note(self.b.emit(rhs), rhs)
+
+    def _alias(self, rhs: Rhs) -> str | None:
+        """`v = gen I. [P] * u[I]` with u of shape I and P implied by u's support is u."""
+        if not (isinstance(rhs, ReduceRhs) and not rhs.sdims and rhs.coeff == 1.0):
+            return None
+        o = rhs.operands[0]
+        if o.idx != ids(rhs.gen_names()) or self.shape(o.var) != rhs.dims:
+            return None
+        have = set(tssa.conjuncts(self.supp.get(o.var, PTrue())))
+        if all(q in have for q in tssa.conjuncts(rhs.pred)):
+            return o.var
+        return None
+
+
+def _solve(sums: list[tuple[str, Affine]], pred: Pred, ops: list[Operand]
+           ) -> tuple[list[tuple[str, Affine]], Pred, list[Operand], float] | None:
+    """Eliminate the summation indices that the equalities of `pred` determine (index
+    solver); returns (sums, pred, operands, factor) or None for a structural zero."""
+    factors: list[A.Expr] = [A.Access(A.Var(o.var), o.idx) if o.idx else A.Var(o.var)
+                             for o in ops]
+    body: A.Expr = factors[0] if factors else A.Const(1.0)
+    for f in factors[1:]:
+        body = A.Mul(body, f)
+    e: A.Expr = body if isinstance(pred, PTrue) else A.Iverson(pred, body)
+    for name, size in reversed(sums):
+        e = A.Sum(name, size, e)
+    r = eliminate_sum(e)
+    guards: list[Pred] = []
+    new_sums: list[tuple[str, Affine]] = []
+    while isinstance(r, (A.Sum, A.Iverson)):
+        if isinstance(r, A.Iverson):
+            guards.append(r.pred)
+            r = r.e
+        else:
+            new_sums.append((r.idx, r.size))
+            r = r.body
+    coeff = 1.0
+    out: list[Operand] = []
+    stack = [r]
+    while stack:
+        f = stack.pop(0)
+        if isinstance(f, A.Mul):
+            stack[:0] = [f.a, f.b]
+        elif isinstance(f, A.Const):
+            coeff *= f.value
+        elif isinstance(f, A.Access) and isinstance(f.e, A.Var):
+            out.append(Operand(f.e.name, f.idx))
+        elif isinstance(f, A.Var):
+            out.append(Operand(f.name, ()))
+        else:
+            raise AssertionError(f"unexpected factor from the index solver: {f!r}")
+    if coeff == 0.0:
+        return None
+    return new_sums, A.pred_and(*guards), out, coeff
+
+
+# ---------------------------------------------------------------------------------------------
+# Derivatives of builtins as statements
+
+
+def emit_scalar(em: Emitter, gen: IndexList, pred: Pred, e: A.Expr,
+                env: Mapping[str, Operand]) -> Val:
+    """Statements computing the scalar expression `e` at every point of `gen` under `pred`
+    (`env` maps the expression's variables to operands).  A constant factor is left pending
+    in the result (`Val.coeff`) so the consumer can fold it into its own coefficient."""
+    if isinstance(e, A.Const):
+        return Val(float(e.value))
+    if isinstance(e, A.Var):
+        return Val(1.0, env[e.name])
+    if isinstance(e, A.Let):
+        v = emit_scalar(em, gen, pred, e.value, env)
+        op = materialise(em, gen, pred, v)
+        if op is None:
+            zero = em.zeros([s for _, s in gen])
+            op = Operand(zero, ids(n for n, _ in gen))
+        return emit_scalar(em, gen, pred, e.body, {**env, e.name: op})
+    here = ids(n for n, _ in gen)
+    if isinstance(e, A.Call):
+        args = []
+        for a in e.args:
+            op = materialise(em, gen, pred, emit_scalar(em, gen, pred, a, env))
+            if op is None:
+                op = Operand(em.zeros([s for _, s in gen]), here)
+            args.append(op)
+        var = em.map(gen, e.fn, e.params, args, pred)
+        return Val(0.0) if var is None else Val(1.0, Operand(var, here))
+    if isinstance(e, A.Mul):
+        a, b = emit_scalar(em, gen, pred, e.a, env), emit_scalar(em, gen, pred, e.b, env)
+        if a.zero or b.zero:
+            return Val(0.0)
+        if a.op is None or b.op is None:
+            return Val(a.coeff * b.coeff, a.op or b.op)
+        var = em.sum(gen, [], pred, 1.0, [a.op, b.op])
+        return Val(0.0) if var is None else Val(a.coeff * b.coeff, Operand(var, here))
+    if isinstance(e, A.Add):
+        a, b = emit_scalar(em, gen, pred, e.a, env), emit_scalar(em, gen, pred, e.b, env)
+        if a.zero:
+            return b
+        if b.zero:
+            return a
+        if a.op is None and b.op is None:
+            return Val(a.coeff + b.coeff)
+        oa, ob = materialise(em, gen, pred, a), materialise(em, gen, pred, b)
+        sides = [o for o in (oa, ob) if o is not None]
+        if len(sides) == 1:
+            return Val(1.0, sides[0])
+        var = em.add(gen, (sides[0], PTrue()), (sides[1], PTrue()), pred)
+        return Val(0.0) if var is None else Val(1.0, Operand(var, here))
+    raise TypeError(f"cannot emit {type(e).__name__} as a scalar statement")
+
+
+def materialise(em: Emitter, gen: IndexList, pred: Pred, v: Val) -> Operand | None:
+    """An operand holding the value `v` under `pred` (None for zero)."""
+    here = ids(n for n, _ in gen)
+    if v.zero:
+        return None
+    if v.op is None:
+        var = em.const(gen, v.coeff, pred)
+    elif v.coeff == 1.0:
+        return v.op
+    else:
+        var = em.sum(gen, [], pred, v.coeff, [v.op])
+    return None if var is None else Operand(var, here)
+
+
+def builtin_partial(em: Emitter, gen: IndexList, pred: Pred, fn: str, params: Sequence[float],
+                    args: Sequence[Operand], k: int) -> Val:
+    """The k-th partial derivative of `fn(args; params)` at every point of `gen` under
+    `pred`: usually one map (shared with an equal primal map by hash-consing) times a
+    pending constant (`builtins.deriv_expr`)."""
+    holes = [f"_h{m}" for m in range(len(args))]
+    e = deriv_expr(fn, [A.Var(h) for h in holes], params, k)
+    return emit_scalar(em, gen, pred, e, dict(zip(holes, args)))

@@ -1,0 +1,914 @@
+"""`tl.dsl`: build tensorlang programs from Python, without source text (SPEC 9).
+
+```python
+from tensorlang import dsl
+N = dsl.size("N")
+x = dsl.param("x", dsl.R[N])
+A = dsl.param("A", dsl.R[N, N])
+y = dsl.bind("y", dsl.gen(N, lambda i: dsl.sum(N, lambda j: A[i, j] * x[j])))
+qform = dsl.function("qform", [N, x, A], dsl.sum(N, lambda i: x[i] * y[i]), ret=dsl.R)
+```
+builds exactly the `Def` that the parser makes of
+```
+def qform(N: size, x: R[N], A: R[N, N]) -> R:
+    y = gen i:N. sum j:N. A[i, j] * x[j]
+    return sum i:N. x[i] * y[i]
+```
+
+Pieces:
+* types: `dsl.R`, `dsl.R[N, M + 1]`, Python tuples `(t1, t2)` for pair types,
+  `dsl.array(shape, elem)` for tensors of other element types, `dsl.rel(N, N)`;
+* parameters: `dsl.size("N")` (also an index expression), `dsl.param(name, type)` (an
+  expression; a relation parameter is callable: `E(i, j)` is a predicate);
+* expressions (`Expr`): `+ - * /`, unary `-`, `e ** c` (c a number), `abs(e)`, numbers,
+  indexing `e[i, j + 1]` (full or partial), `e.fst`/`e.snd`/`dsl.proj(e, k)`, `dsl.pair`,
+  the builtins (`dsl.exp(e)`, `dsl.pow(e, c)`, `dsl.max(a, b)`, ... and `dsl.builtin(name,
+  ...)` for any other), `dsl.gen`, `dsl.sum`, `dsl.let`, `dsl.call(f, ...)` (an earlier def);
+* index expressions (`Index`): binder indices and sizes, with `+ -`, `* int` and
+  comparisons `< <= > >= == !=` giving predicates;
+* predicates (`Pred`): `p & q`, `p | q`, `dsl.exists`, `dsl.true`, `dsl.false`; `p * e` (or
+  `e * p`, or `dsl.iverson(p, e)`) is the Iverson bracket `[p] * e`; elsewhere in arithmetic
+  a predicate is `[p]` = `[p] * 1`.  `p * q` is `p & q`.  Python's `&` binds tighter than
+  comparisons: write `E(i, j) & (i != j)`.  A predicate has no truth value (`if p:` and
+  `p and q` raise).
+* statements: `dsl.bind(name, e)` names a value; the def gets `name = e` (a `let` on its
+  spine) if the result uses it.  A binding made inside a `gen`/`sum` body that reads the
+  binder's index becomes a `let` inside that body.
+
+Nodes are the parser's (docs/CONTRACTS.md sugar list): `a - b` is `a + (-1.0) * b`, `-a` is
+`(-1.0) * a` (`-c` of a constant is `Const(-c)`), `a / b` is `a * recip(b)`, `e ** c` is
+`pow(e, c)`, `i != j` is `i < j or j < i`, `i > j` is `j < i`, several sizes in one binder
+nest (`dsl.sum(N, M, lambda i, j: ...)` is `sum i:N. sum j:M. ...`).  Differences: a guard
+`p * e` guards exactly its operand (in `.tl`, a bracket guards the whole product to its
+right: write `a * (p * (b * c))` for `a * [p] * b * c`), and `p * q` is `[p and q]`.
+
+Binder names are the names of the Python lambda's parameters (`lambda i:` binds `i`), so
+building the same program twice gives the same (hash-consed) nodes.  A name that would
+capture or shadow anything used inside the body gets a numeric suffix (`i1`); one that
+clashes with a parameter or statement of the def is renamed by `function`.
+
+Elaboration: the DSL does no type inference.  Arithmetic on tensor-valued operands
+(`x + y` with `x, y : R[N]`, `2.0 * A`) and `dsl.call` build surface nodes (`Add`/`Mul` of
+tensors, `DefCall`) that `tensorlang.elaborate` turns into core `gen`s and inlined bodies.
+`function` returns the def as built (`elaborate.is_core` tells whether it needs
+elaboration); `dsl.core(d)` (or `tl.from_def(d)`) type-checks and elaborates it.
+"""
+from __future__ import annotations
+
+import builtins as _py
+import inspect
+import itertools
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+from . import ast as A
+from .ast import REAL, Affine, Param, Type
+from .errors import TypeCheckError
+
+__all__ = [
+    "DSLError", "Expr", "Index", "Size", "Pred", "Relation", "Variable", "R", "array", "rel",
+    "size", "sizes", "param", "const", "gen", "sum", "exists", "let", "bind", "iverson",
+    "pair", "proj", "call", "builtin", "true", "false", "function", "core",
+    "exp", "log", "sin", "cos", "tan", "tanh", "sqrt", "sigmoid", "softplus", "abs", "relu",
+    "square", "recip", "pow", "max", "min",
+]
+
+
+class DSLError(TypeCheckError, TypeError):
+    """A program the builder cannot express (also a `TypeError`: misuse of the Python API)."""
+
+    kind = "dsl error"
+
+
+# Words the grammar reserves, and names that would read as something else in `.tl` text.
+KEYWORDS = frozenset("def return gen sum let in and or exists true false size rel R".split())
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_TEMP_PREFIX = "__dsl"
+_temps = itertools.count()
+_bindings = itertools.count()
+
+
+def _temp() -> str:
+    """A placeholder binder name while a body is being built (never left in a result)."""
+    return f"{_TEMP_PREFIX}{next(_temps)}"
+
+
+def _check_name(name: str, what: str) -> str:
+    if not isinstance(name, str) or not _NAME.match(name) or name.startswith(_TEMP_PREFIX):
+        raise DSLError(f"{what} name {name!r} is not an identifier")
+    if name in KEYWORDS or name in A.BUILTINS or name in A.DERIVED_KINDS:
+        raise DSLError(f"{what} name {name!r} is reserved")
+    return name
+
+
+def _usable(name: str) -> bool:
+    try:
+        _check_name(name, "binder")
+    except DSLError:
+        return False
+    return not name.startswith("_")
+
+
+# ---------------------------------------------------------------------------------------------
+# Names inside nodes
+
+
+def _all_names(node: A.Node) -> set[str]:
+    """Every identifier in `node`, free or bound (variables, indices, sizes, relations)."""
+    out: set[str] = set()
+    for n in A.walk(node):
+        if isinstance(n, A.Var):
+            out.add(n.name)
+        elif isinstance(n, Affine):
+            out |= n.vars()
+        elif isinstance(n, A.RelCall):
+            out.add(n.name)
+        b = A.binder_name(n)
+        if b is not None:
+            out.add(b)
+    return out
+
+
+def _fresh_for(base: str, *nodes: A.Node) -> str:
+    """`base`, or `base1`, `base2`, ...: the first name used nowhere in `nodes`, so binding it
+    can neither capture nor shadow anything."""
+    taken: set[str] = set()
+    for n in nodes:
+        taken |= _all_names(n)
+    if base not in taken:
+        return base
+    return next(f"{base}{k}" for k in itertools.count(1) if f"{base}{k}" not in taken)
+
+
+def _lambda_names(fn: Callable, count: int, defaults: Sequence[str], what: str) -> list[str]:
+    """The binder names: the lambda's parameter names (or defaults for unusable ones)."""
+    if not callable(fn):
+        raise DSLError(f"{what} needs a function of its {count} ind"
+                       f"{'ex' if count == 1 else 'ices'} as its last argument")
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # builtins without a signature
+        params = []
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = len([p for p in positional if p.default is p.empty])
+    varargs = _py.any(p.kind == p.VAR_POSITIONAL for p in params)
+    if params and not (required <= count and (varargs or count <= len(positional))):
+        raise DSLError(f"{what} with {count} size(s) needs a function of {count} argument(s)")
+    names = [p.name for p in positional[:count]]
+    names += list(defaults[len(names):count])
+    return [n if _usable(n) else defaults[k] for k, n in enumerate(names)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Statement bindings
+
+
+@dataclass(frozen=True, eq=False)
+class _Binding:
+    """`name = value` of a def (made by `bind`); `deps` are the bindings `value` reads."""
+
+    name: str
+    value: A.Expr
+    deps: frozenset["_Binding"]
+    seq: int
+
+    def reads(self, name: str) -> bool:
+        return name in A.free_names(self.value) or _py.any(
+            name in A.free_names(d.value) for d in self.deps)
+
+
+def _close(node: A.Expr, deps: frozenset[_Binding], temp: str) -> tuple[A.Expr, frozenset]:
+    """Emit (as `let`s around `node`) the bindings that read the binder `temp`."""
+    local = sorted((b for b in deps if b.reads(temp)), key=lambda b: b.seq)
+    for b in reversed(local):
+        node = A.Let(b.name, b.value, node)
+    return node, deps.difference(local)
+
+
+# ---------------------------------------------------------------------------------------------
+# Index expressions
+
+
+def _affine(x: Any, what: str = "index") -> Affine:
+    if isinstance(x, Index):
+        return x.aff
+    if isinstance(x, Affine):
+        return x
+    if isinstance(x, (int,)) and not isinstance(x, bool) or _is_np_int(x):
+        return Affine.lit(int(x))
+    raise DSLError(f"{what} must be an index expression (binder index, size or integer), "
+                   f"not {_describe(x)}")
+
+
+def _is_np_int(x: Any) -> bool:
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(x, np.integer)
+
+
+def _describe(x: Any) -> str:
+    if isinstance(x, Expr):
+        return f"the expression {x!r}"
+    return f"{type(x).__name__} {x!r}"
+
+
+class Index:
+    """An affine index expression: binder indices and sizes with `+ -`, `* int`.
+
+    Comparisons give predicates; an index is not a value (`x[i] * i` is an error)."""
+
+    __slots__ = ("aff",)
+    __hash__ = None  # type: ignore[assignment]   # == builds a predicate
+
+    def __init__(self, aff: Affine):
+        self.aff = aff
+
+    def __add__(self, o: Any) -> "Index":
+        return Index(self.aff + _affine(o))
+
+    def __radd__(self, o: Any) -> "Index":
+        return Index(_affine(o) + self.aff)
+
+    def __sub__(self, o: Any) -> "Index":
+        return Index(self.aff - _affine(o))
+
+    def __rsub__(self, o: Any) -> "Index":
+        return Index(_affine(o) - self.aff)
+
+    def __neg__(self) -> "Index":
+        return Index(-self.aff)
+
+    def __pos__(self) -> "Index":
+        return self
+
+    def __mul__(self, k: Any) -> "Index":
+        if isinstance(k, bool) or not (isinstance(k, int) or _is_np_int(k)):
+            if isinstance(k, Index):
+                raise DSLError("a product of two indices is not affine")
+            raise DSLError(f"an index can only be multiplied by an integer, not "
+                           f"{_describe(k)} (indices are not values)")
+        return Index(self.aff * int(k))
+
+    __rmul__ = __mul__
+
+    def __lt__(self, o: Any) -> "Pred":
+        return Pred(A.Cmp("<", self.aff, _affine(o)))
+
+    def __le__(self, o: Any) -> "Pred":
+        return Pred(A.Cmp("<=", self.aff, _affine(o)))
+
+    def __gt__(self, o: Any) -> "Pred":
+        return Pred(A.Cmp("<", _affine(o), self.aff))
+
+    def __ge__(self, o: Any) -> "Pred":
+        return Pred(A.Cmp("<=", _affine(o), self.aff))
+
+    def __eq__(self, o: Any) -> "Pred":  # type: ignore[override]
+        return Pred(A.Cmp("==", self.aff, _affine(o)))
+
+    def __ne__(self, o: Any) -> "Pred":  # type: ignore[override]
+        a, b = self.aff, _affine(o)
+        return Pred(A.Or(A.Cmp("<", a, b), A.Cmp("<", b, a)))
+
+    def __bool__(self) -> bool:
+        raise DSLError("an index has no truth value")
+
+    def __repr__(self) -> str:
+        return _show(self.aff)
+
+
+class Size(Index):
+    """A size parameter (`dsl.size("N")`): usable in types, binder ranges and indices."""
+
+    __slots__ = ("param",)
+
+    def __init__(self, name: str):
+        super().__init__(Affine.var(_check_name(name, "size")))
+        self.param = Param(name, A.TSize())
+
+    @property
+    def name(self) -> str:
+        return self.param.name
+
+
+# ---------------------------------------------------------------------------------------------
+# Predicates
+
+
+class Pred:
+    """A predicate over indices (`i < j`, `E(i, j)`, `p & q`, ...); `p * e` guards `e`."""
+
+    __slots__ = ("node",)
+    __array_ufunc__ = None
+
+    def __init__(self, node: A.Pred):
+        self.node = node
+
+    def __and__(self, o: "Pred") -> "Pred":
+        return Pred(A.And(self.node, _pred(o).node))
+
+    def __or__(self, o: "Pred") -> "Pred":
+        return Pred(A.Or(self.node, _pred(o).node))
+
+    def __rand__(self, o: "Pred") -> "Pred":
+        return Pred(A.And(_pred(o).node, self.node))
+
+    def __ror__(self, o: "Pred") -> "Pred":
+        return Pred(A.Or(_pred(o).node, self.node))
+
+    def __mul__(self, o: Any) -> Any:
+        if isinstance(o, Pred):
+            return self & o
+        return iverson(self, o)
+
+    def __rmul__(self, o: Any) -> "Expr":
+        return iverson(self, o)
+
+    # In other arithmetic a predicate is `[p]`, i.e. `[p] * 1`.
+    def __add__(self, o: Any) -> "Expr":
+        return _lift(self) + o
+
+    def __radd__(self, o: Any) -> "Expr":
+        return _lift(o) + _lift(self)
+
+    def __sub__(self, o: Any) -> "Expr":
+        return _lift(self) - o
+
+    def __rsub__(self, o: Any) -> "Expr":
+        return _lift(o) - _lift(self)
+
+    def __neg__(self) -> "Expr":
+        return -_lift(self)
+
+    def __truediv__(self, o: Any) -> "Expr":
+        return _lift(self) / o
+
+    def __bool__(self) -> bool:
+        raise DSLError("a predicate has no truth value: use & and | (not `and`/`or`), and "
+                       "p * e for the Iverson bracket")
+
+    def __repr__(self) -> str:
+        return _show(self.node)
+
+
+def _pred(p: Any) -> Pred:
+    if isinstance(p, Pred):
+        return p
+    if isinstance(p, bool):
+        return Pred(A.PTrue() if p else A.PFalse())
+    raise DSLError(f"expected a predicate, not {_describe(p)}")
+
+
+true = Pred(A.PTrue())
+false = Pred(A.PFalse())
+
+
+class Relation:
+    """A relation parameter (`dsl.param("E", dsl.rel(N, N))`); `E(i, j)` is a predicate."""
+
+    __slots__ = ("param",)
+
+    def __init__(self, p: Param):
+        self.param = p
+
+    @property
+    def name(self) -> str:
+        return self.param.name
+
+    def __call__(self, *idx: Any) -> Pred:
+        assert isinstance(self.param.type, A.TRel)
+        if len(idx) != len(self.param.type.sizes):
+            raise DSLError(f"relation {self.name} takes {len(self.param.type.sizes)} indices, "
+                           f"got {len(idx)}")
+        return Pred(A.RelCall(self.name, tuple(_affine(a) for a in idx)))
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+# ---------------------------------------------------------------------------------------------
+# Expressions
+
+
+def _is_number(x: Any) -> bool:
+    if isinstance(x, bool):
+        return False
+    if isinstance(x, (int, float)):
+        return True
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(x, (np.integer, np.floating))
+
+
+def _lift(x: Any) -> "Expr":
+    """A value operand: an `Expr`, a number (`Const`), or a predicate (`[p]`)."""
+    if isinstance(x, Expr):
+        return x
+    if _is_number(x):
+        return Expr(A.Const(float(x)))
+    if isinstance(x, Pred):
+        return Expr(A.Iverson(x.node, A.Const(1.0)))
+    if isinstance(x, Index):
+        raise DSLError(f"the index {x!r} is not a value (indices only index tensors)")
+    if isinstance(x, A.Expr):
+        return Expr(x)
+    raise DSLError(f"expected an expression, not {_describe(x)}")
+
+
+def _deps(*xs: "Expr") -> frozenset[_Binding]:
+    return frozenset().union(*(x.deps for x in xs))
+
+
+class Expr:
+    """A tensorlang expression under construction: `.node` is the `ast.Expr`."""
+
+    __slots__ = ("node", "deps")
+    __array_ufunc__ = None     # numpy scalars defer to the reflected operators below
+
+    def __init__(self, node: A.Expr, deps: frozenset[_Binding] = frozenset()):
+        self.node = node
+        self.deps = deps
+
+    def _bin(self, cls: type, a: "Expr", b: "Expr") -> "Expr":
+        return Expr(cls(a.node, b.node), _deps(a, b))
+
+    def __add__(self, o: Any) -> "Expr":
+        return self._bin(A.Add, self, _lift(o))
+
+    def __radd__(self, o: Any) -> "Expr":
+        return self._bin(A.Add, _lift(o), self)
+
+    def __sub__(self, o: Any) -> "Expr":
+        return self._bin(A.Add, self, _negate(_lift(o), literal=False))
+
+    def __rsub__(self, o: Any) -> "Expr":
+        return self._bin(A.Add, _lift(o), _negate(self, literal=False))
+
+    def __mul__(self, o: Any) -> "Expr":
+        if isinstance(o, Pred):
+            return iverson(o, self)
+        return self._bin(A.Mul, self, _lift(o))
+
+    def __rmul__(self, o: Any) -> "Expr":
+        return self._bin(A.Mul, _lift(o), self)
+
+    def __truediv__(self, o: Any) -> "Expr":
+        return self._bin(A.Mul, self, recip(_lift(o)))
+
+    def __rtruediv__(self, o: Any) -> "Expr":
+        return self._bin(A.Mul, _lift(o), recip(self))
+
+    def __pow__(self, c: Any) -> "Expr":
+        return pow(self, c)
+
+    def __rpow__(self, o: Any) -> "Expr":
+        raise DSLError("the exponent of ** must be a constant number")
+
+    def __neg__(self) -> "Expr":
+        return _negate(self, literal=True)
+
+    def __pos__(self) -> "Expr":
+        return self
+
+    def __abs__(self) -> "Expr":
+        return abs(self)
+
+    def __getitem__(self, idx: Any) -> "Expr":
+        items = idx if isinstance(idx, tuple) else (idx,)
+        if not items:
+            raise DSLError("an access needs at least one index")
+        for k in items:
+            if isinstance(k, slice):
+                raise DSLError("slices are not supported: use dsl.gen to build a sub-tensor")
+        return Expr(A.Access(self.node, tuple(_affine(k) for k in items)), self.deps)
+
+    def __iter__(self) -> Any:
+        raise DSLError("an expression is not iterable (index it, or project a pair with "
+                       ".fst/.snd)")
+
+    def __bool__(self) -> bool:
+        raise DSLError("an expression has no truth value (use predicates on indices)")
+
+    def proj(self, k: int) -> "Expr":
+        if k not in (0, 1):
+            raise DSLError(f"pairs have components 0 and 1, not {k!r}")
+        return Expr(A.Proj(self.node, k), self.deps)
+
+    @property
+    def fst(self) -> "Expr":
+        return self.proj(0)
+
+    @property
+    def snd(self) -> "Expr":
+        return self.proj(1)
+
+    def __repr__(self) -> str:
+        return _show(self.node)
+
+
+class Variable(Expr):
+    """A value parameter (`dsl.param`): an expression that also declares its `Param`."""
+
+    __slots__ = ("param",)
+
+    def __init__(self, p: Param):
+        super().__init__(A.Var(p.name))
+        self.param = p
+
+    @property
+    def name(self) -> str:
+        return self.param.name
+
+    @property
+    def type(self) -> Type:
+        return self.param.type
+
+
+def _negate(e: Expr, literal: bool) -> Expr:
+    """`-e` is `(-1.0) * e`; unary minus of a constant is the negated constant (parser)."""
+    if literal and isinstance(e.node, A.Const):
+        return Expr(A.Const(-e.node.value), e.deps)
+    return Expr(A.Mul(A.Const(-1.0), e.node), e.deps)
+
+
+def _show(node: A.Node) -> str:
+    try:
+        from .printer import to_tl
+        return to_tl(node)
+    except Exception:  # the printer is optional here; never fail in a repr
+        return repr(node)
+
+
+def const(c: float) -> Expr:
+    if not _is_number(c):
+        raise DSLError(f"a constant must be a number, not {_describe(c)}")
+    return Expr(A.Const(float(c)))
+
+
+def iverson(p: Any, e: Any = 1.0) -> Expr:
+    """`[p] * e`: `e` where `p` holds, else the zero of `e`'s type (any type)."""
+    v = _lift(e)
+    return Expr(A.Iverson(_pred(p).node, v.node), v.deps)
+
+
+def pair(a: Any, b: Any, *more: Any) -> Expr:
+    """`(a, b)`; more components nest to the right: `pair(a, b, c)` is `(a, (b, c))`."""
+    if more:
+        b = pair(b, *more)
+    x, y = _lift(a), _lift(b)
+    return Expr(A.Pair(x.node, y.node), _deps(x, y))
+
+
+def proj(e: Any, k: int) -> Expr:
+    return _lift(e).proj(k)
+
+
+# -- builtins
+
+
+def builtin(fn: str, *args: Any, params: Iterable[float] = ()) -> Expr:
+    """A call of any builtin of `ast.BUILTINS` (with constant `params`, e.g. pow's exponent)."""
+    arity = A.BUILTINS.get(fn)
+    ps = tuple(params)
+    if arity is None:
+        raise DSLError(f"unknown builtin {fn!r}")
+    if arity != (len(args), len(ps)):
+        raise DSLError(f"{fn} takes {arity[0]} argument(s) and {arity[1]} constant "
+                       f"parameter(s), got {len(args)} and {len(ps)}")
+    for p in ps:
+        if not _is_number(p):
+            raise DSLError(f"the constant parameter of {fn} must be a number, not "
+                           f"{_describe(p)}")
+    xs = [_lift(a) for a in args]
+    return Expr(A.Call(fn, tuple(x.node for x in xs), tuple(float(p) for p in ps)), _deps(*xs))
+
+
+def exp(e: Any) -> Expr:
+    return builtin("exp", e)
+
+
+def log(e: Any) -> Expr:
+    return builtin("log", e)
+
+
+def sin(e: Any) -> Expr:
+    return builtin("sin", e)
+
+
+def cos(e: Any) -> Expr:
+    return builtin("cos", e)
+
+
+def tan(e: Any) -> Expr:
+    return builtin("tan", e)
+
+
+def tanh(e: Any) -> Expr:
+    return builtin("tanh", e)
+
+
+def sqrt(e: Any) -> Expr:
+    return builtin("sqrt", e)
+
+
+def sigmoid(e: Any) -> Expr:
+    return builtin("sigmoid", e)
+
+
+def softplus(e: Any) -> Expr:
+    return builtin("softplus", e)
+
+
+def abs(e: Any) -> Expr:  # noqa: A001 - the language's name
+    return builtin("abs", e)
+
+
+def relu(e: Any) -> Expr:
+    return builtin("relu", e)
+
+
+def square(e: Any) -> Expr:
+    return builtin("square", e)
+
+
+def recip(e: Any) -> Expr:
+    return builtin("recip", e)
+
+
+def pow(e: Any, c: float) -> Expr:  # noqa: A001
+    """`e ** c` for a constant `c`."""
+    if not _is_number(c):
+        raise DSLError(f"the exponent of pow must be a constant number, not {_describe(c)}")
+    return builtin("pow", e, params=(c,))
+
+
+def max(a: Any, b: Any) -> Expr:  # noqa: A001
+    return builtin("max", a, b)
+
+
+def min(a: Any, b: Any) -> Expr:  # noqa: A001
+    return builtin("min", a, b)
+
+
+# -- binders
+
+_INDEX_NAMES = ("i", "j", "k", "l", "m", "n", "p", "q")
+
+
+def _binder_args(args: tuple, what: str) -> tuple[list[Affine], Callable]:
+    if len(args) < 2:
+        raise DSLError(f"{what}(size, ..., fn): give at least one size and a function")
+    *sizes, fn = args
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
+        sizes = list(sizes[0])
+    out = [_affine(n, f"the range of {what}") for n in sizes]
+    for n in out:
+        if _py.any(v.startswith(_TEMP_PREFIX) for v in n.vars()):
+            raise DSLError(f"the range of {what} must be a size, not depend on an index")
+    return out, fn
+
+
+def _bind_indices(what: str, args: tuple) -> tuple[A.Node, frozenset[_Binding]]:
+    sizes, fn = _binder_args(args, what)
+    names = _lambda_names(fn, len(sizes), _INDEX_NAMES, what)
+    temps = [_temp() for _ in sizes]
+    result = fn(*(Index(Affine.var(t)) for t in temps))
+    node: A.Node
+    if what == "exists":
+        node, deps = _pred(result).node, frozenset()
+    else:
+        body = _lift(result)
+        node, deps = body.node, body.deps
+    cls = {"gen": A.Gen, "sum": A.Sum, "exists": A.Exists}[what]
+    for k in reversed(range(len(sizes))):
+        if what != "exists":
+            node, deps = _close(node, deps, temps[k])
+        name = _fresh_for(names[k], node)
+        node = cls(name, sizes[k], A.subst(node, {temps[k]: Affine.var(name)}))
+    return node, deps
+
+
+def gen(*args: Any) -> Expr:
+    """`gen(N, lambda i: e)` is `gen i:N. e`; `gen(N, M, lambda i, j: e)` nests."""
+    node, deps = _bind_indices("gen", args)
+    return Expr(node, deps)
+
+
+def sum(*args: Any) -> Expr:  # noqa: A001
+    """`sum(N, lambda i: e)` is `sum i:N. e` (e scalar); several sizes nest."""
+    node, deps = _bind_indices("sum", args)
+    return Expr(node, deps)
+
+
+def exists(*args: Any) -> Pred:
+    """`exists(N, lambda t: p)` is `exists t:N. p` (e.g. `i == 2 * t`: i is even)."""
+    node, _ = _bind_indices("exists", args)
+    return Pred(node)  # type: ignore[arg-type]
+
+
+def let(*args: Any) -> Expr:
+    """`let(v, lambda x: body)` is `let x = v in body`; `let(v1, v2, lambda a, b: ...)` nests."""
+    if len(args) < 2:
+        raise DSLError("let(value, ..., fn): give at least one value and a function")
+    *values, fn = args
+    vs = [_lift(v) for v in values]
+    names = _lambda_names(fn, len(vs), ["v"] * len(vs), "let")
+    temps = [_temp() for _ in vs]
+    body = _lift(fn(*(Expr(A.Var(t)) for t in temps)))
+    node, deps = body.node, body.deps
+    for k in reversed(range(len(vs))):
+        node, deps = _close(node, deps, temps[k])
+        name = _fresh_for(names[k], node, vs[k].node)
+        node = A.Let(name, vs[k].node, A.subst(node, {temps[k]: A.Var(name)}))
+    return Expr(node, deps | _deps(*vs))
+
+
+def bind(name: str, value: Any) -> Expr:
+    """A statement `name = value` of the def being built; returns the variable `name`."""
+    v = _lift(value)
+    b = _Binding(_check_name(name, "statement"), v.node, v.deps, next(_bindings))
+    return Expr(A.Var(name), v.deps | {b})
+
+
+def call(f: A.Def | str, *args: Any) -> Expr:
+    """A call of an earlier def (surface `DefCall`; the elaborator inlines it).  Sizes are
+    passed as index expressions or integers, relations as `Relation`s."""
+    name = f.name if isinstance(f, A.Def) else _check_name(f, "def")
+    nodes: list[A.Expr] = []
+    deps: frozenset[_Binding] = frozenset()
+    for a in args:
+        if isinstance(a, Relation):
+            nodes.append(A.Var(a.name))
+        elif isinstance(a, Index) or (isinstance(a, int) and not isinstance(a, bool)):
+            nodes.append(_affine_expr(_affine(a)))
+        else:
+            x = _lift(a)
+            nodes.append(x.node)
+            deps |= x.deps
+    return Expr(A.DefCall(name, tuple(nodes)), deps)
+
+
+def _affine_expr(a: Affine) -> A.Expr:
+    """A size argument as the parser writes it: `N`, `N + 1.0`, `2.0 * N`, ..."""
+    out: A.Expr | None = None
+    for name, c in a.terms:
+        term: A.Expr = A.Var(name) if c == 1 else A.Mul(A.Const(float(c)), A.Var(name))
+        out = term if out is None else A.Add(out, term)
+    if out is None:
+        return A.Const(float(a.const))
+    return A.Add(out, A.Const(float(a.const))) if a.const else out
+
+
+# ---------------------------------------------------------------------------------------------
+# Types and parameters
+
+
+class _RealType:
+    """`dsl.R` is the type R; `dsl.R[N, M + 1]` is a tensor type."""
+
+    def __getitem__(self, dims: Any) -> Type:
+        items = dims if isinstance(dims, tuple) else (dims,)
+        return A.tensor([_affine(d, "a tensor dimension") for d in items])
+
+    def __repr__(self) -> str:
+        return "R"
+
+
+R = _RealType()
+
+
+def _type(t: Any) -> Type:
+    if isinstance(t, Type):
+        return t
+    if t is R:
+        return REAL
+    if isinstance(t, tuple) and len(t) >= 2:
+        parts = [_type(x) for x in t]
+        out = parts[-1]
+        for x in reversed(parts[:-1]):
+            out = A.TPair(x, out)
+        return out
+    if isinstance(t, str) and t == "size":
+        return A.TSize()
+    raise DSLError(f"not a type: {t!r} (use dsl.R, dsl.R[...], a tuple of types, "
+                   "dsl.array, dsl.rel or 'size')")
+
+
+def array(shape: Any, elem: Any = R) -> Type:
+    """`[n1]...[nk] elem`: a tensor with any element type, e.g. `array(N, (R, R))`."""
+    dims = shape if isinstance(shape, (tuple, list)) else (shape,)
+    return A.tensor([_affine(d, "a tensor dimension") for d in dims], _type(elem))
+
+
+def rel(*sizes: Any) -> Type:
+    """`rel(n1, ..., nk)`: a relation over index tuples (a sparse pattern given as input)."""
+    if not sizes:
+        raise DSLError("a relation needs at least one dimension")
+    return A.TRel(tuple(_affine(n, "a relation dimension") for n in sizes))
+
+
+def size(name: str) -> Size:
+    """A size parameter `name: size`."""
+    return Size(name)
+
+
+def sizes(names: str) -> tuple[Size, ...]:
+    """`N, M = dsl.sizes("N M")`."""
+    return tuple(Size(n) for n in names.replace(",", " ").split())
+
+
+def param(name: str, t: Any) -> Any:
+    """A parameter: a `Variable` (values), a `Size` (type `"size"`) or a `Relation`."""
+    ty = _type(t)
+    if isinstance(ty, A.TSize):
+        return Size(name)
+    p = Param(_check_name(name, "parameter"), ty)
+    if isinstance(ty, A.TRel):
+        return Relation(p)
+    return Variable(p)
+
+
+# ---------------------------------------------------------------------------------------------
+# Definitions
+
+
+def _as_param(p: Any) -> Param:
+    if isinstance(p, (Size, Variable, Relation)):
+        return p.param
+    if isinstance(p, Param):
+        return p
+    raise DSLError(f"a parameter must come from dsl.size or dsl.param, not {_describe(p)}")
+
+
+def _rename_clashes(node: A.Node, reserved: set[str], taken: set[str]) -> A.Node:
+    """Rename inner binders named like a parameter or a statement (a name means one thing
+    at each point of a def); new names avoid everything in `taken`."""
+    memo: dict[int, A.Node] = {}
+
+    def go(e: A.Node) -> A.Node:
+        hit = memo.get(id(e))
+        if hit is not None:
+            return hit
+        out = A.map_fields(e, go) if isinstance(e, (A.Expr, A.Pred)) else e
+        name = A.binder_name(out)
+        if name is not None and name in reserved:
+            new = next(f"{name}{k}" for k in itertools.count(1) if f"{name}{k}" not in taken)
+            taken.add(new)
+            if isinstance(out, A.Let):
+                out = A.Let(new, out.value, A.subst(out.body, {name: A.Var(new)}))
+            else:
+                out = type(out)(new, out.size, A.subst(out.body, {name: Affine.var(new)}))
+        memo[id(e)] = out
+        return out
+
+    return go(node)
+
+
+def function(name: str, params: Sequence[Any], body: Any, ret: Any = None) -> A.Def:
+    """The `Def` `name(params) -> ret` returning `body`, with the statements (`bind`) that
+    `body` reads as the `let`s of its spine, in the order they were made.  `ret=None` leaves
+    the return type to be inferred.  The result may still need elaboration (see module
+    docstring)."""
+    _check_name(name, "def")
+    ps = tuple(_as_param(p) for p in params)
+    pnames = [p.name for p in ps]
+    dup = {n for n in pnames if pnames.count(n) > 1}
+    if dup:
+        raise DSLError(f"parameter {sorted(dup)[0]} of {name} is given twice")
+    b = _lift(body)
+    stmts = sorted(b.deps, key=lambda s: s.seq)
+    snames = [s.name for s in stmts]
+    for s in stmts:
+        if s.name in pnames:
+            raise DSLError(f"statement {s.name} of {name} has the name of a parameter")
+        if snames.count(s.name) > 1:
+            raise DSLError(f"two different statements of {name} are named {s.name}")
+    reserved = set(pnames) | set(snames)
+    taken = reserved | _all_names(b.node)
+    for s in stmts:
+        taken |= _all_names(s.value)
+    node = _rename_clashes(b.node, reserved, taken)
+    for s in reversed(stmts):
+        node = A.Let(s.name, _rename_clashes(s.value, reserved, taken), node)
+    leaked = sorted(n for n in A.free_names(node) if n.startswith(_TEMP_PREFIX))
+    if leaked:
+        raise DSLError(f"{name}: an index (or let variable) is used outside the dsl.gen/sum/let "
+                       "that bound it")
+    unknown = sorted(A.free_names(node) - set(pnames))
+    if unknown:
+        raise DSLError(f"{name}: {', '.join(unknown)} "
+                       f"{'is not a parameter' if len(unknown) == 1 else 'are not parameters'}"
+                       f" (parameters: {', '.join(pnames) or 'none'})")
+    return A.Def(name, ps, None if ret is None else _type(ret), node)
+
+
+def core(d: A.Def, earlier: Sequence[A.Def] = ()) -> A.Def:
+    """`d` type-checked and elaborated to the core (the defs it calls go in `earlier`)."""
+    from .typecheck import check_module
+
+    return check_module([*earlier, d], "<dsl>").defs[d.name]
