@@ -442,6 +442,8 @@ BUILTINS: dict[str, tuple[int, int]] = {
     "step": (1, 0), "sign": (1, 0), "ge": (2, 0), "gt": (2, 0),
     "dtanh": (1, 0), "dsigmoid": (1, 0), "dtan": (1, 0),
 }
+DERIVATIVE_HELPERS = frozenset({"step", "sign", "ge", "gt", "dtanh", "dsigmoid", "dtan"})
+SPEC_BUILTINS = frozenset(BUILTINS) - DERIVATIVE_HELPERS
 
 
 # ---------------------------------------------------------------------------------------------

@@ -148,9 +148,10 @@ def _table() -> dict[str, Builtin]:
 
 BUILTIN_FUNCS: dict[str, Builtin] = _table()
 
-# Builtins this table needs beyond the grammar's `ast.BUILTINS` (name -> (arity, nparams)).
+# The derivative helpers beyond SPEC 2.3's builtins (name -> (arity, nparams)); they are in
+# the grammar too, so derivative programs print and re-parse.
 EXTRA_BUILTINS: dict[str, tuple[int, int]] = {
-    n: (f.arity, f.nparams) for n, f in BUILTIN_FUNCS.items() if n not in A.BUILTINS}
+    n: (f.arity, f.nparams) for n, f in BUILTIN_FUNCS.items() if n in A.DERIVATIVE_HELPERS}
 
 
 def lookup(name: str, nargs: int | None = None, nparams: int | None = None) -> Builtin:

@@ -22,6 +22,15 @@ exponent) are only applied to provably positive arguments (`1 + square(e)`, `exp
 `1 + softplus(e)`, ...) with a positive lower bound; exp and tan only see bounded arguments.
 Zero extension (reads out of bounds give 0) keeps all of this sound: 0 is within any bound.
 
+Sizes: size values are drawn first (0..max_size) and the program is generated for them:
+affine sizes such as `N + 1`, `N + K - 1`, `N - 1` and literals appear only where they are
+>= 0 (and <= max_size + 1), and the magnitude bounds use these values.  Evaluating a program
+at other sizes is well-typed but may meet a negative dimension or larger values.
+
+Builtins: SPEC 2.3's sixteen and the derivative helpers of `ast.BUILTINS` (`dtanh`,
+`step`, ...) that derivative programs contain (`GENERATED_BUILTINS`); restrict with
+`builtins=SURFACE_BUILTINS` or any subset.
+
 Determinism: everything is drawn from hypothesis; numpy inputs come from a drawn seed.
 Shrinking: every choice lists its simplest alternative first, so hypothesis shrinks toward
 constants, variables, `true` predicates, few parameters and size 0.
@@ -48,6 +57,13 @@ from .ast import (
     TSize, Type, Var, scalar_of, shape_of, tensor,
 )
 from .errors import ShapeError, TLError
+
+__all__ = [
+    "programs", "differentiable_programs", "scopes", "types", "expressions",
+    "typed_expressions", "predicates", "indices", "random_args", "random_value",
+    "draw_examples", "Scope", "Typed", "GenOptions", "is_real_tensor", "KINKED",
+    "GENERATED_BUILTINS", "SMOOTH_BUILTINS", "SURFACE_BUILTINS",
+]
 
 SIZE_NAMES = ("N", "M", "K", "L")
 VALUE_NAMES = ("x", "y", "z", "w", "u", "v")

@@ -437,12 +437,15 @@ def _type_rule(e: Expr, env: TypeEnv, loc: Loc | None) -> Type:
     if isinstance(e, Pair):
         return TPair(_type(e.a, env, loc), _type(e.b, env, loc))
     if isinstance(e, Proj):
+        # A tensor of pairs projects elementwise: [n](t1, t2) ~ ([n]t1, [n]t2) (SPEC 4, P2).
         t = _type(e.e, env, loc)
-        if not isinstance(t, TPair):
+        dims = shape_of(t)
+        inner = scalar_of(t)
+        if not isinstance(inner, TPair):
             raise _err(f"projection .{e.k} needs a pair, found {format_type(t)}", loc)
         if e.k not in (0, 1):
             raise _err(f"projection .{e.k}: pairs have components .0 and .1", loc)
-        return t.a if e.k == 0 else t.b
+        return tensor(dims, inner.a if e.k == 0 else inner.b)
     if isinstance(e, (Gen, Sum)):
         word = "gen" if isinstance(e, Gen) else "sum"
         check_size(e.size, env, loc, f"range of {word} {e.idx}")

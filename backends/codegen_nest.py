@@ -1,0 +1,361 @@
+"""Loop nests for the code generators: which loops a statement runs, and their printing.
+
+A statement `v = gen I. sum J. [P] * ...` runs in two *parts*: the outer part binds the
+generator indices I (under the conjuncts of P that mention no summation index), the inner
+part binds J with I known (under the remaining conjuncts).  Each part is planned by
+`plan_part`:
+
+  * the index solver's `loop_nest` turns equalities into assignments (a loop removed),
+    inequalities into loop bounds, and keeps relation calls, `or` and `exists` as guards;
+  * a relation call `R(a, b, ...)` of the conjunction whose arguments are distinct index
+    variables that the solver left as loops *drives* those variables: the loop runs over
+    R's coordinate list (sorted so that the arguments already known form a CSR row key),
+    so a sparse relation costs O(nnz), not O(box).  Every other conjunct stays a bound or
+    a guard of the remaining loops.
+
+`part_steps` lowers a plan into a flat list of `Step`s (guard / loop / assignment / raw
+lines) with generated identifiers only; the backends print the steps, choosing for the
+first loop a sequential, parallel or chunked-reduction form.
+
+`Facts` and `implies` decide, conservatively, whether a predicate holds at every point a
+nest visits (Fourier-Motzkin on the affine facts, structural membership for the rest):
+the code generators use it to drop zero-extension guards the solver has already proved.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping, Sequence
+
+from tensorlang import tssa
+from tensorlang.ast import Affine, And, Cmp, Pred, PTrue, RelCall, free_names, pred_and
+from tensorlang.passes.indexsolve import LoopNest, fourier_motzkin, loop_nest, pred_to_python
+from tensorlang.passes.indexsolve_fm import affine_to_python
+
+NameFn = Callable[[str], str]
+RelFn = Callable[[str, list[str]], str]
+
+
+# ---------------------------------------------------------------------------------------------
+# Facts and implication
+
+
+def cmp_constraints(p: Cmp) -> list[Affine]:
+    """`p` as constraints `a >= 0` (an equality gives two)."""
+    d = p.rhs - p.lhs
+    if p.op == "<":
+        return [d - 1]
+    if p.op == "<=":
+        return [d]
+    return [d, -d]
+
+
+def _negations(p: Cmp) -> list[list[Affine]]:
+    """Alternatives (a disjunction) whose constraints describe `not p`."""
+    d = p.rhs - p.lhs
+    if p.op == "<":
+        return [[-d]]            # d <= 0
+    if p.op == "<=":
+        return [[-d - 1]]        # d < 0
+    return [[d - 1], [-d - 1]]   # d > 0 or d < 0
+
+
+_MAX_FM_VARS = 8
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _infeasible(cons: tuple[Affine, ...]) -> bool:
+    """True when the integer system `a >= 0 (a in cons)` has no solution (sound: False may
+    also mean 'too large to decide')."""
+    names = sorted(set().union(*(a.vars() for a in cons))) if cons else []
+    if len(names) > _MAX_FM_VARS:
+        return False
+    return not fourier_motzkin(list(cons), names).feasible
+
+
+def _relevant(cons: Sequence[Affine], seed: frozenset[str]) -> tuple[Affine, ...]:
+    """The constraints connected to `seed` through shared variables (FM stays small)."""
+    names = set(seed)
+    chosen: list[Affine] = []
+    rest = list(cons)
+    changed = True
+    while changed:
+        changed = False
+        keep = []
+        for a in rest:
+            if a.vars() & names or a.is_const():
+                chosen.append(a)
+                names |= a.vars()
+                changed = True
+            else:
+                keep.append(a)
+        rest = keep
+    return tuple(sorted(set(chosen), key=lambda a: (a.terms, a.const)))
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What holds at every point of a nest: the index ranges, the conjuncts of the mask,
+    and non-negative sizes.  `atoms` are canonical conjuncts (for structural matches)."""
+
+    ranges: tuple[tuple[str, Affine], ...]
+    sizes: frozenset[str]
+    atoms: frozenset[Pred] = frozenset()
+    lin: tuple[Affine, ...] = ()
+
+    @staticmethod
+    def of(ranges: Mapping[str, Affine], sizes: Iterable[str], preds: Iterable[Pred] = ()
+           ) -> "Facts":
+        f = Facts(tuple(sorted(ranges.items())), frozenset(sizes))
+        lin: list[Affine] = []
+        for v, n in f.ranges:
+            x = Affine.var(v)
+            lin += [x, n - x - 1]
+        f = Facts(f.ranges, f.sizes, frozenset(), tuple(lin))
+        return f.add(preds)
+
+    def add(self, preds: Iterable[Pred]) -> "Facts":
+        atoms = set(self.atoms)
+        lin = list(self.lin)
+        for p in preds:
+            for q in tssa.conjuncts(self.canon(p)):
+                atoms.add(q)
+                if isinstance(q, Cmp):
+                    lin += cmp_constraints(q)
+        return Facts(self.ranges, self.sizes, frozenset(atoms), tuple(lin))
+
+    def with_ranges(self, ranges: Mapping[str, Affine]) -> "Facts":
+        extra = {k: v for k, v in ranges.items() if k not in dict(self.ranges)}
+        if not extra:
+            return self
+        lin = list(self.lin)
+        for v, n in extra.items():
+            x = Affine.var(v)
+            lin += [x, n - x - 1]
+        return Facts(tuple(sorted(dict(self.ranges, **extra).items())), self.sizes,
+                     self.atoms, tuple(lin))
+
+    def canon(self, p: Pred) -> Pred:
+        return tssa.canon_pred(p, dict(self.ranges))
+
+    def implies(self, goal: Pred) -> bool:
+        """Conservative: True only when `goal` provably holds wherever the facts do."""
+        goal = self.canon(goal)
+        parts = tssa.conjuncts(goal)
+        return all(self._implies_atom(q) for q in parts)
+
+    def _implies_atom(self, q: Pred) -> bool:
+        if isinstance(q, PTrue) or q in self.atoms:
+            return True
+        if not isinstance(q, Cmp):
+            return False
+        base = list(self.lin)
+        for name in sorted(q.lhs.vars() | q.rhs.vars() | set().union(
+                *(a.vars() for a in base)) if base else set()):
+            if name in self.sizes:
+                base.append(Affine.var(name))
+        for alt in _negations(q):
+            seed = frozenset().union(*(a.vars() for a in alt))
+            cons = _relevant(base + alt, seed)
+            if not _infeasible(cons):
+                return False
+        return True
+
+
+def in_bounds(idx: Sequence[Affine], dims: Sequence[Affine]) -> list[Pred]:
+    """`0 <= a_k < n_k` for each index (the zero-extension test of a read)."""
+    out: list[Pred] = []
+    for a, n in zip(idx, dims):
+        out += [Cmp("<=", Affine.lit(0), a), Cmp("<", a, n)]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Planning
+
+
+@dataclass(frozen=True)
+class Driver:
+    """A loop over the coordinates of relation `rel`: positions `order[:nbound]` are known
+    before the loop (a CSR row key), positions `order[nbound:]` are bound by it."""
+
+    rel: str
+    args: tuple[str, ...]
+    order: tuple[int, ...]
+    nbound: int
+    conjunct: RelCall
+
+    @property
+    def pattern(self) -> tuple[str, tuple[int, ...], int]:
+        return (self.rel, self.order, self.nbound)
+
+    def driven(self) -> tuple[str, ...]:
+        return tuple(self.args[k] for k in self.order[self.nbound:])
+
+    def bound(self) -> tuple[str, ...]:
+        return tuple(self.args[k] for k in self.order[:self.nbound])
+
+
+@dataclass(frozen=True)
+class Part:
+    vars: tuple[str, ...]
+    driver: Driver | None
+    nest: LoopNest
+
+    @property
+    def feasible(self) -> bool:
+        return self.nest.feasible
+
+    def has_loop(self) -> bool:
+        return self.driver is not None or any(lv.loop is not None for lv in self.nest.levels)
+
+
+def plan_part(vars_sizes: Sequence[tuple[str, Affine]], conj: Sequence[Pred],
+              rel_dims: Mapping[str, tuple[Affine, ...]], sizes: Iterable[str],
+              use_relations: bool = True) -> Part:
+    """Loops binding `vars_sizes` (outermost first) at the points where the conjunction
+    `conj` holds; every other name is known (sizes, outer indices)."""
+    names = tuple(v for v, _ in vars_sizes)
+    nest0 = loop_nest(list(vars_sizes), pred_and(*conj))
+    if not nest0.feasible or not use_relations:
+        return Part(names, None, nest0)
+    drv = _choose_driver(names, conj, nest0, rel_dims)
+    if drv is None:
+        return Part(names, None, nest0)
+    driven = set(drv.driven())
+    size_of = dict(vars_sizes)
+    extra: list[Pred] = []
+    for pos in drv.order[drv.nbound:]:
+        v = drv.args[pos]
+        facts = Facts.of({v: rel_dims[drv.rel][pos]}, sizes)
+        if not facts.implies(Cmp("<", Affine.var(v), size_of[v])):
+            extra.append(Cmp("<", Affine.var(v), size_of[v]))
+    rest = [c for c in conj if c is not drv.conjunct]
+    nest = loop_nest([(v, n) for v, n in vars_sizes if v not in driven],
+                     pred_and(*rest, *extra))
+    return Part(names, drv, nest)
+
+
+def _choose_driver(names: tuple[str, ...], conj: Sequence[Pred], nest0: LoopNest,
+                   rel_dims: Mapping[str, tuple[Affine, ...]]) -> Driver | None:
+    loops = {lv.var for lv in nest0.levels if lv.loop is not None}
+    best: Driver | None = None
+    for c in conj:
+        if not isinstance(c, RelCall) or c.name not in rel_dims:
+            continue
+        args = tuple(a.as_var() for a in c.args)
+        if any(a is None for a in args) or len(set(args)) != len(args):
+            continue
+        driven = [k for k, a in enumerate(args) if a in names]
+        if not driven or any(args[k] not in loops for k in driven):
+            continue
+        bound = [k for k, a in enumerate(args) if a not in names]
+        # Driven positions in the order of the loops they replace (outermost first).
+        driven.sort(key=lambda k: names.index(args[k]))
+        d = Driver(c.name, args, tuple(bound) + tuple(driven), len(bound), c)  # type: ignore
+        if best is None or len(driven) > len(best.driven()):
+            best = d
+    return best
+
+
+# ---------------------------------------------------------------------------------------------
+# Steps: a plan lowered to printable pieces (generated identifiers only)
+
+
+@dataclass
+class Guard:
+    code: str
+    pre: list[str] = field(default_factory=list)   # lines computing `exists` flags
+
+
+@dataclass
+class Loop:
+    var: str
+    lo: str
+    stop: str
+    head: list[str] = field(default_factory=list)  # first lines of the body
+
+
+@dataclass
+class Assign:
+    var: str
+    expr: str
+    div: int = 1
+
+
+@dataclass
+class Lines:
+    lines: list[str]
+
+
+Step = Guard | Loop | Assign | Lines
+
+
+class RelNames:
+    """Code names of a relation's mask and of the coordinate/CSR arrays of its patterns."""
+
+    def __init__(self, mask: Callable[[str], str],
+                 pattern: Callable[[tuple[str, tuple[int, ...], int]], tuple[str, str]]):
+        self.mask = mask
+        self.pattern = pattern
+
+
+def rel_test(mask: str, args: list[str]) -> str:
+    checks = [f"0 <= {a} < {mask}.shape[{k}]" for k, a in enumerate(args)]
+    return "(" + " and ".join(checks + [f"{mask}[{', '.join(args)}]"]) + ")"
+
+
+def pred_code(preds: Sequence[Pred], nm: NameFn, rels: RelNames, counter: list[int],
+              indent: str) -> Guard:
+    """A guard for the conjunction of `preds` (flag loops for `exists` in `pre`; their
+    lines are relative to the guard's own depth)."""
+    pre: list[str] = []
+    rel: RelFn = lambda r, args: rel_test(rels.mask(r), args)  # noqa: E731
+    code = " and ".join(pred_to_python(p, nm, rel, pre, "", indent, counter) for p in preds)
+    return Guard(code, pre)
+
+
+def part_steps(part: Part, nm: NameFn, rels: RelNames, counter: list[int],
+               indent: str, tag: str) -> list[Step]:
+    """The steps of a planned part.  `tag` makes the helper names of this part unique."""
+    steps: list[Step] = []
+    if not part.nest.feasible:
+        return [Guard("False")]
+    if part.driver is not None:
+        steps += _driver_steps(part.driver, nm, rels, tag)
+    if part.nest.guard:
+        steps.append(pred_code(part.nest.guard, nm, rels, counter, indent))
+    for lv in part.nest.levels:
+        if lv.loop is not None:
+            lb = lv.loop
+            stop = (affine_to_python(lb.upper[0].expr + 1, nm)
+                    if len(lb.upper) == 1 and lb.upper[0].div == 1
+                    else f"{lb.upper_py(nm)} + 1")
+            steps.append(Loop(nm(lv.var), lb.lower_py(nm), stop))
+        else:
+            assert lv.value is not None
+            steps.append(Assign(nm(lv.var), affine_to_python(lv.value.expr, nm),
+                                lv.value.div))
+        if lv.guards:
+            steps.append(pred_code(lv.guards, nm, rels, counter, indent))
+    return steps
+
+
+def _driver_steps(d: Driver, nm: NameFn, rels: RelNames, tag: str) -> list[Step]:
+    mask = rels.mask(d.rel)
+    coords, ptr = rels.pattern(d.pattern)
+    steps: list[Step] = []
+    e = f"_e{tag}"
+    head = [f"{nm(v)} = {coords}[{e}, {d.nbound + t}]" for t, v in enumerate(d.driven())]
+    if d.nbound == 0:
+        steps.append(Loop(e, "0", f"{coords}.shape[0]", head))
+        return steps
+    bound = [nm(v) for v in d.bound()]
+    checks = [f"0 <= {b} < {mask}.shape[{d.order[t]}]" for t, b in enumerate(bound)]
+    steps.append(Guard(" and ".join(checks)))
+    key = bound[0]
+    for t in range(1, len(bound)):
+        key = f"({key}) * {mask}.shape[{d.order[t]}] + {bound[t]}"
+    steps.append(Lines([f"_k{tag} = {key}"]))
+    steps.append(Loop(e, f"{ptr}[_k{tag}]", f"{ptr}[_k{tag} + 1]", head))
+    return steps
