@@ -150,10 +150,10 @@ class Facts:
         if not isinstance(q, Cmp):
             return False
         base = list(self.lin)
-        for name in sorted(q.lhs.vars() | q.rhs.vars() | set().union(
-                *(a.vars() for a in base)) if base else set()):
-            if name in self.sizes:
-                base.append(Affine.var(name))
+        names = set(q.lhs.vars() | q.rhs.vars())
+        for a in base:
+            names |= a.vars()
+        base += [Affine.var(n) for n in sorted(names & self.sizes)]  # sizes are >= 0
         for alt in _negations(q):
             seed = frozenset().union(*(a.vars() for a in alt))
             cons = _relevant(base + alt, seed)

@@ -300,6 +300,13 @@ class Rhs(Node):
     def sum_names(self) -> tuple[str, ...]:
         return tuple(f"{self.ix[1]}{k}" for k in range(len(self.sdims)))
 
+    def gen_ids(self) -> tuple[Affine, ...]:
+        """The generator indices as affines (the identity access `v[i0, i1, ...]`)."""
+        return tuple(Affine.var(n) for n in self.gen_names())
+
+    def sum_ids(self) -> tuple[Affine, ...]:
+        return tuple(Affine.var(n) for n in self.sum_names())
+
     def ranges(self) -> dict[str, Affine]:
         return dict(zip(self.gen_names() + self.sum_names(), self.dims + self.sdims))
 
