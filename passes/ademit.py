@@ -54,12 +54,50 @@ def _simple_atoms(p: Pred) -> list[Pred]:
     return [q for q in tssa.conjuncts(p) if isinstance(q, (Cmp, RelCall))]
 
 
+def tidy(p: Pred, context: frozenset = frozenset()) -> Pred:
+    """Drop what the context already says: `A and (A and B or C)` -> `A and (B or C)`;
+    nested disjunctions are spliced and absorbed (`B or B and C` -> `B`).  Supports of sums
+    of products of supports are built by conjunction and disjunction, and would otherwise
+    repeat themselves at every level."""
+    atoms = [q for q in tssa.conjuncts(p) if not isinstance(q, A.Or)]
+    if any(isinstance(q, PFalse) for q in atoms):
+        return PFalse()
+    ctx = context | frozenset(atoms)
+    out = [q for q in atoms if q not in context]
+    for q in tssa.conjuncts(p):
+        if not isinstance(q, A.Or):
+            continue
+        alts: list[frozenset] = []
+        true = False
+        for d in tssa.disjuncts(q):
+            d2 = tidy(d, ctx)
+            if isinstance(d2, PTrue):
+                true = True
+                break
+            for e in (tssa.disjuncts(d2) if isinstance(d2, A.Or) else [d2]):
+                if not isinstance(e, PFalse):
+                    alts.append(frozenset(tssa.conjuncts(e)))
+        if true:
+            continue
+        alts = [a for a in alts if not any(b < a for b in alts)]
+        uniq = list(dict.fromkeys(alts))
+        if not uniq:
+            return PFalse()
+        if len(uniq) == 1:
+            out += [a for a in uniq[0] if a not in ctx]
+        else:
+            out.append(A.pred_or(*(A.pred_and(*sorted(a, key=tssa.node_key)) for a in uniq)))
+    return A.pred_and(*out)
+
+
 def _drop_range_implied(p: Pred, dims: Sequence[Affine]) -> Pred:
     """Drop size-only atoms that hold whenever one of `dims` is non-empty: a mask is only
     evaluated at points of its ranges (`0 < N` inside `gen i:N`, from the index solver)."""
     parts = tssa.conjuncts(p)
-    keep = [q for q in parts if not _implied_by_dims(q, dims)]
-    return p if len(keep) == len(parts) else A.pred_and(*keep)
+    keep = [A.pred_or(*(_drop_range_implied(d, dims) for d in tssa.disjuncts(q)))
+            if isinstance(q, A.Or) else q
+            for q in parts if not _implied_by_dims(q, dims)]
+    return A.pred_and(*keep)
 
 
 def _implied_by_dims(q: Pred, dims: Sequence[Affine]) -> bool:
@@ -78,12 +116,42 @@ def _range_pred(idx: Sequence[Affine], dims: Sequence[Affine]) -> Pred:
 
 
 def project(pred: Pred, names: Sequence[str], sizes: Sequence[Affine]) -> Pred:
-    """A predicate over the other variables that holds wherever `exists names. pred` does
-    (rational Fourier-Motzkin on the affine atoms; other atoms mentioning `names` dropped)."""
+    """A predicate over the other variables that holds wherever `exists names. pred` does:
+    rational Fourier-Motzkin on the affine atoms, disjunctions projected disjunct by
+    disjunct (one disjunction at a time, so the result stays small), other atoms that
+    mention `names` dropped (an over-approximation, which is what a support may be)."""
+    drop = set(names)
+    keep: list[Pred] = []
+    rest: list[Pred] = []
+    ors: list[A.Or] = []
+    for q in tssa.conjuncts(pred):
+        if isinstance(q, PFalse):
+            return PFalse()
+        if not (A.free_names(q) & drop):
+            keep.append(q)
+        elif isinstance(q, Cmp):
+            rest.append(q)
+        elif isinstance(q, A.Or) and not ors:
+            ors.append(q)
+    if ors and len(tssa.disjuncts(ors[0])) <= _MAX_DISJUNCTS:
+        alts = [_fm_project(rest + tssa.conjuncts(d), names, sizes)
+                for d in tssa.disjuncts(ors[0])]
+        return A.pred_and(*keep, A.pred_or(*alts))
+    return A.pred_and(*keep, _fm_project(rest, names, sizes))
+
+
+_MAX_DISJUNCTS = 16
+
+
+def _fm_project(atoms: Sequence[Pred], names: Sequence[str], sizes: Sequence[Affine]) -> Pred:
+    """Fourier-Motzkin projection of a conjunction of comparisons (the boxes of `names`
+    included: an empty range is a structural zero); other atoms naming `names` dropped."""
     drop = set(names)
     keep: list[Pred] = []
     cons: list[Affine] = []
-    for q in tssa.conjuncts(pred):
+    for q in atoms:
+        if isinstance(q, PFalse):
+            return PFalse()
         if not (A.free_names(q) & drop):
             keep.append(q)
         elif isinstance(q, Cmp):
@@ -94,9 +162,7 @@ def project(pred: Pred, names: Sequence[str], sizes: Sequence[Affine]) -> Pred:
                 cons.append(d)
             else:
                 cons += [d, -d]
-        if isinstance(q, PFalse):
-            return PFalse()
-    if names:  # the boxes too: an empty sum range is a structural zero
+    if names:
         for n, s in zip(names, sizes):
             cons += [Affine.var(n), s - 1 - Affine.var(n)]
         nest = fourier_motzkin(cons, list(names))
@@ -135,9 +201,15 @@ class Emitter:
         """The canonical generator indices of a statement with these dims."""
         return [(f"{self.ix[0]}{k}", d) for k, d in enumerate(dims)]
 
-    def canon(self, p: Pred, gen: IndexList, sums: IndexList = ()) -> Pred:
-        p = _drop_range_implied(p, [s for _, s in list(gen) + list(sums)])
-        return tssa.canon_pred(p, {n: s for n, s in list(gen) + list(sums)}, self.ix[2])
+    def canon(self, p: Pred, gen: IndexList, sums: IndexList = (),
+              context: Pred = PTrue()) -> Pred:
+        """Canonical form (tssa.canon_pred) plus the clean-ups of `tidy`, given that
+        `context` holds."""
+        rng = {n: s for n, s in list(gen) + list(sums)}
+        p = _drop_range_implied(p, list(rng.values()))
+        p = tssa.canon_pred(p, rng, self.ix[2])
+        ctx = tssa.canon_pred(context, rng, self.ix[2])
+        return tssa.canon_pred(tidy(p, frozenset(tssa.conjuncts(ctx))), rng, self.ix[2])
 
     def _support_of(self, rhs: Rhs) -> Pred:
         if isinstance(rhs, Input):
@@ -149,7 +221,7 @@ class Emitter:
         if isinstance(rhs, AddRhs):
             parts = []
             for s, o in zip(rhs.supports, rhs.operands):
-                parts.append(A.pred_and(s, *self._atoms_at(o)))
+                parts.append(A.pred_and(s, *self._atoms_at(o, full=True)))
             return A.pred_and(rhs.pred, A.pred_or(*parts))
         return project(rhs.pred, rhs.sum_names(), rhs.sdims)
 
@@ -159,15 +231,18 @@ class Emitter:
             self.supp[var] = self.canon(self._support_of(rhs), gen)
         return var
 
-    def _atoms_at(self, o: Operand) -> list[Pred]:
-        """The simple atoms of o.var's support, read at o's access."""
+    def _atoms_at(self, o: Operand, full: bool = False) -> list[Pred]:
+        """The atoms of o.var's support (all of them, or only the simple ones that are worth
+        copying into a mask), read at o's access."""
         s = self.supp.get(o.var, PTrue())
+        shape = self.b.shapes.get(o.var, ())
+        rng = tssa.conjuncts(_range_pred(o.idx, shape)) if len(shape) == len(o.idx) else []
         if isinstance(s, PTrue):
-            return []
+            return rng  # a read out of range is zero (SPEC 2.2)
         m = {f"{self.ix[0]}{k}": a for k, a in enumerate(o.idx)}
         if isinstance(s, PFalse):
             return [PFalse()]
-        return [A.subst(q, m) for q in _simple_atoms(s)]
+        return rng + [A.subst(q, m) for q in (tssa.conjuncts(s) if full else _simple_atoms(s))]
 
     # -- plain statements ------------------------------------------------------------------
 
@@ -213,7 +288,8 @@ class Emitter:
         for o, s in (a, b):
             o, s = self._forward_add_operand(o, s)
             if o is not None:
-                s = self.canon(A.pred_and(s, *self._atoms_at(o)), gen)
+                s = self.canon(A.pred_and(s, *self._atoms_at(o, full=True)), gen,
+                               context=pred)
                 if not isinstance(s, PFalse):
                     sides.append((o, s))
         if not sides:
@@ -299,7 +375,7 @@ class Emitter:
                 nxt.append(o)
             cur = nxt
             for o in cur:
-                pred = A.pred_and(pred, *self._atoms_at(o))
+                pred = A.pred_and(pred, *self._atoms_at(o, full=True))
             if isinstance(self.canon(pred, g2, sums_l), PFalse):
                 return None
             if sums_l:

@@ -33,7 +33,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 from tensorlang.ast import (
     REAL, Access, Add, Affine, And, Call, Cmp, Const, Def, DefCall, Exists, Expr, Gen,
     Iverson, Let, Mul, Node, Or, Pair, PFalse, Pred, Proj, PTrue, RelCall, Sum, TArr,
-    TPair, TReal, TRel, TSize, Type, Var, free_names, walk,
+    TPair, TRel, TSize, Type, Var, free_names, walk,
 )
 from tensorlang.errors import TLError
 
@@ -74,10 +74,6 @@ def index_type(t: Type) -> Type:
     if isinstance(t, TPair):
         return TPair(index_type(t.a), index_type(t.b))
     raise PassError(f"access of a value of type {t!r}")
-
-
-def is_tensor(t: Type) -> bool:
-    return isinstance(t, TArr)
 
 
 def provably_nonneg(a: Affine) -> bool:
@@ -289,7 +285,10 @@ class Ctx:
 # The engine
 
 
-def _slots(e: Expr, ranges: Mapping[str, Affine]) -> list[tuple[str, Expr, str, Mapping[str, Affine]]]:
+Slot = tuple[str, Expr, str, Mapping[str, Affine]]
+
+
+def _slots(e: Expr, ranges: Mapping[str, Affine]) -> list[Slot]:
     """(field, child, position, ranges) for each expression child of `e`."""
     if isinstance(e, Let):
         return [("value", e.value, LET_VALUE, ranges), ("body", e.body, LET_BODY, ranges)]
@@ -317,7 +316,9 @@ def _rebuild(e: Expr, new: Mapping[str, Expr]) -> Expr:
         return e
     if isinstance(e, Call):
         args = tuple(new.get(f"arg{k}", a) for k, a in enumerate(e.args))
-        return e if all(x is y for x, y in zip(args, e.args)) else Call(e.fn, args, e.params, loc=e.loc)
+        if all(x is y for x, y in zip(args, e.args)):
+            return e
+        return Call(e.fn, args, e.params, loc=e.loc)
     vals = {f: new.get(f, getattr(e, f)) for f in e._fields}
     if all(vals[f] is getattr(e, f) for f in e._fields):
         return e
@@ -402,24 +403,6 @@ def step_once(e: Expr, rule: Rule, ctx: Ctx, pos: str = ROOT,
         return go(e, pos, ranges or {})
 
 
-def redexes(e: Expr, rule: Rule, ctx: Ctx) -> int:
-    """How many nodes of `e` are redexes of `rule` (for the normal-form checkers)."""
-    count = 0
-
-    def go(node: Expr, p: str, rg: Mapping[str, Affine]) -> None:
-        nonlocal count
-        _enter(node, ctx)
-        ctx.pos, ctx.ranges = p, rg
-        if rule(node, ctx) is not None:
-            count += 1
-        for _, child, cpos, crg in _slots(node, rg):
-            go(child, cpos, crg)
-
-    with deep_recursion():
-        go(e, ROOT, {})
-    return count
-
-
 def run_pass(d: Def, rules: Sequence[tuple[str, Rule]],
              trace: Counter[str] | None = None) -> Def:
     """Rename binders apart, then normalise the body of `d` with `rules`."""
@@ -480,24 +463,13 @@ def let_chain(e: Expr) -> tuple[list[tuple[str, Expr]], Expr]:
     return binds, e
 
 
-def build_lets(binds: Sequence[tuple[str, Expr]], result: Expr) -> Expr:
-    for name, value in reversed(binds):
-        result = Let(name, value, result)
-    return result
-
-
 def iverson(p: Pred, e: Expr) -> Expr:
     """`[p] * e`, or `e` itself when p is `true`."""
     return e if isinstance(p, PTrue) else Iverson(p, e)
 
 
-def is_scalar(t: Type) -> bool:
-    return isinstance(t, TReal)
-
-
 __all__ = [
-    "PassError", "RuleNotApplicable", "Rule", "Ctx", "soa", "index_type", "is_tensor",
-    "provably_nonneg", "provably_pos", "rename_unique", "normalize", "step_once", "redexes",
-    "run_pass", "deep_recursion", "RULE_TABLE", "register_rules", "apply_rule", "let_chain", "build_lets",
-    "iverson", "is_scalar",
+    "PassError", "RuleNotApplicable", "Rule", "Ctx", "soa", "index_type", "provably_nonneg",
+    "provably_pos", "rename_unique", "normalize", "step_once", "run_pass", "deep_recursion",
+    "RULE_TABLE", "register_rules", "apply_rule", "let_chain", "iverson",
 ]

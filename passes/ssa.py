@@ -6,9 +6,9 @@ is `gen I. s` with `s` scalar and gen-free, reads are full scalar accesses `x[a1
 
 Each binding `gen I. s` is walked with a context: the indices in scope (I, then the
 summation indices of enclosing sums) and a mask P (initially true).  A scalar expression
-converts to a `Term`, the pending value `[G] * f1 * ... * fn` (factors are operands or
-constants) that the consumer materialises; the cases (one function each, rule id in
-`CASES`):
+converts to a `Term`, the pending value `[G] * f1 * ... * fn` (factors are operands,
+constants or nested products) that the consumer materialises; the cases (one function
+each, rule id in `CASES`):
 
   SSA-read         x[A]           -> operand (a parameter through an input statement)
   SSA-const        c              -> a constant factor (0 is the structural zero)
@@ -28,10 +28,11 @@ and the clean-up `SSA-cse` (equal right-hand sides are one statement: hash-consi
 `SSA-dce` (statements the output does not read are dropped).
 
 Cost: the conversion itself (`to_ssa(d, share=False, prune=False)`) has exactly the SPEC 3
-cost of its input when the cost model's structural zero `Z` covers products
-(`Z(e1 * e2) = Z(e1) or Z(e2)`, the multiplication counted only when neither factor is
-`Z`), which is what hoisting an Iverson factor into a product's mask needs; CSE and DCE
-then only remove statements.  See docs/ssa.md.
+cost of its input once the structural zero `Z` covers products (`Z(e1 * e2) = Z(e1) or
+Z(e2)`, the multiplication counted only when neither factor is `Z`; `Z([p] * e) = not p or
+Z(e)`), which is what hoisting an Iverson factor into a product's mask needs
+(`proofs.rules_ssa.cost_refined`); without that refinement it costs less, never more.
+CSE and DCE then only remove statements.  See docs/ssa.md.
 """
 from __future__ import annotations
 

@@ -203,93 +203,6 @@ def inputs(draw: Callable, min_size: int = 0, max_size: int = 3) -> dict[str, An
 
 
 # ---------------------------------------------------------------------------------------------
-# The cost-model refinement the conversion is exact under (docs/ssa.md, "Cost")
-
-
-def zmask_refined(e: A.Expr, env: Any) -> np.ndarray:
-    """`Z` extended to products and made deep through brackets:
-    `Z(e1 * e2) = Z(e1) or Z(e2)`, `Z([p] * e) = not p or Z(e)` (the rest as SPEC 3)."""
-    from tensorlang.interp import eval_pred
-
-    d = env.depth
-    if isinstance(e, A.Const):
-        return np.full((1,) * d, e.value == 0.0)
-    if isinstance(e, A.Iverson):
-        return ~eval_pred(e.pred, env) | zmask_refined(e.e, env)
-    if isinstance(e, A.Let):
-        while isinstance(e, A.Let):
-            e = e.body
-        return zmask_refined(e, env)
-    if isinstance(e, A.Add):
-        return zmask_refined(e.a, env) & zmask_refined(e.b, env)
-    if isinstance(e, A.Mul):
-        return zmask_refined(e.a, env) | zmask_refined(e.b, env)
-    return np.zeros((1,) * d, dtype=bool)
-
-
-def _cost_refined(e: A.Expr, env: Any) -> np.ndarray:
-    from tensorlang import cost as C
-    from tensorlang.interp import eval_pred, extent
-
-    d = env.depth
-    if isinstance(e, A.Mul):  # a multiplication by a structural zero is not executed
-        live = ~(zmask_refined(e.a, env) | zmask_refined(e.b, env))
-        return (_cost_refined(e.a, env) + _cost_refined(e.b, env)
-                + live[..., None] * C._unit(C._MUL, d))
-    if isinstance(e, A.Add):
-        live = ~(zmask_refined(e.a, env) | zmask_refined(e.b, env))
-        return (_cost_refined(e.a, env) + _cost_refined(e.b, env)
-                + live[..., None] * C._unit(C._ADD, d))
-    if isinstance(e, (A.Var, A.Const)):
-        return C._zeros(d)
-    if isinstance(e, A.Call):
-        out = C._unit(C._CALL, d)
-        for a in e.args:
-            out = out + _cost_refined(a, env)
-        return out
-    if isinstance(e, A.Pair):
-        return _cost_refined(e.a, env) + _cost_refined(e.b, env)
-    if isinstance(e, (A.Proj, A.Access)):
-        return _cost_refined(e.e, env)
-    if isinstance(e, A.Gen):
-        n = extent(e.size, env)
-        return C._reduce(_cost_refined(e.body, env.bind_index(e.idx, n)), [n], d)
-    if isinstance(e, A.Sum):
-        binders, body = C._sum_nest(e)
-        inner, sizes = env, []
-        for idx, size in binders:
-            sizes.append(extent(size, inner))
-            inner = inner.bind_index(idx, sizes[-1])
-        total = C._reduce(_cost_refined(body, inner), sizes, d)
-        live = C._reduce((~zmask_refined(body, inner)).astype(np.int64)[..., None],
-                         sizes, d)[..., 0]
-        return total + np.maximum(live - 1, 0)[..., None] * C._unit(C._ADD, d)
-    if isinstance(e, A.Iverson):
-        mask = eval_pred(e.pred, env)
-        if not mask.any():
-            return C._zeros(d)
-        return np.where(mask[..., None], _cost_refined(e.e, env), 0)
-    if isinstance(e, A.Let):
-        out = C._zeros(d)
-        while isinstance(e, A.Let):
-            out = out + _cost_refined(e.value, env)
-            e = e.body
-        return out + _cost_refined(e, env)
-    raise TypeError(f"cannot cost {type(e).__name__}")
-
-
-def cost_refined(d: A.Def, args: dict[str, Any]) -> Any:
-    """SPEC 3 with `Z` covering products (`cost.Cost`).  On programs where no factor of a
-    product is ever a structural zero, and no bracket guards a structural zero, it equals
-    `cost_def`; the bare SSA conversion's cost equals it on every gen-pushed program."""
-    from tensorlang import cost as C
-    from tensorlang.interp import bind_args
-
-    env = bind_args(d, args, values=False)
-    return C._as_cost(_cost_refined(d.body, env))
-
-
-# ---------------------------------------------------------------------------------------------
 # Catalogue entries: one per conversion case
 
 RESTRICTED = frozenset({"log", "sqrt", "recip", "tan", "dtan", "pow"})
@@ -441,6 +354,16 @@ def make_apply(case: str) -> Callable[[A.Def], A.Def]:
                 raise ValueError("SSA-sum-contract needs a sum of a product")
             if case == "SSA-reduce" and isinstance(_sum_body(top), A.Mul):
                 raise ValueError("SSA-reduce needs a sum of a non-product")
+        binds, out = bindings(d)
+        if case in ("SSA-gen", "SSA-trivial") and not isinstance(
+                _first_body(d), (A.Access, A.Var, A.Proj)):
+            raise ValueError(f"{case} does not apply: the first binding is not a read")
+        if case == "SSA-cse" and len({id(e) for _, e in binds}) == len(binds):
+            raise ValueError("SSA-cse does not apply: no two bindings are equal")
+        if case == "SSA-dce":
+            read = set().union(A.free_vars(out), *(A.free_vars(e) for _, e in binds))
+            if all(name in read for name, _ in binds):
+                raise ValueError("SSA-dce does not apply: every binding is read")
         share = case == "SSA-cse"
         prune = case == "SSA-dce"
         return tssa.to_core(to_ssa(d, share=share, prune=prune))

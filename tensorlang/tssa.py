@@ -852,7 +852,7 @@ class Builder:
         if not _is_real_tensor(t):
             raise ValueError(f"input {param}{''.join('.' + str(k) for k in path)} is not a "
                              f"real tensor")
-        var = input_name(param, rhs.path, set(self._ptypes) - {param})
+        var = input_name(param, rhs.path, (set(self._ptypes) | set(self.defs)) - {param})
         self._add(var, rhs, A.shape_of(t))
         return var
 

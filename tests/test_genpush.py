@@ -135,7 +135,8 @@ def test_normal_form_checker_rejects_gens_inside_scalars() -> None:
     assert msg == "the result is not gen I. <scalar>"
     msg = is_gen_pushed(core(HEAD + "R[N]:\n    return gen i:N. sum j:M. A[i][j]"))
     assert msg is not None and "computed value" in msg  # A[i][j]: G4 not applied
-    msg = is_gen_pushed(core(HEAD + "R:\n    y = gen i:N. x[i]\n    return sum i:N. y[i] * A[i, 0]"))
+    src = HEAD + "R:\n    y = gen i:N. x[i]\n    return sum i:N. y[i] * A[i, 0]"
+    msg = is_gen_pushed(core(src))
     assert msg is None
 
 

@@ -2,9 +2,8 @@
 propagation, clean-up, and on random programs: meaning (interpreter), normal form, cost.
 
 Cost (docs/ssa.md): the bare conversion `to_ssa(d, share=False, prune=False)` costs exactly
-`cost_refined(d)` (SPEC 3 with `Z` extended to products, which hoisting an Iverson factor
-into a product's mask needs); that equals `cost_def(d)` whenever no factor of a product is
-ever a structural zero, and is below it otherwise.  CSE and DCE only remove statements."""
+`cost_def(d)` under the cost model with `Z` extended to products (docs/cost-model.md), which
+hoisting an Iverson factor into a product's mask needs.  CSE and DCE only remove statements."""
 from __future__ import annotations
 
 import numpy as np
@@ -21,7 +20,7 @@ from tensorlang.interp import interpret
 from tensorlang.passes.ssa import CASES, to_ssa
 from tensorlang.proofs.catalogue import values_close
 from tensorlang.proofs.normal_forms_ssa import is_tensor_ssa
-from tensorlang.proofs.rules_ssa import cost_refined, genpushed_programs
+from tensorlang.proofs.rules_ssa import genpushed_programs
 
 N, M, K = Affine.var("N"), Affine.var("M"), Affine.var("K")
 PARAMS = (Param("N", A.TSize()), Param("M", A.TSize()), Param("x", tensor([N])),
@@ -60,7 +59,7 @@ def body_lines(p: tssa.Program) -> list[str]:
     return tssa.to_text(p).splitlines()[1:]
 
 
-def check(d: Def, a: dict, exact: bool = True) -> tssa.Program:
+def check(d: Def, a: dict) -> tssa.Program:
     """Meaning, normal form and cost of the conversion of `d` on `a`."""
     ref = interpret(d, a)
     raw = to_ssa(d, share=False, prune=False)
@@ -69,13 +68,8 @@ def check(d: Def, a: dict, exact: bool = True) -> tssa.Program:
     for q in (raw, p):
         assert values_close(interpret(tssa.to_core(q), a), ref)
         assert values_close(tssa.evaluate(q, a), ref)
-    c_raw = cost_def(tssa.to_core(raw), a)
-    c_ref = cost_refined(d, a)
-    assert (c_raw.adds, c_raw.muls, c_raw.calls) == (c_ref.adds, c_ref.muls, c_ref.calls)
-    c_src = cost_def(d, a)
-    if exact:
-        assert (c_raw.adds, c_raw.muls, c_raw.calls) == (c_src.adds, c_src.muls, c_src.calls)
-    assert c_raw.total <= c_src.total
+    c_raw, c_src = cost_def(tssa.to_core(raw), a), cost_def(d, a)
+    assert (c_raw.adds, c_raw.muls, c_raw.calls) == (c_src.adds, c_src.muls, c_src.calls)
     assert cost_def(tssa.to_core(p), a).total <= c_raw.total
     return p
 
@@ -227,13 +221,14 @@ def test_hoisted_iverson_factor_costs_less_than_spec3_counts():
                                          Iverson(Cmp("==", v("i"), v("j")), rd("A", v("i"), v("j"))))))
     d = prog(("r", e), out=gens([("o", N)], rd("r", v("o"))))
     a = args(n=3, m=4)
-    p = check(d, a, exact=False)
+    p = check(d, a)
     assert body_lines(p)[0] == "    v0[i0:N] = sum j0:M. [i0 == j0] * A[i0, j0] * z[j0]"
     src, ssa = cost_def(d, a), cost_def(tssa.to_core(p), a)
-    assert (src.muls, src.adds) == (3 * 4, 3 * 3)
+    # SPEC 3 as first written (a product is never Z) counted (12 muls, 9 adds) for the source:
+    # the conversion would lower the cost.  The refined model (docs/cost-model.md) counts what
+    # runs, and the conversion is cost-equal:
     assert (ssa.muls, ssa.adds) == (3, 0)
-    ref = cost_refined(d, a)
-    assert (ref.muls, ref.adds) == (ssa.muls, ssa.adds)
+    assert (src.muls, src.adds) == (ssa.muls, ssa.adds)
 
 
 def test_products_of_products_count_each_multiplication_where_it_runs():
@@ -242,7 +237,7 @@ def test_products_of_products_count_each_multiplication_where_it_runs():
     e = gens([("i", N)], Mul(Mul(rd("x", v("i")), rd("y", v("i"))),
                              Iverson(Cmp("<", v("i"), 1), rd("x", v("i")))))
     d = prog(("r", e), out=gens([("o", N)], rd("r", v("o"))))
-    p = check(d, args(n=4), exact=False)
+    p = check(d, args(n=4))
     assert body_lines(p)[:2] == ["    v0[i0:N] = x[i0] * y[i0]",
                                  "    v1[i0:N] = [i0 <= 0] * v0[i0] * x[i0]"]
     assert cost_def(tssa.to_core(p), args(n=4)).muls == 4 + 1
@@ -255,7 +250,7 @@ def test_products_of_products_count_each_multiplication_where_it_runs():
 @given(genpushed_programs())
 def test_random_gen_pushed_programs(instance):
     d, a = instance
-    check(d, a, exact=cost_refined(d, a) == cost_def(d, a))
+    check(d, a)
 
 
 def _pipeline_programs():
@@ -272,7 +267,7 @@ def test_random_programs_through_the_pipeline(instance):
 
     d0, a = instance
     d = genpush(pairelim(letlift(d0)))
-    p = check(d, a, exact=cost_refined(d, a) == cost_def(d, a))
+    p = check(d, a)
     assert values_close(tssa.evaluate(p, a), interpret(d0, a))
 
 

@@ -15,7 +15,7 @@ from tensorlang.cost import cost_def
 from tensorlang.interp import interpret
 from tensorlang.proofs.catalogue import values_close
 from tensorlang.proofs.normal_forms_ssa import is_tensor_ssa
-from tensorlang.tssa import Builder, Operand
+from tensorlang.tssa import Builder
 
 N, M = Affine.var("N"), Affine.var("M")
 i, j, k = Affine.var("i"), Affine.var("j"), Affine.var("k")

@@ -1,0 +1,430 @@
+"""Backend-independent code generation decisions for Tensor-SSA programs.
+
+`plan_program(p)` decides, for every statement of a `tssa.Program`, how it runs:
+
+  * `input`  -- a kernel argument (a parameter leaf);
+  * `fused`  -- not materialised: its value is computed inside its only consumer
+    (producer-consumer fusion, rules in `decide_fusion`);
+  * `blas`   -- a dense contraction handed to a matrix product (rules in `blas_plan`);
+  * `loops`  -- a loop nest (`codegen_nest.plan_part`) writing an array, or a scalar local.
+
+`ExprPrinter` prints the scalar expressions of the loop bodies in Python syntax (valid for
+Numba CPU and Numba CUDA device code): zero-extended reads (a guard only where the
+solver's facts do not prove the read in range), fused producers inlined as conditional
+expressions (`(value if mask else 0.0)`: `[p] * e` does not evaluate `e` where `p` fails),
+and the primitives in the interpreter's evaluation order (`c * u1 * u2` left to right,
+`(u1 if P1 else 0.0) + (u2 if P2 else 0.0)`), so that results round like the oracle's.
+
+Every identifier in generated code comes from `Namer`: program names are accepted only when
+they match a strict pattern and are then prefixed by their role, anything else gets a
+numbered name, so no user text reaches generated code unchecked.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Mapping, Sequence
+
+from tensorlang import ast as A
+from tensorlang import tssa
+from tensorlang.ast import Affine, Cmp, Pred, PTrue, TRel, TSize
+from tensorlang.tssa import (AddRhs, ConstRhs, ContractRhs, Input, MapRhs, Operand, Program,
+                             ReduceRhs, Rhs)
+
+from .codegen_nest import Facts, Part, RelNames, in_bounds, plan_part, pred_code
+
+# ---------------------------------------------------------------------------------------------
+# Names
+
+_IDENT = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)*\Z")
+_PLAIN_INDEX = re.compile(r"[a-z][0-9]{1,6}\Z")
+_SAFE_COMMENT = re.compile(r"[^A-Za-z0-9_ .,:;+\-*/()\[\]<>=!&|~^%@#'\"{}?]")
+
+# Role prefixes.  Generated temporaries start with `_`, runtime helpers with `tl_`, modules
+# are `np`/`math`/`numba`: none of them can be produced below.
+SIZE, VALUE, INDEX, MASK = "n", "v", "x", "rm"
+
+
+class Namer:
+    """Generated identifiers for program names, by role."""
+
+    def __init__(self) -> None:
+        self._map: dict[tuple[str, str], str] = {}
+        self._used: set[str] = set()
+
+    def get(self, role: str, name: str) -> str:
+        key = (role, name)
+        hit = self._map.get(key)
+        if hit is not None:
+            return hit
+        if role == INDEX and _PLAIN_INDEX.match(name):
+            out = name                      # canonical SSA indices (i0, j1) stay readable
+        elif _IDENT.match(name):
+            out = f"{role}_{name}"
+        else:                               # never paste an unchecked name
+            out = f"{role}__{len(self._map)}"
+        if out in self._used:
+            raise AssertionError(f"generated name clash: {out}")
+        self._used.add(out)
+        self._map[key] = out
+        return out
+
+    def index(self, name: str) -> str:
+        return self.get(INDEX, name)
+
+    def legend(self) -> list[tuple[str, str]]:
+        """(generated, original) for names that could not keep their spelling."""
+        return [(v, k[1]) for k, v in self._map.items() if "__" in v]
+
+
+def safe_comment(text: str) -> str:
+    """One line of program text as a comment: characters outside a small safe set become
+    `?`, so no newline (or anything else) can escape the comment."""
+    return _SAFE_COMMENT.sub("?", text.replace("\n", " "))
+
+
+def num(c: float) -> str:
+    """A float literal (inf and nan through `math`)."""
+    if math.isnan(c):
+        return "math.nan"
+    if math.isinf(c):
+        return "math.inf" if c > 0 else "-math.inf"
+    return repr(float(c))
+
+
+# ---------------------------------------------------------------------------------------------
+# Fusion and BLAS decisions
+
+
+def is_pointwise(rhs: Rhs) -> bool:
+    """A primitive without summation: one scalar computation per output point."""
+    if isinstance(rhs, (ConstRhs, AddRhs, MapRhs)):
+        return True
+    return isinstance(rhs, (ContractRhs, ReduceRhs)) and not rhs.sdims
+
+
+def rank(rows: Sequence[Sequence[int]]) -> int:
+    """Rank of an integer matrix (exact)."""
+    m = [[Fraction(x) for x in r] for r in rows]
+    r = 0
+    ncols = len(m[0]) if m else 0
+    for c in range(ncols):
+        piv = next((k for k in range(r, len(m)) if m[k][c] != 0), None)
+        if piv is None:
+            continue
+        m[r], m[piv] = m[piv], m[r]
+        for k in range(len(m)):
+            if k != r and m[k][c] != 0:
+                f = m[k][c] / m[r][c]
+                m[k] = [a - f * b for a, b in zip(m[k], m[r])]
+        r += 1
+    return r
+
+
+def injective(idx: Sequence[Affine], names: Sequence[str]) -> bool:
+    """The access `idx` takes distinct values at distinct points of `names` (full column
+    rank of its coefficient matrix): a fused producer is then evaluated at most once per
+    point of its own index space, so fusion never repeats work."""
+    if not names:
+        return True
+    rows = [[a.coeff(n) for n in names] for a in idx]
+    return bool(rows) and rank(rows) == len(names)
+
+
+@dataclass(frozen=True)
+class BlasPlan:
+    """`v[I] = c * sum J. L[..] * R[..]` as `(m x k) @ (k x n)`: `left_perm` orders L's
+    axes as (I_left, J), `right_perm` R's as (J, I_right); `out_perm` takes the product's
+    axes (I_left, I_right) to the generator order."""
+
+    left: Operand
+    right: Operand
+    left_perm: tuple[int, ...]
+    right_perm: tuple[int, ...]
+    i_left: tuple[str, ...]
+    i_right: tuple[str, ...]
+    out_perm: tuple[int, ...]
+
+
+def blas_plan(rhs: Rhs, shapes: Mapping[str, tuple[Affine, ...]]) -> BlasPlan | None:
+    """The BLAS form of a contraction, or None.  Conditions (docs/backends.md): a contract
+    with summation indices, predicate `true`, every access a list of distinct plain
+    indices spanning the operand's whole axes (`u[j0, i1]`, so no zero extension or
+    cropping), every summation index read by both operands, every generator index by
+    exactly one, and at least one generator index (a matrix-vector or matrix-matrix
+    product; a plain dot product stays a loop)."""
+    if not isinstance(rhs, ContractRhs) or not rhs.sdims or not isinstance(rhs.pred, PTrue):
+        return None
+    ranges = rhs.ranges()
+    gens, sums = rhs.gen_names(), rhs.sum_names()
+    vars_of: list[tuple[str, ...]] = []
+    for o in rhs.operands:
+        names = tuple(a.as_var() for a in o.idx)
+        if any(n is None for n in names) or len(set(names)) != len(names):
+            return None
+        if len(names) != len(shapes[o.var]):
+            return None
+        if any(ranges.get(n) != d for n, d in zip(names, shapes[o.var])):  # type: ignore
+            return None
+        vars_of.append(names)  # type: ignore[arg-type]
+    a, b = vars_of
+    if any(j not in a or j not in b for j in sums):
+        return None
+    if any((g in a) == (g in b) for g in gens) or not gens:
+        return None
+    best: BlasPlan | None = None
+    for (lo, lv), (ro, rv) in ((rhs.operands[0], a), (rhs.operands[1], b)), \
+                              ((rhs.operands[1], b), (rhs.operands[0], a)):
+        il = tuple(g for g in gens if g in lv)
+        ir = tuple(g for g in gens if g in rv)
+        lperm = tuple(lv.index(n) for n in il + sums)
+        rperm = tuple(rv.index(n) for n in sums + ir)
+        order = il + ir
+        oper = tuple(order.index(g) for g in gens)
+        cand = BlasPlan(lo, ro, lperm, rperm, il, ir, oper)
+        if best is None or _transposes(cand) < _transposes(best):
+            best = cand
+    return best
+
+
+def _transposes(b: BlasPlan) -> int:
+    return sum(p != tuple(range(len(p))) for p in (b.left_perm, b.right_perm, b.out_perm))
+
+
+def decide_fusion(p: Program, blas: set[str]) -> set[str]:
+    """Statements computed inside their consumer instead of being materialised: pointwise,
+    not scalar, not an output, read by exactly one statement (not a BLAS call) through one
+    distinct access that is injective over the consumer's indices."""
+    outs = set(p.output_vars())
+    fused: set[str] = set()
+    for s in p.stmts:
+        rhs = s.rhs
+        if isinstance(rhs, Input) or s.var in outs or not rhs.dims or not is_pointwise(rhs):
+            continue
+        users = p.uses(s.var)
+        if len(users) != 1:
+            continue
+        (c,) = users
+        if c in blas:
+            continue
+        crhs = p.defs[c]
+        reads = {o for o in crhs.operands if o.var == s.var}
+        if len(reads) != 1:
+            continue
+        (o,) = reads
+        if injective(o.idx, crhs.gen_names() + crhs.sum_names()):
+            fused.add(s.var)
+    return fused
+
+
+# ---------------------------------------------------------------------------------------------
+# Statement plans
+
+
+@dataclass
+class StmtPlan:
+    var: str
+    rhs: Rhs
+    mode: str                       # input | fused | blas | loops
+    scalar: bool
+    blas: BlasPlan | None = None
+    outer: Part | None = None       # loops binding the generator indices
+    inner: Part | None = None       # loops binding the summation indices (sums only)
+    facts: Facts | None = None      # what holds in the innermost body
+
+
+@dataclass
+class ProgramPlan:
+    program: Program
+    stmts: list[StmtPlan]
+    fused: set[str]
+    sizes: list[str]                               # size parameter names
+    rel_dims: dict[str, tuple[Affine, ...]]
+    patterns: list[tuple[str, tuple[int, ...], int]] = field(default_factory=list)
+
+    @property
+    def by_var(self) -> dict[str, StmtPlan]:
+        return {s.var: s for s in self.stmts}
+
+    def counted(self) -> list[StmtPlan]:
+        """Statements with their own loops or BLAS call (the instrumented ones)."""
+        return [s for s in self.stmts if s.mode in ("loops", "blas")]
+
+
+def plan_program(p: Program, use_blas: bool = True, use_relations: bool = True
+                 ) -> ProgramPlan:
+    sizes = [q.name for q in p.params if isinstance(q.type, TSize)]
+    rel_dims = {q.name: tuple(q.type.sizes) for q in p.params if isinstance(q.type, TRel)}
+    blas: dict[str, BlasPlan] = {}
+    if use_blas:
+        for s in p.stmts:
+            if not isinstance(s.rhs, Input):
+                b = blas_plan(s.rhs, p.shapes)
+                if b is not None:
+                    blas[s.var] = b
+    fused = decide_fusion(p, set(blas))
+    plans: list[StmtPlan] = []
+    patterns: list[tuple[str, tuple[int, ...], int]] = []
+    for s in p.stmts:
+        rhs = s.rhs
+        scalar = not p.shapes[s.var]
+        if isinstance(rhs, Input):
+            plans.append(StmtPlan(s.var, rhs, "input", scalar))
+            continue
+        if s.var in fused:
+            plans.append(StmtPlan(s.var, rhs, "fused", scalar))
+            continue
+        if s.var in blas:
+            plans.append(StmtPlan(s.var, rhs, "blas", scalar, blas=blas[s.var]))
+            continue
+        plans.append(_loop_plan(s.var, rhs, scalar, sizes, rel_dims, use_relations))
+        for part in (plans[-1].outer, plans[-1].inner):
+            if part is not None and part.driver is not None \
+                    and part.driver.pattern not in patterns:
+                patterns.append(part.driver.pattern)
+    return ProgramPlan(p, plans, fused, sizes, rel_dims, patterns)
+
+
+def _loop_plan(var: str, rhs: Rhs, scalar: bool, sizes: list[str],
+               rel_dims: dict[str, tuple[Affine, ...]], use_relations: bool) -> StmtPlan:
+    gens = list(zip(rhs.gen_names(), rhs.dims))
+    sums = list(zip(rhs.sum_names(), rhs.sdims))
+    conj = tssa.conjuncts(rhs.pred)
+    facts = Facts.of(rhs.ranges(), sizes, [rhs.pred])
+    if not sums:
+        outer = plan_part(gens, conj, rel_dims, sizes, use_relations)
+        return StmtPlan(var, rhs, "loops", scalar, outer=outer, facts=facts)
+    snames = {n for n, _ in sums}
+    oconj = [c for c in conj if not (A.free_names(c) & snames)]
+    iconj = [c for c in conj if A.free_names(c) & snames]
+    outer = plan_part(gens, oconj, rel_dims, sizes, use_relations)
+    inner = plan_part(sums, iconj, rel_dims, sizes, use_relations)
+    return StmtPlan(var, rhs, "loops", scalar, outer=outer, inner=inner, facts=facts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scalar expressions
+
+
+BUILTIN_PREFIX = "tl_"
+
+
+class ExprPrinter:
+    """Python expressions for statement bodies.  `pre` collects lines that must run before
+    the expression (flags of `exists` tests, values of fused producers read twice)."""
+
+    def __init__(self, plan: ProgramPlan, namer: Namer, rels: RelNames, counter: list[int],
+                 indent: str = "    ") -> None:
+        self.plan = plan
+        self.p = plan.program
+        self.nm = namer
+        self.rels = rels
+        self.counter = counter
+        self.indent = indent
+        self.tmp = 0
+
+    def var(self, v: str) -> str:
+        return self.nm.get(VALUE, v)
+
+    def idx(self, a: Affine) -> str:
+        from tensorlang.passes.indexsolve_fm import affine_to_python
+        return affine_to_python(a, self._index_name)
+
+    def _index_name(self, n: str) -> str:
+        return self.nm.get(SIZE, n) if n in self.plan.sizes else self.nm.index(n)
+
+    def pred(self, preds: Sequence[Pred], pre: list[str]) -> str:
+        g = pred_code(preds, self._index_name, self.rels, self.counter, self.indent)
+        pre += g.pre
+        return g.code
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def operand(self, o: Operand, facts: Facts, pre: list[str], base: Facts) -> str:
+        if not o.idx:
+            return self.var(o.var)
+        if o.var in self.plan.fused:
+            return self.fused(o.var, o.idx, facts, pre, base)
+        name = self.var(o.var)
+        ix = [self.idx(a) for a in o.idx]
+        read = f"{name}[{', '.join(ix)}]"
+        dims = self.p.shapes[o.var]
+        checks: list[str] = []
+        for k, (a, n) in enumerate(zip(o.idx, dims)):
+            lo = not facts.implies(Cmp("<=", Affine.lit(0), a))
+            hi = not facts.implies(Cmp("<", a, n))
+            if lo and hi:
+                checks.append(f"0 <= {ix[k]} < {name}.shape[{k}]")
+            elif lo:
+                checks.append(f"0 <= {ix[k]}")
+            elif hi:
+                checks.append(f"{ix[k]} < {name}.shape[{k}]")
+        if not checks:
+            return read
+        return f"({read} if {' and '.join(checks)} else 0.0)"
+
+    def fused(self, v: str, idx: Sequence[Affine], facts: Facts, pre: list[str],
+              base: Facts) -> str:
+        rhs = self.p.defs[v]
+        sub = dict(zip(rhs.gen_names(), idx))
+        conds = in_bounds(idx, rhs.dims) + tssa.conjuncts(A.subst(rhs.pred, sub))
+        need = [c for c in conds if not facts.implies(c)]
+        value = self.pointwise(rhs, sub, facts.add(conds), pre, base)
+        if not need:
+            return value
+        return f"({value} if {self.pred(need, pre)} else 0.0)"
+
+    # -- primitives --------------------------------------------------------------------------
+
+    def pointwise(self, rhs: Rhs, sub: Mapping[str, Affine], facts: Facts, pre: list[str],
+                  base: Facts) -> str:
+        """The value of a pointwise primitive at the point `sub` (its mask holds there)."""
+        ops = [o.subst(sub) if sub else o for o in rhs.operands]
+        if isinstance(rhs, ConstRhs):
+            return num(rhs.value)
+        if isinstance(rhs, AddRhs):
+            parts = []
+            for s, o in zip(rhs.supports, ops):
+                sp = A.subst(s, sub) if sub else s
+                if facts.implies(sp):
+                    parts.append(self._read(o, ops, facts, pre, base))
+                else:
+                    inner = self._read(o, ops, facts.add([sp]), pre, base)
+                    parts.append(f"({inner} if {self.pred(tssa.conjuncts(sp), pre)} "
+                                 f"else 0.0)")
+            return f"({parts[0]} + {parts[1]})"
+        if isinstance(rhs, MapRhs):
+            args = [self._read(o, ops, facts, pre, base) for o in ops]
+            args += [num(c) for c in rhs.params]
+            return f"{BUILTIN_PREFIX}{rhs.fn}({', '.join(args)})"
+        return self.product(rhs.coeff, ops, facts, pre, base)
+
+    def product(self, coeff: float, ops: Sequence[Operand], facts: Facts, pre: list[str],
+                base: Facts) -> str:
+        """`c * u1 * u2`, left to right, `c` omitted when 1 (as `tssa.to_core` writes it)."""
+        factors = ([] if coeff == 1.0 else [num(coeff)])
+        factors += [self._read(o, ops, facts, pre, base) for o in ops]
+        return factors[0] if len(factors) == 1 else "(" + " * ".join(factors) + ")"
+
+    def _read(self, o: Operand, ops: Sequence[Operand], facts: Facts, pre: list[str],
+              base: Facts) -> str:
+        """An operand; a fused producer read twice by the same primitive is computed once
+        into a local (with the body's facts only, since the local is unconditional)."""
+        if o.var in self.plan.fused and sum(x == o for x in ops) > 1:
+            key = ("_fused", o)
+            memo = getattr(self, "_memo", None)
+            if memo is None:
+                memo = self._memo = {}
+            if key not in memo:
+                self.tmp += 1
+                name = f"_f{self.tmp}"
+                pre.append(f"{name} = {self.operand(o, base, pre, base)}")
+                memo[key] = name
+            return memo[key]
+        return self.operand(o, facts, pre, base)
+
+    def reset(self) -> None:
+        """Forget hoisted locals (call at the start of each statement body)."""
+        self._memo: dict[Any, str] = {}

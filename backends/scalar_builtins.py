@@ -1,0 +1,150 @@
+"""The builtin functions of `tensorlang.builtins` as scalar Python functions.
+
+Plain Python on floats, written so that Numba compiles them (CPU `njit`, and CUDA device
+functions later; no calls between them), and so that they agree with the numpy
+implementations the interpreter uses, special values included: `tl_relu(-0.0)` is
+`np.maximum(-0.0, 0.0)`, `tl_softplus` is numpy's `logaddexp(0, x)` step for step,
+`tl_sigmoid` is scipy's `expit`.  Division by zero and domain errors give inf/nan (the
+kernels compile with `error_model="numpy"`).
+
+`FUNCS` maps each builtin name to its function; `tests/test_numba_cpu.py` compares every
+one with `tensorlang.builtins.apply` on ordinary and special values.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+_LOG2 = math.log(2.0)
+
+
+def tl_exp(x: float) -> float:
+    return math.exp(x)
+
+
+def tl_log(x: float) -> float:
+    return math.log(x)
+
+
+def tl_sin(x: float) -> float:
+    return math.sin(x)
+
+
+def tl_cos(x: float) -> float:
+    return math.cos(x)
+
+
+def tl_tan(x: float) -> float:
+    return math.tan(x)
+
+
+def tl_tanh(x: float) -> float:
+    return math.tanh(x)
+
+
+def tl_sqrt(x: float) -> float:
+    return math.sqrt(x)
+
+
+def tl_sigmoid(x: float) -> float:
+    if x >= 0.0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+def tl_softplus(x: float) -> float:
+    # numpy's logaddexp(0.0, x), branch for branch
+    if x == 0.0:
+        return _LOG2
+    tmp = 0.0 - x
+    if tmp > 0.0:
+        return math.log1p(math.exp(-tmp))
+    if tmp <= 0.0:
+        return x + math.log1p(math.exp(tmp))
+    return tmp
+
+
+def tl_abs(x: float) -> float:
+    return math.fabs(x)
+
+
+def tl_relu(x: float) -> float:
+    # np.maximum(x, 0.0): x if x > 0 or x is nan, else 0.0 (so relu(-0.0) == 0.0)
+    return x if (x > 0.0 or x != x) else 0.0
+
+
+def tl_square(x: float) -> float:
+    return x * x
+
+
+def tl_recip(x: float) -> float:
+    return 1.0 / x
+
+
+def tl_pow(x: float, c: float) -> float:
+    return math.pow(x, c)
+
+
+def tl_max(a: float, b: float) -> float:
+    # np.maximum: the first argument if it is larger or nan, else the second
+    return a if (a > b or a != a) else b
+
+
+def tl_min(a: float, b: float) -> float:
+    return a if (a < b or a != a) else b
+
+
+def tl_step(x: float) -> float:
+    return 1.0 if x > 0.0 else 0.0
+
+
+def tl_sign(x: float) -> float:
+    if x > 0.0:
+        return 1.0
+    if x < 0.0:
+        return -1.0
+    if x == 0.0:
+        return 0.0
+    return x
+
+
+def tl_ge(a: float, b: float) -> float:
+    return 1.0 if a >= b else 0.0
+
+
+def tl_gt(a: float, b: float) -> float:
+    return 1.0 if a > b else 0.0
+
+
+def tl_dtanh(x: float) -> float:
+    u = math.exp(-2.0 * math.fabs(x))
+    d = 1.0 + u
+    return 4.0 * u / (d * d)
+
+
+def tl_dsigmoid(x: float) -> float:
+    # expit(x) * expit(-x), each as in tl_sigmoid
+    if x >= 0.0:
+        a = 1.0 / (1.0 + math.exp(-x))
+    else:
+        e = math.exp(x)
+        a = e / (1.0 + e)
+    y = -x
+    if y >= 0.0:
+        b = 1.0 / (1.0 + math.exp(-y))
+    else:
+        e = math.exp(y)
+        b = e / (1.0 + e)
+    return a * b
+
+
+def tl_dtan(x: float) -> float:
+    t = math.tan(x)
+    return 1.0 + t * t
+
+
+FUNCS: dict[str, Callable[..., float]] = {
+    name[3:]: fn for name, fn in list(globals().items())
+    if name.startswith("tl_") and callable(fn)
+}

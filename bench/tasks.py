@@ -1,0 +1,134 @@
+"""What the suite measures: each workload of SPEC 11 with the derivatives timed for it.
+
+A workload (examples/numpy_ref.py `WORKLOADS`) gives the `.tl` file, the function, the sizes
+as a function of one problem size N, input makers and the numpy reference of the forward
+function.  A `Task` adds the derivatives to time (`Deriv`) and the size caps that keep a sweep
+inside memory and time: the interpreter materialises the O(N^3) intermediate of qform2 and
+naive Hessians, so those stop at smaller N (a skipped point is reported, never hidden).
+"""
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import sys
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+Args = dict[str, Any]
+
+# The derivative kinds: grad/hessian/hvp/jvp/vjp as in SPEC 2.5; "jtjv" is J^T J v of a
+# tensor-valued function (a jvp followed by a vjp), the Gauss-Newton product of ATL's imgARAP.
+KINDS = ("grad", "hessian", "jvp", "vjp", "hvp", "jtjv")
+
+
+def load_numpy_ref() -> ModuleType:
+    """examples/numpy_ref.py as the module `numpy_ref` (shared with the tests if loaded)."""
+    mod = sys.modules.get("numpy_ref")
+    if mod is not None and hasattr(mod, "WORKLOADS"):
+        return mod
+    spec = importlib.util.spec_from_file_location("numpy_ref", EXAMPLES / "numpy_ref.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["numpy_ref"] = mod  # dataclasses look their module up while the file runs
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@dataclass(frozen=True)
+class Deriv:
+    """One derivative of a workload's function.
+
+    `tl_def` names the derived def of the example file when it has one (`qform_hess`);
+    otherwise the tensorlang side builds it with `tl.grad`/`tl.vjp`/... from the API.
+    """
+
+    kind: str
+    wrt: tuple[str, ...]
+    tl_def: str | None = None
+    max_n: int | None = None
+
+    @property
+    def key(self) -> str:
+        return self.kind
+
+    @property
+    def label(self) -> str:
+        inner = ", ".join(self.wrt)
+        return f"J^T J v({inner})" if self.kind == "jtjv" else f"{self.kind}({inner})"
+
+    def extra_names(self, fwd_value: Any = None) -> list[str]:
+        if self.kind in ("jvp", "jtjv"):
+            return ["d_" + w for w in self.wrt]
+        if self.kind == "hvp":
+            return ["v"]
+        if self.kind == "vjp":
+            return ["d_y"]
+        return []
+
+    def extras(self, args: Args, fwd_value: Any, rng: np.random.Generator) -> Args:
+        """Tangents, the hvp direction or the cotangent, drawn uniformly in [-1, 1]."""
+        if self.kind in ("jvp", "jtjv"):
+            return {"d_" + w: rng.uniform(-1, 1, np.shape(args[w])) for w in self.wrt}
+        if self.kind == "hvp":
+            return {"v": rng.uniform(-1, 1, np.shape(args[self.wrt[0]]))}
+        if self.kind == "vjp":
+            return {"d_y": rng.uniform(-1, 1, np.shape(fwd_value))}
+        return {}
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    derivs: tuple[Deriv, ...]
+    max_n: int | None = None           # cap for the forward function (and so for all)
+    note: str = ""
+    workload: Any = field(default=None, compare=False)
+
+    def fits(self, n: int, d: Deriv | None = None) -> bool:
+        caps = [c for c in (self.max_n, d.max_n if d else None) if c is not None]
+        return all(n <= c for c in caps)
+
+    def cap(self, d: Deriv | None = None) -> int | None:
+        caps = [c for c in (self.max_n, d.max_n if d else None) if c is not None]
+        return min(caps) if caps else None
+
+
+def _tasks() -> dict[str, Task]:
+    G, H = "grad", "hessian"
+    specs = [
+        Task("qform", (Deriv(G, ("x",), "qform_grad"), Deriv(H, ("x",), "qform_hess"))),
+        Task("qform2", (Deriv("jvp", ("A",), "qform2_jvp"),), max_n=300,
+             note="as written it materialises A^T A: O(N^3) until the simplifier reassociates"),
+        Task("conv", (Deriv("vjp", ("x",)),)),
+        Task("deconv_loss", (Deriv(G, ("x",), "deconv_grad"),)),
+        Task("arap_residuals", (Deriv("jtjv", ("U", "V", "T")),), max_n=300,
+             note="N is the image side: W = H = N"),
+        Task("imgarap", (Deriv(G, ("U", "V", "T"), "imgarap_grad"),), max_n=300,
+             note="N is the image side: W = H = N"),
+        Task("nbody", (Deriv(G, ("P",), "nbody_grad"), Deriv("hvp", ("P",), "nbody_hvp"))),
+        Task("nnmatfac", (Deriv(G, ("W", "H"), "nnmatfac_grad"),)),
+        Task("logreg", (Deriv(G, ("w",), "logreg_grad"), Deriv(H, ("w",), "logreg_hess", 200))),
+        Task("matfac", (Deriv(G, ("U",), "matfac_grad"), Deriv(H, ("U",), "matfac_hess", 100))),
+        Task("masked", (Deriv(G, ("A",), "masked_grad"),)),
+        Task("trace_diag", (Deriv(G, ("x",), "trace_diag_grad"),)),
+        Task("row_col", (Deriv(G, ("X",), "row_col_grad"),)),
+        Task("skip_one", (Deriv(G, ("x",), "skip_one_grad"),)),
+        Task("dead_code", (Deriv(G, ("x",), "dead_code_grad"),)),
+    ]
+    workloads = load_numpy_ref().WORKLOADS
+    out: dict[str, Task] = {}
+    for t in specs:
+        out[t.name] = Task(t.name, t.derivs, t.max_n, t.note, workloads[t.name])
+    missing = set(workloads) - set(out)
+    for name in sorted(missing):  # a workload added to numpy_ref later is still run (f only)
+        out[name] = Task(name, (), None, "no derivative registered", workloads[name])
+    return out
+
+
+TASKS: dict[str, Task] = _tasks()
