@@ -33,7 +33,7 @@ from tensorlang.ast import Affine, Cmp, Pred, PTrue, TRel, TSize
 from tensorlang.tssa import (AddRhs, ConstRhs, ContractRhs, Input, MapRhs, Operand, Program,
                              ReduceRhs, Rhs)
 
-from .codegen_nest import Facts, Part, RelNames, in_bounds, plan_part, pred_code
+from .codegen_nest import Facts, Part, RelNames, in_bounds, plan_alternatives, pred_code
 
 # ---------------------------------------------------------------------------------------------
 # Names
@@ -230,9 +230,13 @@ class StmtPlan:
     mode: str                       # input | fused | blas | loops
     scalar: bool
     blas: BlasPlan | None = None
-    outer: Part | None = None       # loops binding the generator indices
-    inner: Part | None = None       # loops binding the summation indices (sums only)
-    facts: Facts | None = None      # what holds in the innermost body
+    outer: list[Part] | None = None  # nests binding the generator indices (alternatives)
+    inner: list[Part] | None = None  # nests binding the summation indices (sums only)
+    facts: Facts | None = None       # what holds in every innermost body
+
+    def body_facts(self, outer: Part, inner: Part | None = None) -> Facts:
+        assert self.facts is not None
+        return self.facts.add(outer.conj + (inner.conj if inner is not None else ()))
 
 
 @dataclass
@@ -280,9 +284,8 @@ def plan_program(p: Program, use_blas: bool = True, use_relations: bool = True
             plans.append(StmtPlan(s.var, rhs, "blas", scalar, blas=blas[s.var]))
             continue
         plans.append(_loop_plan(s.var, rhs, scalar, sizes, rel_dims, use_relations))
-        for part in (plans[-1].outer, plans[-1].inner):
-            if part is not None and part.driver is not None \
-                    and part.driver.pattern not in patterns:
+        for part in (plans[-1].outer or []) + (plans[-1].inner or []):
+            if part.driver is not None and part.driver.pattern not in patterns:
                 patterns.append(part.driver.pattern)
     return ProgramPlan(p, plans, fused, sizes, rel_dims, patterns)
 
@@ -294,14 +297,25 @@ def _loop_plan(var: str, rhs: Rhs, scalar: bool, sizes: list[str],
     conj = tssa.conjuncts(rhs.pred)
     facts = Facts.of(rhs.ranges(), sizes, [rhs.pred])
     if not sums:
-        outer = plan_part(gens, conj, rel_dims, sizes, use_relations)
+        if isinstance(rhs, AddRhs):
+            conj = conj + _live(rhs, facts)
+        outer = plan_alternatives(gens, conj, rel_dims, sizes, use_relations)
         return StmtPlan(var, rhs, "loops", scalar, outer=outer, facts=facts)
     snames = {n for n, _ in sums}
     oconj = [c for c in conj if not (A.free_names(c) & snames)]
     iconj = [c for c in conj if A.free_names(c) & snames]
-    outer = plan_part(gens, oconj, rel_dims, sizes, use_relations)
-    inner = plan_part(sums, iconj, rel_dims, sizes, use_relations)
+    outer = plan_alternatives(gens, oconj, rel_dims, sizes, use_relations)
+    inner = plan_alternatives(sums, iconj, rel_dims, sizes, use_relations)
     return StmtPlan(var, rhs, "loops", scalar, outer=outer, inner=inner, facts=facts)
+
+
+def _live(rhs: AddRhs, facts: Facts) -> list[Pred]:
+    """`[P1 or P2]`: an add is zero where neither operand is live, so its nest needs only
+    visit the union of the supports (split into two thin nests when both pin indices)."""
+    s1, s2 = rhs.supports
+    if facts.implies(s1) or facts.implies(s2):
+        return []
+    return [A.Or(s1, s2)]
 
 
 # ---------------------------------------------------------------------------------------------

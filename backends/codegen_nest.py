@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
 from tensorlang import tssa
-from tensorlang.ast import Affine, And, Cmp, Pred, PTrue, RelCall, free_names, pred_and
+from tensorlang.ast import Affine, Cmp, Or, Pred, PTrue, RelCall, free_names, pred_and
 from tensorlang.passes.indexsolve import LoopNest, fourier_motzkin, loop_nest, pred_to_python
 from tensorlang.passes.indexsolve_fm import affine_to_python
 
@@ -198,9 +198,15 @@ class Driver:
 
 @dataclass(frozen=True)
 class Part:
+    """One nest: `driver` (a relation loop) then `nest`; `conj` is the conjunction it
+    enumerates, `exclude` predicates whose points an earlier alternative already visited
+    (checked, negated, once every variable is bound)."""
+
     vars: tuple[str, ...]
     driver: Driver | None
     nest: LoopNest
+    conj: tuple[Pred, ...] = ()
+    exclude: tuple[Pred, ...] = ()
 
     @property
     def feasible(self) -> bool:
@@ -210,18 +216,64 @@ class Part:
         return self.driver is not None or any(lv.loop is not None for lv in self.nest.levels)
 
 
+MAX_ALTERNATIVES = 16
+
+
+def plan_alternatives(vars_sizes: Sequence[tuple[str, Affine]], conj: Sequence[Pred],
+                      rel_dims: Mapping[str, tuple[Affine, ...]], sizes: Iterable[str],
+                      use_relations: bool = True, budget: int = MAX_ALTERNATIVES
+                      ) -> list[Part]:
+    """Nests that together visit each point of the conjunction `conj` exactly once.
+
+    A conjunct `D1 or ... or Dk` whose every disjunct pins a variable (an equality, or a
+    relation call) is split: alternative t enumerates `Dt` and the other conjuncts and
+    excludes the points of `D1 .. D(t-1)`.  So `[a == b or a == b + 1]` costs two thin
+    nests, not a box with a guard.  Other disjunctions stay guards."""
+    names = {v for v, _ in vars_sizes}
+    sizes = list(sizes)
+    for k, c in enumerate(conj):
+        if not isinstance(c, Or):
+            continue
+        ds = tssa.disjuncts(c)
+        if len(ds) > budget or not all(_pins(d, names) for d in ds):
+            continue
+        rest = list(conj[:k]) + list(conj[k + 1:])
+        out: list[Part] = []
+        for t, d in enumerate(ds):
+            subs = plan_alternatives(vars_sizes, rest + tssa.conjuncts(d), rel_dims, sizes,
+                                     use_relations, budget // len(ds))
+            for sp in subs:
+                if sp.feasible:
+                    out.append(Part(sp.vars, sp.driver, sp.nest, sp.conj,
+                                    sp.exclude + tuple(ds[:t])))
+        return out
+    part = plan_part(vars_sizes, conj, rel_dims, sizes, use_relations)
+    return [part] if part.feasible else []
+
+
+def _pins(d: Pred, names: set[str]) -> bool:
+    """`d` (a conjunction) contains an equality or a relation call on the variables."""
+    for q in tssa.conjuncts(d):
+        if isinstance(q, Cmp) and q.op == "==" and free_names(q) & names:
+            return True
+        if isinstance(q, RelCall) and free_names(q) & names:
+            return True
+    return False
+
+
 def plan_part(vars_sizes: Sequence[tuple[str, Affine]], conj: Sequence[Pred],
               rel_dims: Mapping[str, tuple[Affine, ...]], sizes: Iterable[str],
               use_relations: bool = True) -> Part:
     """Loops binding `vars_sizes` (outermost first) at the points where the conjunction
     `conj` holds; every other name is known (sizes, outer indices)."""
     names = tuple(v for v, _ in vars_sizes)
+    conj = tuple(conj)
     nest0 = loop_nest(list(vars_sizes), pred_and(*conj))
     if not nest0.feasible or not use_relations:
-        return Part(names, None, nest0)
+        return Part(names, None, nest0, conj)
     drv = _choose_driver(names, conj, nest0, rel_dims)
     if drv is None:
-        return Part(names, None, nest0)
+        return Part(names, None, nest0, conj)
     driven = set(drv.driven())
     size_of = dict(vars_sizes)
     extra: list[Pred] = []
@@ -233,7 +285,7 @@ def plan_part(vars_sizes: Sequence[tuple[str, Affine]], conj: Sequence[Pred],
     rest = [c for c in conj if c is not drv.conjunct]
     nest = loop_nest([(v, n) for v, n in vars_sizes if v not in driven],
                      pred_and(*rest, *extra))
-    return Part(names, drv, nest)
+    return Part(names, drv, nest, conj)
 
 
 def _choose_driver(names: tuple[str, ...], conj: Sequence[Pred], nest0: LoopNest,
@@ -338,7 +390,17 @@ def part_steps(part: Part, nm: NameFn, rels: RelNames, counter: list[int],
                                 lv.value.div))
         if lv.guards:
             steps.append(pred_code(lv.guards, nm, rels, counter, indent))
+    if part.exclude:  # points an earlier alternative visited
+        g = pred_code([_or_all(part.exclude)], nm, rels, counter, indent)
+        steps.append(Guard(f"not ({g.code})", g.pre))
     return steps
+
+
+def _or_all(ps: Sequence[Pred]) -> Pred:
+    out = ps[0]
+    for q in ps[1:]:
+        out = Or(out, q)
+    return out
 
 
 def _driver_steps(d: Driver, nm: NameFn, rels: RelNames, tag: str) -> list[Step]:

@@ -27,6 +27,7 @@ m*n*k); `CompiledProgram.last_counts` reports them after each call.
 from __future__ import annotations
 
 import threading
+import types
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -40,7 +41,7 @@ from tensorlang.tssa import Program
 from . import kernel_cache
 from .codegen import (MASK, SIZE, VALUE, BlasPlan, ExprPrinter, Namer, ProgramPlan, StmtPlan,
                       plan_program, safe_comment)
-from .codegen_nest import Assign, Guard, Lines, Loop, RelNames, Step, part_steps
+from .codegen_nest import Assign, Facts, Guard, Lines, Loop, RelNames, Step, part_steps
 from .scalar_builtins import FUNCS
 
 BACKEND = "numba_cpu"
@@ -80,10 +81,11 @@ class _Ctx:
 
 
 class NumbaEmitter:
-    def __init__(self, plan: ProgramPlan, instrument: bool) -> None:
+    def __init__(self, plan: ProgramPlan, instrument: bool, jit: bool = True) -> None:
         self.plan = plan
         self.p = plan.program
         self.instrument = instrument
+        self.jit = jit
         self.nm = Namer()
         self.counter = [0]
         self.rels = RelNames(lambda r: self.nm.get(MASK, r), self._pattern_names)
@@ -152,11 +154,18 @@ class NumbaEmitter:
         w(0, "import math")
         w(0, "")
         w(0, "import numpy as np")
-        w(0, "from numba import njit, prange")
-        if used:
-            assert all(fn in FUNCS for fn in used)
-            w(0, "from tensorlang.backends.numba_rt import " +
-              ", ".join(f"tl_{fn}" for fn in used))
+        assert all(fn in FUNCS for fn in used)
+        if self.jit:
+            w(0, "from numba import njit, prange")
+            if used:
+                w(0, "from tensorlang.backends.numba_rt import " +
+                  ", ".join(f"tl_{fn}" for fn in used))
+        else:  # plain Python with the interpreter's builtins (debugging, fast tests)
+            w(0, "from tensorlang.backends.numba_rt import python_njit as njit, "
+                 "python_prange as prange")
+            if used:
+                w(0, "from tensorlang.backends.numba_rt import " +
+                  ", ".join(f"python_{fn} as tl_{fn}" for fn in used))
         w(0, "")
         # What the caller passes and what the counters mean (a cached module is used as
         # written, even if a later generator would order things differently).
@@ -164,7 +173,8 @@ class NumbaEmitter:
         w(0, "TL_COUNTED = " + repr(tuple(s.var for s in self.plan.counted())))
         w(0, "")
         w(0, "")
-        w(0, '@njit(parallel=True, cache=True, error_model="numpy")')
+        deco = len(w.lines)
+        w(0, "")   # the decorator, once we know whether there is a parallel loop
         w(0, f"def {KERNEL}({', '.join(a[1] for a in args)}):")
         body_start = len(w.lines)
         for s in self.plan.stmts:
@@ -177,6 +187,9 @@ class NumbaEmitter:
                     self.emit_loops(s)
         outs = [self.var(v) for v in self.p.output_vars()]
         w(1, f"return ({', '.join(outs)},)")
+        # parallel=True without a prange only costs compile time (and a Numba warning)
+        parallel = any("prange(" in ln for ln in w.lines[body_start:])
+        w.lines[deco] = f'@njit(parallel={parallel}, cache=True, error_model="numpy")'
         legend = self.nm.legend()
         if legend:
             note = ["    # renamed: " + ", ".join(f"{g} = {safe_comment(o)!r}"
@@ -232,41 +245,54 @@ class NumbaEmitter:
         w, rhs, name = self.w, s.rhs, self.var(s.var)
         tag = self._tag(s)
         cnt = f"_cnt{tag}"
-        ctx = _Ctx(tag, f"_acc{tag}", [], cnt if self.instrument else "")
-        w(1, f"{name} = " + ("0.0" if s.scalar else f"np.zeros({self.shape(rhs.dims)})"))
+        assert s.outer is not None and s.facts is not None
+        outers = [(part, part_steps(part, self.index, self.rels, self.counter, INDENT,
+                                    f"{tag}o{a}"))
+                  for a, part in enumerate(s.outer)]
+        direct = s.scalar and s.inner is None and len(outers) == 1 and not outers[0][1]
+        if not direct:  # (a scalar computed unconditionally is assigned once, below)
+            w(1, f"{name} = " + ("0.0" if s.scalar else
+                                 f"np.zeros({self.shape(rhs.dims)})"))
         if self.instrument:
             w(1, f"{cnt} = 0")
-        assert s.outer is not None and s.facts is not None
-        outer = part_steps(s.outer, self.index, self.rels, self.counter, INDENT, tag + "o")
         store = name if s.scalar else \
             f"{name}[{', '.join(self.index(g) for g in rhs.gen_names())}]"
-        self.ex.reset()
-        pre: list[str] = []
-        if s.inner is None:  # pointwise: one value per point
-            depth = self.steps(outer, 1, "prange", ctx)
-            value = self.ex.pointwise(rhs, {}, s.facts, pre, s.facts)
-            w.block(depth, pre)
-            w(depth, f"{store} = {value}")
-            if ctx.cnt:
-                w(depth, f"{ctx.cnt} += 1")
-        else:
-            mode = "prange" if s.outer.has_loop() else "seq"
-            depth = self.steps(outer, 1, mode, ctx)
-            w(depth, f"{ctx.acc} = 0.0")
-            inner = part_steps(s.inner, self.index, self.rels, self.counter, INDENT,
-                               tag + "i")
-            ictx = _Ctx(tag, ctx.acc, [], ctx.cnt)
-            idepth = self.steps(inner, depth, "seq" if mode == "prange" else "chunk", ictx)
-            term = self.ex.product(rhs.coeff, rhs.operands, s.facts, pre, s.facts)
-            w.block(idepth, pre)
-            w(idepth, f"{ictx.acc} += {term}")
-            if ictx.cnt:
-                w(idepth, f"{ictx.cnt} += 1")
-            self.close(ictx)
-            w(depth, f"{store} = {ctx.acc}")
-        self.close(ctx)
+        for a, (opart, osteps) in enumerate(outers):
+            ctx = _Ctx(f"{tag}_{a}", f"_acc{tag}", [], cnt if self.instrument else "")
+            if s.inner is None:  # pointwise: one value per point
+                depth = self.steps(osteps, 1, "prange", ctx)
+                self.body(depth, store, "=", rhs, s.body_facts(opart), ctx.cnt, sums=False)
+            else:
+                mode = "prange" if opart.has_loop() else "seq"
+                depth = self.steps(osteps, 1, mode, ctx)
+                w(depth, f"{ctx.acc} = 0.0")
+                for b, ipart in enumerate(s.inner):
+                    isteps = part_steps(ipart, self.index, self.rels, self.counter, INDENT,
+                                        f"{tag}i{a}_{b}")
+                    ictx = _Ctx(f"{tag}_{a}_{b}", ctx.acc, [], ctx.cnt)
+                    idepth = self.steps(isteps, depth, "seq" if mode == "prange" else "chunk",
+                                        ictx)
+                    self.body(idepth, ictx.acc, "+=", rhs, s.body_facts(opart, ipart),
+                              ictx.cnt, sums=True)
+                    self.close(ictx)
+                w(depth, f"{store} = {ctx.acc}")
+            self.close(ctx)
         if self.instrument:
             w(1, f"{COUNTS}[{self.counted[s.var]}] += {cnt}")
+
+    def body(self, depth: int, target: str, op: str, rhs: tssa.Rhs, facts: Facts, cnt: str,
+             sums: bool) -> None:
+        """The innermost statement: `target = value` or `target += term`."""
+        self.ex.reset()
+        pre: list[str] = []
+        if sums:
+            value = self.ex.product(rhs.coeff, rhs.operands, facts, pre, facts)
+        else:
+            value = self.ex.pointwise(rhs, {}, facts, pre, facts)
+        self.w.block(depth, pre)
+        self.w(depth, f"{target} {op} {value}")
+        if cnt:
+            self.w(depth, f"{cnt} += 1")
 
     def close(self, ctx: _Ctx) -> None:
         while ctx.closers:
@@ -358,10 +384,11 @@ def _tuple(t: Sequence[int]) -> str:
     return "(" + ", ".join(map(str, t)) + ("," if len(t) == 1 else "") + ")"
 
 
-def generated_source(p: Program, instrument: bool = False) -> str:
+def generated_source(p: Program, instrument: bool = False, jit: bool = True) -> str:
     """The readable source of the kernel module for `p` (what `tl show --stage numba`
-    prints); the same text `compile_program` caches and imports."""
-    return NumbaEmitter(plan_program(p), instrument).source()
+    prints); the same text `compile_program` caches and imports.  `jit=False`: the same
+    code importing plain-Python stand-ins for Numba (see `compile_program`)."""
+    return NumbaEmitter(plan_program(p), instrument, jit).source()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -458,7 +485,9 @@ class CompiledProgram:
     def cache_stats(self) -> dict[str, int]:
         """Numba's counts for this kernel in this process: `hits` (loaded from the disk
         cache) and `misses` (compiled here)."""
-        st = self.kernel.stats
+        st = getattr(self.kernel, "stats", None)
+        if st is None:
+            return {"hits": 0, "misses": 0}
         return {"hits": int(sum(st.cache_hits.values())),
                 "misses": int(sum(st.cache_misses.values()))}
 
@@ -488,9 +517,20 @@ _COMPILED: dict[str, CompiledProgram] = {}
 _LOCK = threading.Lock()
 
 
-def compile_program(p: Program, instrument: bool = False) -> CompiledProgram:
+def compile_program(p: Program, instrument: bool = False, *, jit: bool = True
+                    ) -> CompiledProgram:
     """Compile a Tensor-SSA program for the CPU (kernels are cached in this process and on
-    disk, keyed by `tssa.to_text(p)`; see the module docstring)."""
+    disk, keyed by `tssa.to_text(p)`; see the module docstring).
+
+    `jit=False` runs the generated code as plain Python (`prange` is `range`, builtins are
+    the interpreter's numpy functions), without Numba and without the disk cache: slow,
+    but it checks the code generator itself in milliseconds per program (tests, debugging).
+    """
+    if not jit:
+        source = generated_source(p, instrument, jit=False)
+        mod = types.ModuleType(f"tensorlang_kernels.python.{p.name}")
+        exec(compile(source, f"<tensorlang kernel {p.name}>", "exec"), mod.__dict__)
+        return CompiledProgram(p, instrument, source, "", mod, None)
     text = tssa.to_text(p)
     key = kernel_cache.kernel_key(text, BACKEND, "instrumented" if instrument else "plain")
     with _LOCK:

@@ -14,3 +14,33 @@ _JIT = dict(cache=True, error_model="numpy", nogil=True)
 globals().update({f"tl_{name}": njit(**_JIT)(fn) for name, fn in FUNCS.items()})
 
 __all__ = [f"tl_{name}" for name in FUNCS]
+
+
+# -- plain-Python stand-ins (`compile_program(p, jit=False)`) ---------------------------------
+
+
+def python_njit(*args: object, **kwargs: object) -> object:
+    """`njit(...)` as a no-op decorator."""
+    if len(args) == 1 and callable(args[0]) and not kwargs:
+        return args[0]
+    return lambda f: f
+
+
+python_prange = range
+
+
+def _python_builtin(name: str) -> object:
+    import numpy as np
+
+    from tensorlang import builtins as B
+
+    def fn(*xs: float) -> float:
+        f = B.lookup(name)
+        args = [np.float64(x) for x in xs[:f.arity]]
+        return np.float64(B.apply(name, args, xs[f.arity:]))
+
+    fn.__name__ = f"python_{name}"
+    return fn
+
+
+globals().update({f"python_{name}": _python_builtin(name) for name in FUNCS})

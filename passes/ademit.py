@@ -27,6 +27,7 @@ count only where both contributions are live (SPEC 3's guarded addition).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
@@ -91,16 +92,22 @@ def tidy(p: Pred, context: frozenset = frozenset()) -> Pred:
 
 
 def _drop_range_implied(p: Pred, dims: Sequence[Affine]) -> Pred:
+    return _drop_cached(p, tuple(dims))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _drop_cached(p: Pred, dims: tuple[Affine, ...]) -> Pred:
     """Drop size-only atoms that hold whenever one of `dims` is non-empty: a mask is only
     evaluated at points of its ranges (`0 < N` inside `gen i:N`, from the index solver)."""
     parts = tssa.conjuncts(p)
-    keep = [A.pred_or(*(_drop_range_implied(d, dims) for d in tssa.disjuncts(q)))
+    keep = [A.pred_or(*(_drop_cached(d, dims) for d in tssa.disjuncts(q)))
             if isinstance(q, A.Or) else q
             for q in parts if not _implied_by_dims(q, dims)]
     return A.pred_and(*keep)
 
 
-def _implied_by_dims(q: Pred, dims: Sequence[Affine]) -> bool:
+@functools.lru_cache(maxsize=1 << 14)
+def _implied_by_dims(q: Pred, dims: tuple[Affine, ...]) -> bool:
     if not isinstance(q, Cmp) or q.op == "==" or not q.lhs.vars() | q.rhs.vars():
         return False
     d = q.rhs - q.lhs - (1 if q.op == "<" else 0)  # the atom is d >= 0
@@ -187,10 +194,12 @@ class Val:
 class Emitter:
     """A `tssa.Builder` that simplifies the sums it is given and tracks supports."""
 
-    def __init__(self, params: Sequence[A.Param], ix: tuple[str, str, str]) -> None:
+    def __init__(self, params: Sequence[A.Param], ix: tuple[str, str, str],
+                 naive: bool = False) -> None:
         self.b = Builder(params, ix=ix)
         self.ix = self.b.ix
         self.supp: dict[str, Pred] = {}
+        self.naive = naive  # the bare rules, no simplification (for comparison only)
 
     # -- bookkeeping -----------------------------------------------------------------------
 
@@ -284,6 +293,9 @@ class Emitter:
         """`gen. [pred] * ([s1] * o1 + [s2] * o2)` with forwarded gathers and supports
         strengthened by the operands' supports (the add then counts only where both are
         live)."""
+        if self.naive:
+            rhs = tssa.make_add(gen, a[0], b[0], pred, (a[1], b[1]), self.ix)
+            return self._note(self.b.emit(rhs), rhs)
         sides = []
         for o, s in (a, b):
             o, s = self._forward_add_operand(o, s)
@@ -353,7 +365,7 @@ class Emitter:
         pred = A.subst(pred, ren)
         cur = [o.subst(ren) for o in ops]
         sums_l = list(s2)
-        for _ in range(_ROUNDS):
+        for _ in range(0 if self.naive else _ROUNDS):
             changed = False
             nxt: list[Operand] = []
             for o in cur:
@@ -403,7 +415,7 @@ class Emitter:
             rhs: Rhs = tssa.make_reduce(gen, sums, ops[0], pred, coeff, self.ix)
         else:
             rhs = tssa.make_contract(gen, sums, ops[0], ops[1], pred, coeff, self.ix)
-        alias = self._alias(rhs)
+        alias = None if self.naive else self._alias(rhs)
         if alias is not None:
             return alias
         return self._note(self.b.emit(rhs), rhs)

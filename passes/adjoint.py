@@ -128,7 +128,7 @@ class Reverse:
 
 def vjp_program(p: Program, wrt: Sequence[str] | None = None, *, seed: str = "param",
                 outputs: str = "both", cotangent_name: str = "d_y", name: str | None = None,
-                ret: Type | None = None) -> Program:
+                ret: Type | None = None, naive: bool = False) -> Program:
     """The reverse derivative of `p` (SPEC 2.5 `vjp`).
 
     `seed`: "param" adds the cotangent parameter `d_y` of y's type; "one" seeds a real-
@@ -148,7 +148,7 @@ def vjp_program(p: Program, wrt: Sequence[str] | None = None, *, seed: str = "pa
         new.append(new_param(p, cotangent_name, p.ret, taken))
     elif p.ret is not None and not isinstance(p.ret, A.TReal):
         raise TLError(f"grad({p.name}) needs {p.name} to return R")
-    em = Emitter(tuple(p.params) + tuple(new), p.ix)
+    em = Emitter(tuple(p.params) + tuple(new), p.ix, naive)
     rv = Reverse(em, p, active_vars(p, xs))
     for s in p.stmts:
         rv.M[s.var] = em.copy(s.rhs, rv.M)

@@ -201,7 +201,7 @@ class Forward:
 def jvp_program(p: Program, wrt: Sequence[str] | None = None, *,
                 tangent_names: Mapping[str, str] | None = None, outputs: str = "both",
                 seed: str = "param", name: str | None = None,
-                ret: Type | None = None) -> Program:
+                ret: Type | None = None, naive: bool = False) -> Program:
     """The forward derivative of `p` (SPEC 2.5 `jvp`).
 
     `outputs`: "both" returns `(y, d_y)`, "tangent" only `d_y`.  `seed`: "param" adds a
@@ -225,7 +225,7 @@ def jvp_program(p: Program, wrt: Sequence[str] | None = None, *,
         batch = A.shape_of(types[xs[0]])
     else:
         new = [new_param(p, tnames[x], types[x], taken) for x in xs]
-    em = Emitter(tuple(p.params) + tuple(new), p.ix)
+    em = Emitter(tuple(p.params) + tuple(new), p.ix, naive)
     fw = Forward(em, batch)
     for s in p.stmts:
         fw.M[s.var] = em.copy(s.rhs, fw.M)

@@ -102,8 +102,10 @@ def check_bounds(d: Def | Program, args: Mapping[str, Any],
     p = to_program(d)
     xs = wrt_params(p, wrt)
     cf = program_cost(p, args)
-    cj = program_cost(jvp_program(p, xs), args)
-    cv = program_cost(vjp_program(p, xs), args)
+    taken = {q.name for q in p.params}
+    tnames = {x: _fresh(f"d_{x}", taken) for x in xs}
+    cj = program_cost(jvp_program(p, xs, tangent_names=tnames), args)
+    cv = program_cost(vjp_program(p, xs, cotangent_name=_fresh("d_y", taken)), args)
     sizes = _sizes(p, args)
     s_in = sum(type_size(p.param_types[x], sizes) for x in xs)
     s_out = type_size(p.ret, sizes) if p.ret is not None else 0
@@ -186,15 +188,19 @@ def check_derivatives(d: Def | Program, args: Mapping[str, Any],
     rng = np.random.default_rng(seed)
     args = dict(args)
     y = run(p, args)
+    taken = {q.name for q in p.params}
+    tnames = {x: _fresh(f"d_{x}", taken) for x in xs}
+    ct = _fresh("d_y", taken | set(tnames.values()))
     dx = {x: like(args[x], rng) for x in xs}
-    jv = run(jvp_program(p, xs), {**args, **{f"d_{x}": dx[x] for x in xs}})
+    jv = run(jvp_program(p, xs, tangent_names=tnames),
+             {**args, **{tnames[x]: dx[x] for x in xs}})
     y_j, ty = jv
     plus = run(p, {**args, **{x: axpy(h, dx[x], args[x]) for x in xs}})
     minus = run(p, {**args, **{x: axpy(-h, dx[x], args[x]) for x in xs}})
     fd = (flat(plus) - flat(minus)) / (2 * h)
     fd_err = _rel(flat(ty), fd, 1.0)
     dy = like(y, rng)
-    vj = run(vjp_program(p, xs), {**args, "d_y": dy})
+    vj = run(vjp_program(p, xs, cotangent_name=ct), {**args, ct: dy})
     y_v, grads = vj
     gl = [grads] if len(xs) == 1 else _untuple(grads, len(xs))
     lhs = sum(float(flat(g) @ flat(dx[x])) for g, x in zip(gl, xs))
@@ -203,6 +209,13 @@ def check_derivatives(d: Def | Program, args: Mapping[str, Any],
     prim = max(_rel(flat(y_j), flat(y)), _rel(flat(y_v), flat(y)))
     ok = fd_err <= fd_tol and dot_err <= dot_tol and prim <= 1e-12
     return DerivReport(fd_err, dot_err, prim, ok)
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    name = base
+    while name in taken:
+        name += "_"
+    return name
 
 
 def _untuple(v: Any, n: int) -> list[Any]:
@@ -216,4 +229,19 @@ def _untuple(v: Any, n: int) -> list[Any]:
 
 
 __all__ = ["BoundReport", "check_bounds", "DerivReport", "check_derivatives", "program_cost",
-           "type_size", "run", "flat", "like", "axpy", "JVP_FACTOR", "VJP_FACTOR"]
+           "type_size", "run", "flat", "like", "axpy", "dense_points", "JVP_FACTOR", "VJP_FACTOR"]
+
+
+def dense_points(p: Program, args: Mapping[str, Any]) -> int:
+    """Index points a dense evaluation visits: sum over statements of |I| * |J| (what a
+    backend without the index solver's loop bounds would iterate over)."""
+    sizes = _sizes(p, args)
+    total = 0
+    for s in p.stmts:
+        if isinstance(s.rhs, tssa.Input):
+            continue
+        n = 1
+        for a in tuple(s.rhs.dims) + tuple(s.rhs.sdims):
+            n *= max(0, int(a.evaluate(sizes)))
+        total += n
+    return total

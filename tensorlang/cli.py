@@ -385,14 +385,14 @@ def cmd_repl(ns: argparse.Namespace) -> int:
 
 
 def cmd_prove(ns: argparse.Namespace) -> int:
-    try:
-        catalogue = importlib.import_module("tensorlang.proofs.catalogue")
-    except ImportError as err:
-        raise NotYetSupported(f"the rule catalogue is not available yet "
-                              f"(proofs/catalogue.py: {err})") from None
+    from .proofs import catalogue
+
     reports = catalogue.check_all(ns.examples)
     print(catalogue.format_table(reports))
-    failed = [r for r in reports if not (r.meaning_ok and r.cost_ok)]
+    passes = catalogue.check_passes(ns.examples)   # whole passes on random programs (SPEC 10)
+    print()
+    print(catalogue.format_pass_table(passes))
+    failed = [r for r in [*reports, *passes] if not (r.meaning_ok and r.cost_ok)]
     if failed:
         print(f"{len(failed)} rule{'s' if len(failed) > 1 else ''} failed: "
               f"{', '.join(r.name for r in failed)}", file=sys.stderr)

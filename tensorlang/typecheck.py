@@ -471,7 +471,12 @@ def _type_rule(e: Expr, env: TypeEnv, loc: Loc | None) -> Type:
 
 
 def access_result(t: Type, k: int, loc: Loc | None) -> Type:
-    """The type of `e[a1..ak]` for `e : t` (peels k array dimensions)."""
+    """The type of `e[a1..ak]` for `e : t` (peels k array dimensions).
+
+    A pair of tensors with the same leading dimensions is accessed componentwise (the
+    struct-of-arrays reading `([n]t1, [n]t2) ~ [n](t1, t2)` of SPEC 4, rule P7)."""
+    if isinstance(t, TPair) and k > 0:
+        return TPair(access_result(t.a, k, loc), access_result(t.b, k, loc))
     out = t
     for _ in range(k):
         if not isinstance(out, TArr):

@@ -1,0 +1,96 @@
+"""The benchmark suite of SPEC 11: `tl bench [NAME ...] [--sizes 10,100,1000] [--repeat R]
+[--quick] ...` (or `python -m bench ...`).
+
+For every workload (examples/numpy_ref.py `WORKLOADS`, derivatives in `bench/tasks.py`) and
+every size N: the time of f and of its derivatives for tensorlang (default backend), the
+hand-written numpy version, and JAX / PyTorch when installed; the Griewank ratio
+(derivative / f), tensorlang's cost-model counts, peak memory, and a check of every value
+against the numpy reference.  Output: a table on stdout, `bench/results.json`, PNG plots in
+`bench/plots/`, progress on stderr; `--doc` also regenerates docs/performance.md.
+
+This module stays light (no tensorlang, jax or torch import) so that `bench.tasks` can be
+imported cheaply, e.g. by the start-up measurement's fresh processes.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Sequence
+
+__all__ = ["main", "build_parser", "DEFAULT_SIZES"]
+
+DEFAULT_SIZES = (10, 100, 1000)
+QUICK_SIZES = (10, 100)
+SYSTEMS = ("numpy", "tensorlang", "jax", "torch")
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(s) for s in text.replace(" ", "").split(",") if s]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected sizes like 10,100,1000, got {text!r}")
+    if not sizes or any(n < 1 for n in sizes):
+        raise argparse.ArgumentTypeError(f"sizes must be positive integers, got {text!r}")
+    return sorted(set(sizes))
+
+
+def _systems(text: str) -> list[str]:
+    names = [s for s in text.replace(" ", "").split(",") if s]
+    bad = [s for s in names if s not in SYSTEMS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"unknown system(s) {', '.join(bad) or text!r} "
+                                         f"(systems: {', '.join(SYSTEMS)})")
+    return names
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tl bench", description="Time every SPEC 11 workload and its derivatives for "
+        "tensorlang, numpy, JAX and PyTorch.")
+    p.add_argument("names", metavar="NAME", nargs="*", help="workloads (default: all)")
+    p.add_argument("--sizes", type=_sizes, default=None, metavar="N,N,...",
+                   help=f"problem sizes (default {','.join(map(str, DEFAULT_SIZES))}; "
+                        "workloads with a size cap stop below it)")
+    p.add_argument("--repeat", type=int, default=None, metavar="R",
+                   help="timed samples per measurement, median reported (default 5)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"sizes {','.join(map(str, QUICK_SIZES))}, 3 samples, short budget")
+    p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                   help="timing time per measurement after warm-up (default 2; quick 0.5)")
+    p.add_argument("--systems", type=_systems, default=list(SYSTEMS), metavar="S,S,...",
+                   help=f"systems to run (default all installed: {','.join(SYSTEMS)})")
+    p.add_argument("--backend", choices=("interp", "numba", "cuda"), default=None,
+                   help="tensorlang backend (default: the API's default backend)")
+    p.add_argument("--max-n", type=int, default=None, help="skip sizes above this")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-memory", action="store_true", help="skip peak-memory measurement")
+    p.add_argument("--startup", action="store_true",
+                   help="also time the whole pipeline + cached kernel load in fresh processes")
+    p.add_argument("--out", default=HERE, metavar="DIR",
+                   help="where results.json and plots/ go (default bench/)")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--doc", nargs="?", const=os.path.join(os.path.dirname(HERE), "docs",
+                                                           "performance.md"),
+                   default=None, metavar="PATH",
+                   help="regenerate docs/performance.md (implies --startup)")
+    return p
+
+
+def main(names: Sequence[str] = (), argv: Sequence[str] | None = None) -> int:
+    """Entry point of `tl bench`: `names` are the command-line words after `bench` (workload
+    names, and options when the CLI passes them through); `argv` more of them."""
+    words = [*names, *(argv or [])]
+    parser = build_parser()
+    try:
+        ns = parser.parse_args(words)
+    except SystemExit as exc:  # usage error or --help
+        return int(exc.code or 0)
+    from . import command
+
+    return command.run(ns, parser)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,121 @@
+"""`tl bench` once its arguments are parsed: pick workloads and systems, run the sweep,
+write results.json, print the table, draw the plots, and (with --doc) the performance page."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any
+
+from . import runner, table
+from .tasks import TASKS, Task
+
+QUICK_BUDGET = 0.5
+
+
+def progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def select_tasks(names: list[str], parser: argparse.ArgumentParser) -> list[Task]:
+    unknown = [n for n in names if n not in TASKS]
+    if unknown:
+        parser.error(f"unknown workload(s) {', '.join(unknown)} "
+                     f"(workloads: {', '.join(TASKS)})")
+    return [TASKS[n] for n in names] if names else list(TASKS.values())
+
+
+def make_systems(wanted: list[str], backend: str | None) -> tuple[list[Any], dict[str, str]]:
+    """The systems to run, in table order; optional ones that do not import are reported."""
+    from . import systems_jax, systems_numpy, systems_tensorlang, systems_torch
+
+    systems: list[Any] = []
+    unavailable: dict[str, str] = {}
+    for name in wanted:
+        if name == "numpy":
+            systems.append(systems_numpy.System())
+        elif name == "tensorlang":
+            systems.append(systems_tensorlang.System(backend))
+        else:
+            mod = systems_jax if name == "jax" else systems_torch
+            ok, why = mod.available()
+            if not ok:
+                unavailable[name] = why
+                continue
+            try:
+                systems.append(mod.System())
+            except Exception as err:  # noqa: BLE001 -- e.g. a broken install
+                unavailable[name] = f"{type(err).__name__}: {err}"
+    return systems, unavailable
+
+
+def config_from(ns: argparse.Namespace) -> runner.Config:
+    from . import DEFAULT_SIZES, QUICK_SIZES
+
+    sizes = ns.sizes or list(QUICK_SIZES if ns.quick else DEFAULT_SIZES)
+    repeat = ns.repeat if ns.repeat is not None else (3 if ns.quick else 5)
+    budget = ns.budget if ns.budget is not None else (QUICK_BUDGET if ns.quick else 2.0)
+    return runner.Config(sizes=sizes, repeat=max(1, repeat), budget=max(0.0, budget),
+                         seed=ns.seed, memory=not ns.no_memory, backend=ns.backend,
+                         max_n=ns.max_n)
+
+
+def run(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    try:
+        tasks = select_tasks(list(ns.names), parser)
+    except SystemExit as exc:
+        return int(exc.code or 2)
+    cfg = config_from(ns)
+    systems, unavailable = make_systems(list(ns.systems), ns.backend)
+    for name, why in unavailable.items():
+        progress(f"{name}: not run ({why})")
+    suite = runner.Suite(cfg, systems, unavailable)
+    os.makedirs(ns.out, exist_ok=True)
+    out_json = os.path.join(ns.out, "results.json")
+    t0 = time.perf_counter()
+
+    def checkpoint(s: runner.Suite) -> None:  # partial results survive a crash
+        runner.write_json(runner.to_json(s, names=ns.names), out_json + ".partial")
+
+    runner.run_suite(suite, tasks, progress, checkpoint)
+    startup: list[dict[str, Any]] = []
+    if ns.startup or ns.doc:
+        backend = next((s.backend for s in systems if hasattr(s, "backend")), "interp")
+        startup = runner.startup_all(tasks, backend, progress)
+    data = runner.to_json(suite, startup, ns.names)
+    data["elapsed_s"] = time.perf_counter() - t0
+    runner.write_json(data, out_json)
+    if os.path.exists(out_json + ".partial"):
+        os.remove(out_json + ".partial")
+    print(table.render(data))
+    print(table.legend())
+    progress(f"results: {out_json} ({data['elapsed_s']:.0f} s)")
+    plots: list[str] = []
+    if not ns.no_plots:
+        from . import plots as plotting
+
+        plots, why = plotting.make_plots(data, os.path.join(ns.out, "plots"))
+        progress(f"plots: {len(plots)} PNG in {os.path.join(ns.out, 'plots')}"
+                 if plots else f"plots: none ({why})")
+    if ns.doc:
+        from . import report
+
+        report.write(data, ns.doc, plots)
+        progress(f"wrote {ns.doc}")
+    return summary_code(data)
+
+
+def summary_code(data: dict[str, Any]) -> int:
+    """1 when any value disagreed with the reference or any system failed, else 0."""
+    bad = []
+    for rec in data["records"]:
+        for tag, m in [("f", rec["f"]), *rec["derivatives"].items()]:
+            if m.get("check") == "mismatch" or m.get("status") == "error":
+                bad.append(f"{rec['workload']} N={rec['N']} {rec['label']} {tag}")
+    bad += [f"{s['workload']} N={s['N']}" for s in data.get("skipped", []) if "error" in s]
+    if bad:
+        progress(f"{len(bad)} measurement(s) failed or disagree with the reference: "
+                 + "; ".join(bad[:10]) + (" ..." if len(bad) > 10 else ""))
+        return 1
+    return 0

@@ -1,0 +1,139 @@
+"""Forward functions of the workloads written once for an array namespace (jax.numpy or torch),
+used by the JAX and PyTorch columns; their derivatives come from each framework's AD.
+
+Each function takes `ops` (an `Ops`) and the workload's array arguments in the order of
+`PARAMS[name]`; sizes follow from the shapes.  They are the programs of examples/*.tl
+translated literally: the pathological ones keep what makes them pathological (the diagonal
+matrix of `trace_diag`, the unused product of `dead_code`) because the question they ask is
+whether differentiating the program *as written* stays cheap.  qform2 is written the way a
+numpy user would write it, |A x|^2 (O(N^2)), not by materialising A^T A.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .systems_numpy import ARAP_CHANNELS, arap_slices
+
+
+@dataclass(frozen=True)
+class Ops:
+    """The few operations whose spelling differs between jax.numpy and torch."""
+
+    xp: Any                                    # jax.numpy or torch
+    concatenate: Callable[..., Any]            # (arrays, axis)
+    eye_bool: Callable[[int], Any]
+
+
+PARAMS: dict[str, tuple[str, ...]] = {
+    "qform": ("x", "A"), "qform2": ("x", "A"), "conv": ("x", "w"),
+    "deconv_loss": ("x", "w", "b"), "arap_residuals": ("U", "V", "T"),
+    "imgarap": ("U", "V", "T"), "nbody": ("P", "m"), "nnmatfac": ("A", "W", "H"),
+    "logreg": ("X", "y", "w"), "matfac": ("Om", "T", "U", "V"), "masked": ("E", "A"),
+    "trace_diag": ("x",), "row_col": ("X",), "skip_one": ("x",), "dead_code": ("x", "A"),
+}
+# Relations: boolean masks, never differentiated.
+BOOL_PARAMS: frozenset[tuple[str, str]] = frozenset({("matfac", "Om"), ("masked", "E")})
+
+
+def qform(ops: Ops, x: Any, A: Any) -> Any:
+    return x @ (A @ x)
+
+
+def qform2(ops: Ops, x: Any, A: Any) -> Any:
+    Ax = A @ x
+    return Ax @ Ax
+
+
+def conv(ops: Ops, x: Any, w: Any) -> Any:
+    K = w.shape[0]
+    N = x.shape[0] - K + 1
+    out = w[0] * x[0:N]
+    for k in range(1, K):
+        out = out + w[k] * x[k:k + N]
+    return out
+
+
+def deconv_loss(ops: Ops, x: Any, w: Any, b: Any) -> Any:
+    r = conv(ops, x, w) - b
+    return r @ r
+
+
+def _arap_channel(U: Any, V: Any, c: Any, s: Any, k: int) -> tuple[Any, tuple]:
+    f, axis, fwd, ac, as_ = ARAP_CHANNELS[k]
+    here, there = arap_slices(axis, fwd)
+    F = U if f == "U" else V
+    return F[here] - F[there] + ac * c[here] + as_ * s[here], (axis, fwd)
+
+
+def arap_residuals(ops: Ops, U: Any, V: Any, T: Any) -> Any:
+    xp = ops.xp
+    c, s = xp.cos(T), xp.sin(T)
+    chans = []
+    for k in range(8):
+        rk, (axis, fwd) = _arap_channel(U, V, c, s, k)
+        pad = xp.zeros_like(U[:1, :] if axis == 0 else U[:, :1])  # the invalid row/column
+        chans.append(ops.concatenate([rk, pad] if fwd else [pad, rk], axis))
+    return xp.stack(chans, -1)
+
+
+def imgarap(ops: Ops, U: Any, V: Any, T: Any) -> Any:
+    c, s = ops.xp.cos(T), ops.xp.sin(T)
+    total = 0.0
+    for k in range(8):
+        rk, _ = _arap_channel(U, V, c, s, k)
+        total = total + (rk * rk).sum()
+    return total
+
+
+def nbody(ops: Ops, P: Any, m: Any) -> Any:
+    xp = ops.xp
+    D = P[:, None, :] - P[None, :, :]
+    d2 = (D * D).sum(-1)
+    upper = xp.triu(xp.ones_like(d2), 1) > 0
+    return -xp.where(upper, m[:, None] * m[None, :] / xp.sqrt(d2 + 0.01), 0.0).sum()
+
+
+def nnmatfac(ops: Ops, A: Any, W: Any, H: Any) -> Any:
+    WH = W @ H
+    return (ops.xp.log(WH) + A / WH).sum()
+
+
+def logreg(ops: Ops, X: Any, y: Any, w: Any) -> Any:
+    xp = ops.xp
+    return xp.log(xp.exp(-y * (X @ w)) + 1.0).sum()
+
+
+def matfac(ops: Ops, Om: Any, T: Any, U: Any, V: Any) -> Any:
+    R = T - U @ V.T
+    return ops.xp.where(Om, R * R, 0.0).sum()
+
+
+def masked(ops: Ops, E: Any, A: Any) -> Any:
+    keep = E & ~ops.eye_bool(A.shape[0])
+    return ops.xp.where(keep, A * A, 0.0).sum()
+
+
+def trace_diag(ops: Ops, x: Any) -> Any:
+    return ops.xp.trace(ops.xp.diag(x))
+
+
+def row_col(ops: Ops, X: Any) -> Any:
+    return X[:, 0] @ X[0, :]
+
+
+def skip_one(ops: Ops, x: Any) -> Any:
+    return x[1:].sum()
+
+
+def dead_code(ops: Ops, x: Any, A: Any) -> Any:
+    unused = A @ x  # noqa: F841 -- dead on purpose: does the system eliminate it?
+    return x @ x
+
+
+FORWARDS: dict[str, Callable[..., Any]] = {
+    "qform": qform, "qform2": qform2, "conv": conv, "deconv_loss": deconv_loss,
+    "arap_residuals": arap_residuals, "imgarap": imgarap, "nbody": nbody,
+    "nnmatfac": nnmatfac, "logreg": logreg, "matfac": matfac, "masked": masked,
+    "trace_diag": trace_diag, "row_col": row_col, "skip_one": skip_one, "dead_code": dead_code,
+}

@@ -1,0 +1,496 @@
+"""The timing harness: warm-up, calibrated repeats, median; peak memory; value checks; the
+sweep over workloads, sizes and systems; the fresh-process start-up measurement.
+
+Everything runs in one process, one measurement after another, so the ratios between systems
+and between f and its derivative are taken under the same conditions.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import tracemalloc
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from .tasks import EXAMPLES, ROOT, Deriv, Task
+
+SCHEMA = "tensorlang-bench/1"
+MIN_SAMPLE_S = 0.005     # a sample averages enough calls to last at least this long
+MAX_NUMBER = 10_000      # calls per sample at most
+RTOL = 1e-7              # value agreement: |got - want| <= RTOL * max|want| (per leaf)
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing
+
+
+@dataclass
+class Timing:
+    median: float        # seconds per call, median over samples
+    first: float         # the first call: compilation / tracing included
+    samples: int
+    number: int          # calls per sample
+    spread: float        # (max - min) / median over samples
+    value: Any           # the result of the first call
+
+
+def time_call(fn: Callable[[], Any], repeat: int, budget: float) -> Timing:
+    """Warm up once, calibrate the calls per sample, then take up to `repeat` samples,
+    stopping early (after at least one) once `budget` seconds are spent."""
+    t0 = time.perf_counter()
+    value = fn()
+    first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    fn()
+    one = time.perf_counter() - t0
+    samples: list[float] = []
+    number = 1
+    if one >= MIN_SAMPLE_S:
+        samples.append(one)  # the calibration call is a valid sample
+    else:
+        number = min(MAX_NUMBER, max(1, math.ceil(MIN_SAMPLE_S / max(one, 1e-7))))
+    deadline = time.perf_counter() + budget
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()  # a collection inside one sample would only add noise (as timeit does)
+    try:
+        while len(samples) < repeat:
+            t0 = time.perf_counter()
+            for _ in range(number):
+                fn()
+            samples.append((time.perf_counter() - t0) / number)
+            if time.perf_counter() > deadline:
+                break
+    finally:
+        if was_enabled:
+            gc.enable()
+    med = statistics.median(samples)
+    spread = (max(samples) - min(samples)) / med if med > 0 else 0.0
+    return Timing(med, first, len(samples), number, spread, value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory
+
+
+def rss_bytes() -> int:
+    """Current resident set size of this process."""
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import psutil
+
+        return int(psutil.Process().memory_info().rss)
+    except Exception:  # noqa: BLE001 -- no way to read RSS: report 0
+        return 0
+
+
+class _RssSampler(threading.Thread):
+    """Samples the RSS every `interval` seconds while a call runs (allocations made outside
+    Python -- XLA, torch, compiled kernels -- are only visible this way)."""
+
+    def __init__(self, interval: float = 0.0005) -> None:
+        super().__init__(daemon=True)
+        self.interval = interval
+        self.peak = rss_bytes()
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            self.peak = max(self.peak, rss_bytes())
+            self._halt.wait(self.interval)
+
+    def finish(self) -> int:
+        self._halt.set()
+        self.join()
+        return max(self.peak, rss_bytes())
+
+
+def measure_memory(fn: Callable[[], Any]) -> tuple[int, int]:
+    """(tracemalloc peak, sampled peak RSS increase) in bytes over one call of `fn`."""
+    gc.collect()
+    base = rss_bytes()
+    sampler = _RssSampler()
+    sampler.start()
+    tracemalloc.start()
+    try:
+        fn()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        rss_peak = sampler.finish()
+    return int(peak), max(0, int(rss_peak - base))
+
+
+# ---------------------------------------------------------------------------------------------
+# Values
+
+
+def to_numpy(value: Any) -> Any:
+    """Any system's result as floats / float64 arrays / tuples of them."""
+    if isinstance(value, (tuple, list)):
+        return tuple(to_numpy(v) for v in value)
+    if hasattr(value, "detach"):  # torch
+        value = value.detach().cpu().numpy()
+    arr = np.asarray(value, dtype=np.float64)
+    return float(arr) if arr.ndim == 0 else arr
+
+
+def compare(got: Any, want: Any, rtol: float = RTOL) -> tuple[bool, float, str]:
+    """(agrees, worst relative error, message).  Leaves are compared with a tolerance relative
+    to the largest magnitude of the expected leaf; NaNs must sit at the same places."""
+    g, w = to_numpy(got), to_numpy(want)
+    if isinstance(g, tuple) != isinstance(w, tuple) or (
+            isinstance(g, tuple) and len(g) != len(w)):
+        return False, math.inf, f"structure differs: got {_describe(g)}, want {_describe(w)}"
+    pairs = list(zip(g, w)) if isinstance(g, tuple) else [(g, w)]
+    worst = 0.0
+    for k, (a, b) in enumerate(pairs):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape:
+            return False, math.inf, f"leaf {k}: shape {a.shape}, want {b.shape}"
+        if not np.array_equal(np.isnan(a), np.isnan(b)):
+            return False, math.inf, f"leaf {k}: NaNs at different places"
+        fin = ~np.isnan(b)
+        if not fin.any():
+            continue
+        scale = float(np.max(np.abs(b[fin])))
+        err = float(np.max(np.abs(a[fin] - b[fin])))
+        rel = err / scale if scale > 0 else err
+        worst = max(worst, rel)
+    ok = worst <= rtol
+    return ok, worst, "" if ok else f"max relative error {worst:.2e}"
+
+
+def _describe(v: Any) -> str:
+    if isinstance(v, tuple):
+        return f"tuple of {len(v)}"
+    return f"shape {np.shape(v)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Measurements of one callable
+
+
+def _is_not_yet(err: BaseException) -> bool:
+    from tensorlang import NotYetSupported
+
+    return isinstance(err, (NotYetSupported, NotImplementedError))
+
+
+def measure(prepare: Callable[[], Callable[[], Any]], want: Any, repeat: int, budget: float,
+            memory: bool = True) -> dict[str, Any]:
+    """Prepare, warm up, check against `want`, time, and measure memory: a Measure dict."""
+    m: dict[str, Any] = {"status": "ok", "time": None, "first_call": None, "samples": 0,
+                         "number": 0, "spread": None, "peak_tracemalloc": None,
+                         "peak_rss_delta": None, "check": "unchecked", "max_rel_err": None,
+                         "message": ""}
+    try:
+        fn = prepare()
+        t = time_call(fn, repeat, budget)
+    except Exception as err:  # noqa: BLE001 -- one system's failure must not stop the suite
+        m["status"] = "n/a" if _is_not_yet(err) else "error"
+        m["message"] = f"{type(err).__name__}: {err}".splitlines()[0][:300]
+        return m
+    m.update(time=t.median, first_call=t.first, samples=t.samples, number=t.number,
+             spread=t.spread)
+    if want is not None:
+        try:
+            ok, rel, msg = compare(t.value, want)
+        except Exception as err:  # noqa: BLE001 -- an unconvertible result is a mismatch
+            ok, rel, msg = False, math.inf, f"cannot compare: {type(err).__name__}: {err}"
+        m["check"] = "ok" if ok else "mismatch"
+        m["max_rel_err"] = rel if math.isfinite(rel) else None
+        m["message"] = msg
+    if memory:
+        try:
+            m["peak_tracemalloc"], m["peak_rss_delta"] = measure_memory(fn)
+        except Exception as err:  # noqa: BLE001
+            m["message"] = (m["message"] + f"; memory: {type(err).__name__}: {err}").strip("; ")
+    return m
+
+
+def _skipped(cap: int | None) -> dict[str, Any]:
+    return {"status": "skipped", "time": None, "message": f"N > {cap} (size cap)",
+            "check": "unchecked"}
+
+
+def _cost_dict(c: Any) -> dict[str, int]:
+    return {"adds": int(c.adds), "muls": int(c.muls), "calls": int(c.calls),
+            "total": int(c.total)}
+
+
+# ---------------------------------------------------------------------------------------------
+# The sweep
+
+
+@dataclass
+class Config:
+    sizes: list[int]
+    repeat: int = 5
+    budget: float = 2.0          # seconds of timing per measurement (after warm-up)
+    seed: int = 0
+    memory: bool = True
+    backend: str | None = None   # tensorlang backend (None: the API's default)
+    max_n: int | None = None     # an extra global cap
+
+
+@dataclass
+class Suite:
+    config: Config
+    systems: list[Any]
+    unavailable: dict[str, str] = field(default_factory=dict)
+    records: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+
+
+def make_inputs(task: Task, n: int, seed: int) -> tuple[dict[str, int], dict[str, Any]]:
+    w = task.workload
+    sizes = w.sizes(n)
+    rng = np.random.default_rng([seed, n, sum(map(ord, task.name))])
+    return sizes, w.inputs(sizes, rng)
+
+
+def derivative_inputs(task: Task, args: dict[str, Any], f_ref: Any,
+                      seed: int) -> dict[str, dict[str, Any]]:
+    """The argument dict of each derivative: the inputs plus its tangents / cotangent."""
+    rng = np.random.default_rng([seed, 1 + sum(map(ord, task.name))])
+    return {d.key: {**args, **d.extras(args, f_ref, rng)} for d in task.derivs}
+
+
+def run_point(suite: Suite, task: Task, n: int,
+              progress: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Every system on one (workload, N); one record per system."""
+    from . import systems_numpy
+
+    cfg = suite.config
+    sizes, args = make_inputs(task, n, cfg.seed)
+    f_ref = task.workload.ref(args)
+    dargs = derivative_inputs(task, args, f_ref, cfg.seed)
+    d_ref: dict[str, Any] = {}
+    for d in task.derivs:
+        hand = systems_numpy.DERIVATIVES.get((task.name, d.key))
+        if hand is not None and task.fits(n, d):
+            d_ref[d.key] = hand(dargs[d.key])
+    out = []
+    for system in suite.systems:
+        rec: dict[str, Any] = {
+            "workload": task.name, "system": system.name,
+            "label": getattr(system, "label", system.name), "N": n, "sizes": sizes,
+            "mem_method": system.mem_method, "cost": None, "derivatives": {}}
+        rec["f"] = measure(lambda: system.forward(task, args), f_ref, cfg.repeat, cfg.budget,
+                           cfg.memory)
+        for d in task.derivs:
+            if not task.fits(n, d):
+                m = _skipped(task.cap(d))
+            else:
+                m = measure(lambda d=d: system.derivative(task, d, dargs[d.key]),
+                            d_ref.get(d.key), cfg.repeat, cfg.budget, cfg.memory)
+            m["label"] = d.label
+            tf, td = rec["f"].get("time"), m.get("time")
+            m["ratio"] = td / tf if tf and td else None
+            rec["derivatives"][d.key] = m
+        if hasattr(system, "cost"):
+            rec["cost"] = _costs(system, task, n, args, dargs)
+        progress(_progress_line(rec))
+        out.append(rec)
+    return out
+
+
+def _costs(system: Any, task: Task, n: int, args: dict[str, Any],
+           dargs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Exact cost-model counts of f and each derivative (None with a reason where n/a)."""
+    out: dict[str, Any] = {}
+    try:
+        out["f"] = _cost_dict(system.cost(task, args))
+    except Exception as err:  # noqa: BLE001
+        out["f"] = None
+        out["f_message"] = f"{type(err).__name__}: {err}".splitlines()[0][:200]
+    for d in task.derivs:
+        if not task.fits(n, d):
+            out[d.key] = None
+            continue
+        try:
+            out[d.key] = _cost_dict(system.derivative_cost(task, d, dargs[d.key]))
+        except Exception as err:  # noqa: BLE001
+            out[d.key] = None
+            out[d.key + "_message"] = f"{type(err).__name__}: {err}".splitlines()[0][:200]
+    return out
+
+
+def _progress_line(rec: dict[str, Any]) -> str:
+    from .table import fmt_cell
+
+    parts = [f"f {fmt_cell(rec['f'])}"]
+    parts += [f"{m['label']} {fmt_cell(m)}" for m in rec["derivatives"].values()]
+    return f"{rec['workload']} N={rec['N']} {rec['label']}: " + "  ".join(parts)
+
+
+def run_suite(suite: Suite, tasks: Sequence[Task], progress: Callable[[str], None],
+              checkpoint: Callable[[Suite], None] | None = None) -> Suite:
+    cfg = suite.config
+    points = [(t, n) for t in tasks for n in cfg.sizes]
+    for k, (task, n) in enumerate(points, 1):
+        cap = min(c for c in (task.cap(), cfg.max_n, 10 ** 18) if c is not None)
+        if n > cap:
+            suite.skipped.append({"workload": task.name, "N": n, "cap": cap})
+            progress(f"[{k}/{len(points)}] {task.name} N={n}: skipped (N > {cap})")
+            continue
+        progress(f"[{k}/{len(points)}] {task.name} N={n} ...")
+        try:
+            suite.records.extend(run_point(suite, task, n, lambda s: progress("    " + s)))
+        except Exception as err:  # noqa: BLE001 -- e.g. the reference itself failed
+            suite.skipped.append({"workload": task.name, "N": n,
+                                  "error": f"{type(err).__name__}: {err}"})
+            progress(f"    {task.name} N={n}: failed: {type(err).__name__}: {err}")
+        if checkpoint is not None:
+            checkpoint(suite)
+    return suite
+
+
+# ---------------------------------------------------------------------------------------------
+# Start-up in a fresh process: import + load + pipeline + (cached) kernel load + first call
+
+_STARTUP_CODE = r"""
+import json, sys, time
+sys.path.insert(0, {root!r})
+import numpy as np
+from bench.tasks import TASKS          # numpy and the input makers: not timed
+task = TASKS[{name!r}]
+w = task.workload
+args = w.inputs(w.sizes({n}), np.random.default_rng(0))
+f_ref = w.ref(args)
+rng = np.random.default_rng(1)
+dargs = {{d.tl_def: {{**args, **d.extras(args, f_ref, rng)}} for d in task.derivs if d.tl_def}}
+t0 = time.perf_counter()
+import tensorlang as tl
+t1 = time.perf_counter()
+m = tl.load({path!r})
+todo = [(w.func, args)] + [(k, a) for k, a in dargs.items() if k in m]
+done, na = [], []
+for fname, a in todo:
+    fn = m[fname]
+    try:
+        c = fn.compile({backend!r})
+        c(**{{p.name: a[p.name] for p in fn.params}})
+        done.append(fname)
+    except tl.NotYetSupported:
+        na.append(fname)
+t2 = time.perf_counter()
+print(json.dumps({{"import": t1 - t0, "pipeline_and_call": t2 - t1, "total": t2 - t0,
+                  "functions": done, "not_available": na}}))
+"""
+
+
+def measure_startup(task: Task, backend: str, n: int = 10, runs: int = 2,
+                    timeout: float = 120.0) -> dict[str, Any]:
+    """Run the whole pipeline in `runs` fresh processes; the first fills the kernel cache, the
+    last is the measurement ("cached kernel load")."""
+    code = _STARTUP_CODE.format(root=str(ROOT), name=task.name, n=n,
+                                path=str(EXAMPLES / task.workload.file), backend=backend)
+    results = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=timeout, cwd=str(ROOT))
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
+            return {"workload": task.name, "status": "error", "message": tail[:300]}
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        r["process_wall"] = wall
+        results.append(r)
+    last, first = results[-1], results[0]
+    return {"workload": task.name, "file": task.workload.file, "status": "ok", "N": n,
+            "backend": backend, "cold_total": first["total"], **last}
+
+
+def startup_all(tasks: Iterable[Task], backend: str,
+                progress: Callable[[str], None]) -> list[dict[str, Any]]:
+    out = []
+    for task in tasks:
+        try:
+            r = measure_startup(task, backend)
+        except (subprocess.TimeoutExpired, OSError, ValueError) as err:
+            r = {"workload": task.name, "status": "error", "message": str(err)[:300]}
+        if r["status"] == "ok":
+            progress(f"start-up {task.name}: {r['total']:.3f} s in process "
+                     f"({r['process_wall']:.3f} s wall)")
+        else:
+            progress(f"start-up {task.name}: error: {r['message']}")
+        out.append(r)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Results file
+
+
+def machine_info(suite: Suite) -> dict[str, Any]:
+    import platform
+
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")),
+                       "")
+    except OSError:
+        pass
+    mem = 0
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        pass
+    return {"cpus": os.cpu_count(), "cpu_model": cpu or platform.processor(),
+            "memory_bytes": mem, "platform": platform.platform(),
+            "python": platform.python_version(),
+            "systems": {s.name: s.version() for s in suite.systems},
+            "unavailable": dict(suite.unavailable)}
+
+
+def to_json(suite: Suite, startup: list[dict[str, Any]] | None = None,
+            names: Sequence[str] = ()) -> dict[str, Any]:
+    cfg = suite.config
+    return {
+        "schema": SCHEMA,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine_info(suite),
+        "config": {"names": list(names), "sizes": cfg.sizes, "repeat": cfg.repeat,
+                   "budget_s": cfg.budget, "seed": cfg.seed, "memory": cfg.memory,
+                   "backend": next((s.backend for s in suite.systems
+                                    if hasattr(s, "backend")), cfg.backend),
+                   "rtol": RTOL, "min_sample_s": MIN_SAMPLE_S},
+        "memory_methods": {getattr(s, "label", s.name): s.mem_method for s in suite.systems},
+        "records": suite.records,
+        "skipped": suite.skipped,
+        "startup": startup or [],
+    }
+
+
+def write_json(data: dict[str, Any], path: str) -> None:
+    """Write atomically: a crash mid-way leaves the previous file."""
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=1, default=_json_default)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")

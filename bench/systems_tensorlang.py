@@ -1,0 +1,111 @@
+"""The "tensorlang" column: the example programs through the public API.
+
+`tl.load(examples/FILE)[func]` compiled once for the backend (the API's default unless one is
+asked for); a derivative is the derived def of the example file when it has one (`qform_hess`)
+or is built with `tl.grad`/`tl.vjp`/`tl.jvp`/`tl.hvp`/`tl.hessian`; J^T J v is the jvp of the
+function followed by its vjp.  Whatever the API raises `NotYetSupported` for is "n/a".
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import tensorlang as tl
+from tensorlang import api
+
+from .tasks import EXAMPLES
+
+NAME = "tensorlang"
+
+
+def default_backend() -> str:
+    """The backend a plain `f(...)` call uses."""
+    best = getattr(api, "_best_backend", None)
+    return best() if callable(best) else "interp"
+
+
+class System:
+    def __init__(self, backend: str | None = None) -> None:
+        self.backend = backend or default_backend()
+        self.name = NAME
+        self.label = f"{NAME}[{self.backend}]"
+        # The interpreter and anything else in-process allocate through numpy (tracemalloc
+        # sees it); compiled kernels allocate with malloc outside Python.
+        self.mem_method = "tracemalloc" if self.backend == "interp" else "rss"
+        self._modules: dict[str, Any] = {}
+
+    def version(self) -> str:
+        import importlib.metadata
+
+        try:
+            v = importlib.metadata.version("tensorlang")
+        except importlib.metadata.PackageNotFoundError:
+            v = "source"
+        return f"{v}, backend {self.backend}"
+
+    def module(self, task: Any) -> Any:
+        f = task.workload.file
+        if f not in self._modules:
+            self._modules[f] = tl.load(EXAMPLES / f)
+        return self._modules[f]
+
+    def function(self, task: Any) -> Any:
+        return self.module(task)[task.workload.func]
+
+    def parts(self, task: Any, d: Any) -> list[Any]:
+        """The tensorlang Functions whose results make up derivative `d` (one, or two for
+        J^T J v)."""
+        m, f = self.module(task), self.function(task)
+        if d.tl_def is not None and d.tl_def in m:
+            return [m[d.tl_def]]
+        if d.kind == "jtjv":
+            return [tl.jvp(f, *d.wrt), tl.vjp(f, *d.wrt)]
+        make = {"grad": tl.grad, "hessian": tl.hessian, "jvp": tl.jvp, "vjp": tl.vjp,
+                "hvp": tl.hvp}[d.kind]
+        return [make(f, *d.wrt)]
+
+    def _call(self, fn: Any) -> Callable[[dict[str, Any]], Any]:
+        compiled = fn.compile(self.backend)
+        names = [p.name for p in fn.params]
+        return lambda args: compiled(**{n: args[n] for n in names})
+
+    def forward(self, task: Any, args: dict[str, Any]) -> Callable[[], Any]:
+        run = self._call(self.function(task))
+        return lambda: run(args)
+
+    def derivative(self, task: Any, d: Any, args: dict[str, Any]) -> Callable[[], Any]:
+        parts = [self._call(p) for p in self.parts(task, d)]
+        if d.kind != "jtjv":
+            run = parts[0]
+            return lambda: run(args)
+        jvp, vjp = parts
+
+        def jtjv() -> Any:
+            _, jv = jvp(args)
+            return tuple(vjp({**args, "d_y": jv})[1:])
+        return jtjv
+
+    # -- cost model ---------------------------------------------------------------------------
+
+    def cost(self, task: Any, args: dict[str, Any]) -> Any:
+        return _cost(self.function(task), args)
+
+    def derivative_cost(self, task: Any, d: Any, args: dict[str, Any]) -> Any:
+        costs = [_cost(p, args) for p in self.parts(task, d)]
+        return costs[0] if len(costs) == 1 else _CostSum(costs)
+
+
+class _CostSum:
+    """Sum of the costs of the parts of a composite derivative."""
+
+    def __init__(self, costs: list[Any]) -> None:
+        self.adds = sum(int(c.adds) for c in costs)
+        self.muls = sum(int(c.muls) for c in costs)
+        self.calls = sum(int(c.calls) for c in costs)
+        self.total = sum(int(c.total) for c in costs)
+
+
+def _cost(fn: Any, args: dict[str, Any]) -> Any:
+    names = {p.name for p in fn.params}
+    # Sizes and relations are what the cost depends on; arrays only give their shapes, and
+    # a missing value (the cotangent of J^T J v's vjp) is fine: `cost` needs no values.
+    return fn.cost(**{k: v for k, v in args.items() if k in names})
