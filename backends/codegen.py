@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 
 from tensorlang import ast as A
 from tensorlang import tssa
-from tensorlang.ast import Affine, Cmp, Pred, PTrue, TRel, TSize
+from tensorlang.ast import Affine, Cmp, PFalse, Pred, PTrue, TRel, TSize
 from tensorlang.tssa import (AddRhs, ConstRhs, ContractRhs, Input, MapRhs, Operand, Program,
                              ReduceRhs, Rhs)
 
@@ -384,7 +384,13 @@ class ExprPrinter:
         rhs = self.p.defs[v]
         sub = dict(zip(rhs.gen_names(), idx))
         conds = in_bounds(idx, rhs.dims) + tssa.conjuncts(A.subst(rhs.pred, sub))
-        need = [c for c in conds if not facts.implies(c)]
+        need: list[Pred] = []
+        for c in conds:
+            c = facts.simplify(c)
+            if isinstance(c, PFalse):
+                return "0.0"        # the producer is zero wherever this read happens
+            if not isinstance(c, PTrue):
+                need.append(c)
         value = self.pointwise(rhs, sub, facts.add(conds), pre, base)
         if not need:
             return value
@@ -401,9 +407,11 @@ class ExprPrinter:
         if isinstance(rhs, AddRhs):
             parts = []
             for s, o in zip(rhs.supports, ops):
-                sp = A.subst(s, sub) if sub else s
-                if facts.implies(sp):
+                sp = facts.simplify(A.subst(s, sub) if sub else s)
+                if isinstance(sp, PTrue):
                     parts.append(self._read(o, ops, facts, pre, base))
+                elif isinstance(sp, PFalse):
+                    parts.append("0.0")   # as the interpreter: where(false, u, 0.0) + ...
                 else:
                     inner = self._read(o, ops, facts.add([sp]), pre, base)
                     parts.append(f"({inner} if {self.pred(tssa.conjuncts(sp), pre)} "

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
 from tensorlang import tssa
-from tensorlang.ast import Affine, Cmp, Or, Pred, PTrue, RelCall, free_names, pred_and
+from tensorlang.ast import (Affine, And, Cmp, Or, PFalse, Pred, PTrue, RelCall, free_names,
+                            pred_and, pred_or)
 from tensorlang.passes.indexsolve import LoopNest, fourier_motzkin, loop_nest, pred_to_python
 from tensorlang.passes.indexsolve_fm import affine_to_python
 
@@ -140,26 +141,56 @@ class Facts:
 
     def implies(self, goal: Pred) -> bool:
         """Conservative: True only when `goal` provably holds wherever the facts do."""
-        goal = self.canon(goal)
-        parts = tssa.conjuncts(goal)
-        return all(self._implies_atom(q) for q in parts)
+        return isinstance(self.simplify(goal), PTrue)
 
-    def _implies_atom(self, q: Pred) -> bool:
-        if isinstance(q, PTrue) or q in self.atoms:
-            return True
-        if not isinstance(q, Cmp):
-            return False
-        base = list(self.lin)
-        names = set(q.lhs.vars() | q.rhs.vars())
-        for a in base:
-            names |= a.vars()
-        base += [Affine.var(n) for n in sorted(names & self.sizes)]  # sizes are >= 0
-        for alt in _negations(q):
+    def refutes(self, goal: Pred) -> bool:
+        """Conservative: True only when `goal` provably fails wherever the facts hold."""
+        return isinstance(self.simplify(goal), PFalse)
+
+    def simplify(self, p: Pred) -> Pred:
+        """`p` with the parts the facts decide replaced by true/false (the result is
+        equivalent to `p` wherever the facts hold)."""
+        return self._simplify(self.canon(p))
+
+    def _simplify(self, p: Pred) -> Pred:
+        if isinstance(p, (PTrue, PFalse)):
+            return p
+        if p in self.atoms:
+            return PTrue()
+        if isinstance(p, And):
+            parts = [self._simplify(q) for q in tssa.conjuncts(p)]
+            if any(isinstance(q, PFalse) for q in parts):
+                return PFalse()
+            return pred_and(*parts)
+        if isinstance(p, Or):
+            parts = [self._simplify(q) for q in tssa.disjuncts(p)]
+            if any(isinstance(q, PTrue) for q in parts):
+                return PTrue()
+            return pred_or(*parts)
+        if isinstance(p, Cmp):
+            if self._all_infeasible([[a] for a in _negation_constraints(p)]):
+                return PTrue()
+            if self._all_infeasible([cmp_constraints(p)]):
+                return PFalse()
+        return p
+
+    def _all_infeasible(self, alternatives: list[list[Affine]]) -> bool:
+        """Each alternative system (facts plus its constraints) is infeasible."""
+        for alt in alternatives:
+            base = list(self.lin)
+            names: set[str] = set()
+            for a in base + alt:
+                names |= a.vars()
+            base += [Affine.var(n) for n in sorted(names & self.sizes)]  # sizes are >= 0
             seed = frozenset().union(*(a.vars() for a in alt))
-            cons = _relevant(base + alt, seed)
-            if not _infeasible(cons):
+            if not _infeasible(_relevant(base + alt, seed)):
                 return False
         return True
+
+
+def _negation_constraints(p: Cmp) -> list[Affine]:
+    """`not p` is the disjunction of `a >= 0` over the returned constraints."""
+    return [alt[0] for alt in _negations(p)]
 
 
 def in_bounds(idx: Sequence[Affine], dims: Sequence[Affine]) -> list[Pred]:
@@ -368,8 +399,9 @@ def pred_code(preds: Sequence[Pred], nm: NameFn, rels: RelNames, counter: list[i
 
 
 def part_steps(part: Part, nm: NameFn, rels: RelNames, counter: list[int],
-               indent: str, tag: str) -> list[Step]:
-    """The steps of a planned part.  `tag` makes the helper names of this part unique."""
+               indent: str, tag: str, facts: Facts | None = None) -> list[Step]:
+    """The steps of a planned part.  `tag` makes the helper names of this part unique;
+    `facts` (what holds at the part's innermost points) simplifies the exclusions."""
     steps: list[Step] = []
     if not part.nest.feasible:
         return [Guard("False")]
@@ -390,8 +422,11 @@ def part_steps(part: Part, nm: NameFn, rels: RelNames, counter: list[int],
                                 lv.value.div))
         if lv.guards:
             steps.append(pred_code(lv.guards, nm, rels, counter, indent))
-    if part.exclude:  # points an earlier alternative visited
-        g = pred_code([_or_all(part.exclude)], nm, rels, counter, indent)
+    exclude: Pred = _or_all(part.exclude) if part.exclude else PFalse()
+    if facts is not None:
+        exclude = facts.simplify(exclude)
+    if not isinstance(exclude, PFalse):  # points an earlier alternative visited
+        g = pred_code([exclude], nm, rels, counter, indent)
         steps.append(Guard(f"not ({g.code})", g.pre))
     return steps
 

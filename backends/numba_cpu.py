@@ -247,7 +247,7 @@ class NumbaEmitter:
         cnt = f"_cnt{tag}"
         assert s.outer is not None and s.facts is not None
         outers = [(part, part_steps(part, self.index, self.rels, self.counter, INDENT,
-                                    f"{tag}o{a}"))
+                                    f"{tag}o{a}", s.body_facts(part)))
                   for a, part in enumerate(s.outer)]
         direct = s.scalar and s.inner is None and len(outers) == 1 and not outers[0][1]
         if not direct:  # (a scalar computed unconditionally is assigned once, below)
@@ -268,7 +268,7 @@ class NumbaEmitter:
                 w(depth, f"{ctx.acc} = 0.0")
                 for b, ipart in enumerate(s.inner):
                     isteps = part_steps(ipart, self.index, self.rels, self.counter, INDENT,
-                                        f"{tag}i{a}_{b}")
+                                        f"{tag}i{a}_{b}", s.body_facts(opart, ipart))
                     ictx = _Ctx(f"{tag}_{a}_{b}", ctx.acc, [], ctx.cnt)
                     idepth = self.steps(isteps, depth, "seq" if mode == "prange" else "chunk",
                                         ictx)

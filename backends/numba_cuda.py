@@ -4,7 +4,7 @@ statement, one thread per output element, no atomics.
     available() -> bool                        a GPU, or the CUDA simulator, can run kernels
     compile_program(p: tssa.Program) -> CompiledProgram
     generated_source(p) -> str                 the readable kernel module
-    compile_ptx_kernels(p, cc=(8, 0)) -> dict  every kernel compiled to PTX (needs NVVM only)
+    compile_ptx_kernels(p, cc=(8, 0)) -> dict  every kernel compiled to PTX (NVVM, no GPU)
 
 The decisions are the CPU backend's (`backends/codegen.py`: fusion of pointwise statements
 used once into their consumer, zero-extension guards only where the index solver's facts do
@@ -34,11 +34,17 @@ dense boolean mask (membership tests, bounds-checked) and, where a loop iterates
 int64 coordinate list sorted by the known arguments plus a CSR row pointer (the CPU
 backend's `_pattern_arrays`).  A kernel receives only the arguments its body uses.
 
-Builtins are device functions compiled from `backends/scalar_builtins.py` (the CPU's plain
-`math` code); generated modules import them from this module (`from
-tensorlang.backends.numba_cuda import tl_exp`).  Under the simulator, which runs kernels as
-Python, a builtin that would raise (`1/0`, `log(0)`, `exp(1000)`) falls back to numpy's
-value (inf/nan), which is what the hardware computes.
+Builtins are the CPU backend's plain `math` code (`backends/scalar_builtins.py`) made
+kernel-callable with `register_jitable`; generated modules import them from this module
+(`from tensorlang.backends.numba_cuda import tl_exp`).  Integer `max`/`min` of loop bounds
+become `tl_imax`/`tl_imin`: numba.cuda's builtin `max`/`min` are `*args` overloads that its
+device-function compiler rejects (found by the PTX check below).  Under the simulator, which
+runs kernels as Python, a builtin that would raise (`1/0`, `log(0)`, `exp(1000)`) gives
+numpy's value (inf/nan), which is what the hardware computes.
+
+`compile_ptx_kernels(p)` compiles every kernel with numba's real CUDA target to PTX (NVVM
+from a CUDA toolkit; no GPU needed): the check that the generated code types and lowers for
+hardware, which the simulator (plain Python) cannot give.
 
 Kernel modules are written to the shared disk cache (`backends/kernel_cache.py`, backend
 folder `numba_cuda`) keyed by the SSA text and the generator's sources, and compiled with
@@ -46,15 +52,15 @@ folder `numba_cuda`) keyed by the SSA text and the generator's sources, and comp
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
-import os
 import pathlib
 import re
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -64,8 +70,8 @@ from tensorlang.ast import TRel
 from tensorlang.tssa import Program
 
 from . import kernel_cache
-from .codegen import MASK, SIZE, VALUE, ProgramPlan, StmtPlan, plan_program, safe_comment
-from .codegen_nest import Guard, part_steps, pred_code
+from .codegen import MASK, SIZE, ProgramPlan, StmtPlan, plan_program, safe_comment
+from .codegen_nest import part_steps, pred_code
 from .numba_cpu import INDENT, NumbaEmitter, _Ctx, _pattern_arrays, _Writer
 from .scalar_builtins import FUNCS
 
@@ -73,6 +79,7 @@ BACKEND = "numba_cuda"
 THREADS = 128
 SCALAR = "s"          # Namer role of the 1-element device arrays holding scalars
 _TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MINMAX = re.compile(r"\b(max|min)\(")   # only the Python builtins: program names are mangled
 
 __all__ = ["available", "compile_program", "generated_source", "compile_ptx_kernels",
            "CompiledProgram", "THREADS"]
@@ -119,19 +126,16 @@ class CudaEmitter(NumbaEmitter):
             "# One kernel per statement, one thread per output element (1-D grid).",
             "# Tensor-SSA program:"]
         out += ["#   " + safe_comment(line) for line in tssa.to_text(self.p).splitlines()]
-        used = sorted({s.rhs.fn for s in self.plan.stmts
-                       if isinstance(s.rhs, tssa.MapRhs) and s.mode in ("loops", "fused")})
-        assert all(fn in FUNCS for fn in used)
-        out += ["import math", "", "from numba import cuda"]
-        if used:
-            out.append("from tensorlang.backends.numba_cuda import "
-                       + ", ".join(f"tl_{fn}" for fn in used))
         kernels: list[str] = []
         for s in self.plan.stmts:
             if s.mode == "loops":
                 kernels += ["", ""] + self.kernel(s, len(self.kernels))
             else:
                 assert s.mode in ("input", "fused"), s.mode   # BLAS is off for CUDA
+        used = sorted(set(_TOKEN.findall("\n".join(kernels))) & set(HELPERS))
+        out += ["import math", "", "from numba import cuda"]
+        if used:
+            out.append("from tensorlang.backends.numba_cuda import " + ", ".join(used))
         legend = self.nm.legend()
         if legend:
             out.append("# renamed: " + ", ".join(f"{g} = {safe_comment(o)!r}"
@@ -145,7 +149,6 @@ class CudaEmitter(NumbaEmitter):
     def kernel(self, s: StmtPlan, number: int) -> list[str]:
         rhs, tag = s.rhs, str(number)
         self.w = w = _Writer()
-        self.ex.reset()
         dims = [self.dim(d) for d in rhs.dims]
         gens = [self.index(g) for g in rhs.gen_names()]
         w(1, "_t = cuda.grid(1)")
@@ -153,21 +156,25 @@ class CudaEmitter(NumbaEmitter):
             w(1, f"_d{k} = {d}")
         w(1, f"if _t < {' * '.join(f'_d{k}' for k in range(len(dims))) or '1'}:")
         loads_at = len(w.lines)
-        if gens:  # the thread's point of the box I, row-major
+        if len(gens) > 1:  # the thread's point of the box I, row-major
             w(2, "_r = _t")
             for k in reversed(range(1, len(gens))):
                 w(2, f"{gens[k]} = _r % _d{k}")
                 w(2, f"_r = _r // _d{k}")
-            w(2, f"{gens[0]} = _r")
-        w(2, "_val = 0.0")
-        assert s.outer is not None and s.facts is not None
-        if s.outer.feasible:
-            self.body(s, tag)
+        if gens:
+            w(2, f"{gens[0]} = {'_r' if len(gens) > 1 else '_t'}")
+        if s.outer:   # else no feasible nest over I: the mask never holds, all zeros
+            self.thread_body(s, tag)
+        else:
+            w(2, "_val = 0.0")
         store = f"{self.nm.get(SCALAR, s.var)}[0]" if s.scalar else \
             f"{self.var(s.var)}[{', '.join(gens)}]"
         w(2, f"{store} = _val")
         args, loads = self.signature(s, w.lines)
         w.lines[loads_at:loads_at] = [INDENT * 2 + ln for ln in loads]
+        # numba.cuda's builtin max/min take *args, which its device-function compiler
+        # rejects: integer bounds (the dims above, the index solver's) use inline helpers.
+        w.lines = [_MINMAX.sub(r"tl_i\1(", ln) for ln in w.lines]
         name = f"tl_k{number}"
         self.kernels.append(KernelInfo(name, s.var, tuple((kind, key) for kind, _, key in args)))
         head = ["# " + safe_comment(tssa.fmt_stmt(tssa.Stmt(s.var, rhs))),
@@ -175,29 +182,30 @@ class CudaEmitter(NumbaEmitter):
                 f"def {name}({', '.join(code for _, code, _ in args)}):"]
         return head + w.lines
 
-    def body(self, s: StmtPlan, tag: str) -> None:
-        """`_val = <value>` under the guard of the mask's conjuncts over I; for a sum, the
-        nest over J accumulating into `_acc`."""
+    def thread_body(self, s: StmtPlan, tag: str) -> None:
+        """`_val = <value>` under the guard of the mask's conjuncts over I; for a sum,
+        `_acc` accumulates over the J nests of the plan (alternatives that together visit
+        each point of J's conjuncts once)."""
         rhs, w = s.rhs, self.w
+        assert s.facts is not None
         snames = set(rhs.sum_names())
         outer = [c for c in tssa.conjuncts(rhs.pred) if not (A.free_names(c) & snames)]
         ctx = _Ctx(tag, "_acc", [])
         guard = [pred_code(outer, self.index, self.rels, self.counter, INDENT)] if outer else []
+        if guard:
+            w(2, "_val = 0.0")
         depth = self.steps(guard, 2, "seq", ctx)
-        pre: list[str] = []
         if s.inner is None:
-            value = self.ex.pointwise(rhs, {}, s.facts, pre, s.facts)
-            w.block(depth, pre)
-            w(depth, f"_val = {value}")
+            self.body(depth, "_val", "=", rhs, s.facts, "", sums=False)
         else:
             w(depth, "_acc = 0.0")
-            inner = part_steps(s.inner, self.index, self.rels, self.counter, INDENT, tag + "i")
-            ictx = _Ctx(tag, "_acc", [])
-            idepth = self.steps(inner, depth, "seq", ictx)
-            term = self.ex.product(rhs.coeff, rhs.operands, s.facts, pre, s.facts)
-            w.block(idepth, pre)
-            w(idepth, f"_acc += {term}")
-            self.close(ictx)
+            for b, part in enumerate(s.inner):
+                steps = part_steps(part, self.index, self.rels, self.counter, INDENT,
+                                   f"{tag}i{b}")
+                ictx = _Ctx(f"{tag}_{b}", "_acc", [])
+                idepth = self.steps(steps, depth, "seq", ictx)
+                self.body(idepth, "_acc", "+=", rhs, s.facts.add(part.conj), "", sums=True)
+                self.close(ictx)
             w(depth, "_val = _acc")
         self.close(ctx)
 
@@ -258,24 +266,42 @@ def backend_version() -> str:
 # Device functions of the builtins (imported by generated modules: PEP 562 module getattr)
 
 
+def _imax(a: int, b: int) -> int:
+    return a if a > b else b
+
+
+def _imin(a: int, b: int) -> int:
+    return a if a < b else b
+
+
+# Helpers generated code may import: the builtins (float semantics of tensorlang.builtins)
+# and integer max/min for loop bounds.
+HELPERS: dict[str, Callable[..., Any]] = {f"tl_{fn}": f for fn, f in FUNCS.items()}
+HELPERS.update(tl_imax=_imax, tl_imin=_imin)
 _DEVICE: dict[str, Any] = {}
 _DEVICE_LOCK = threading.Lock()
 
 
 def __getattr__(name: str) -> Any:
-    if name.startswith("tl_") and name[3:] in FUNCS:
-        return device_function(name[3:])
+    if name in HELPERS:   # PEP 562: `from tensorlang.backends.numba_cuda import tl_exp`
+        return device_function(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def device_function(fn: str) -> Any:
-    """`cuda.jit(device=True)` of the builtin `fn` (made once per process)."""
+def device_function(name: str) -> Any:
+    """Helper `name` for kernels (made once per process): `register_jitable`, which the
+    CUDA target compiles into the kernels that call it; under the simulator a plain Python
+    function, with IEEE results for the builtins."""
     with _DEVICE_LOCK:
-        hit = _DEVICE.get(fn)
+        hit = _DEVICE.get(name)
         if hit is None:
-            from numba import cuda
-            py = FUNCS[fn]
-            hit = _DEVICE[fn] = cuda.jit(device=True)(_ieee(py, fn) if simulating() else py)
+            py = HELPERS[name]
+            if simulating():
+                hit = _ieee(py, name[3:]) if name[3:] in FUNCS else py
+            else:
+                from numba.extending import register_jitable
+                hit = register_jitable(py)
+            _DEVICE[name] = hit
         return hit
 
 
@@ -405,18 +431,39 @@ def compile_program(p: Program) -> CompiledProgram:
 
 def compile_ptx_kernels(p: Program, cc: tuple[int, int] = (8, 0)) -> dict[str, str]:
     """Every kernel of `p` compiled to PTX for compute capability `cc`, with the argument
-    types `CompiledProgram` launches it with.  Needs numba's CUDA target with NVVM (a CUDA
-    toolkit), not a GPU, and not the simulator.  Returns kernel name -> PTX."""
+    types `CompiledProgram` launches it with: numba's real CUDA target (typing, lowering,
+    NVVM), not the simulator.  Needs a CUDA toolkit (NVVM, libdevice), not a GPU: numba
+    compiles the helpers a kernel calls for "the current device", which here is stood in
+    for by one of compute capability `cc`.  Returns kernel name -> PTX."""
     if simulating():
         raise RuntimeError("compile_ptx_kernels needs the real CUDA target, not the simulator")
     from numba import cuda, types
     c = compile_program(p)
     out: dict[str, str] = {}
-    for kernel, info in c.kernels:
-        sig = tuple(_arg_type(kind, key, p, types) for kind, key in info.args)
-        ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=cc)
-        out[info.name] = ptx
+    with _assumed_device(cc):
+        for kernel, info in c.kernels:
+            sig = tuple(_arg_type(kind, key, p, types) for kind, key in info.args)
+            out[info.name] = cuda.compile_ptx(kernel.py_func, sig, cc=cc)[0]
     return out
+
+
+@contextlib.contextmanager
+def _assumed_device(cc: tuple[int, int]) -> Iterator[None]:
+    from numba import cuda
+    from numba.cuda import dispatcher
+    if cuda.is_available():
+        yield
+        return
+
+    class Device:
+        compute_capability = cc
+
+    saved = dispatcher.get_current_device
+    dispatcher.get_current_device = Device
+    try:
+        yield
+    finally:
+        dispatcher.get_current_device = saved
 
 
 def _arg_type(kind: str, key: Any, p: Program, types: Any) -> Any:
@@ -428,6 +475,3 @@ def _arg_type(kind: str, key: Any, p: Program, types: Any) -> Any:
         return types.Array(types.boolean, len(p.param_types[key].sizes), "C")
     return types.Array(types.float64, max(1, len(p.shapes[key])), "C")
 
-
-if os.environ.get("TENSORLANG_CUDA_DEBUG"):  # pragma: no cover - a developer switch
-    print(f"tensorlang numba_cuda: available={available()}")

@@ -65,6 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tensorlang backend (default: the API's default backend)")
     p.add_argument("--max-n", type=int, default=None, help="skip sizes above this")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1, metavar="T",
+                   help="threads for every system (BLAS, OpenMP, XLA, numba; default 1: the "
+                        "machine is shared and oversubscribed thread pools wreck timings); "
+                        "0 leaves the environment alone")
     p.add_argument("--no-memory", action="store_true", help="skip peak-memory measurement")
     p.add_argument("--startup", action="store_true",
                    help="also time the whole pipeline + cached kernel load in fresh processes")
@@ -87,9 +91,36 @@ def main(names: Sequence[str] = (), argv: Sequence[str] | None = None) -> int:
         ns = parser.parse_args(words)
     except SystemExit as exc:  # usage error or --help
         return int(exc.code or 0)
+    if ns.threads > 0 and os.environ.get(THREADS_VAR) != str(ns.threads):
+        env = thread_env(ns.threads)
+        if not any(m in sys.modules for m in _THREADED_MODULES):
+            os.environ.update(env)  # nothing has started a thread pool yet: set it here
+        else:  # numpy (or torch...) is loaded with its own thread count: run in a child
+            import subprocess
+
+            cmd = [sys.executable, "-m", "bench", *words]
+            return subprocess.run(cmd, env={**os.environ, **env},
+                                  cwd=os.path.dirname(HERE)).returncode
     from . import command
 
     return command.run(ns, parser)
+
+
+THREADS_VAR = "TL_BENCH_THREADS"
+_THREADED_MODULES = ("numpy", "torch", "jax", "jaxlib", "numba", "scipy")
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    """Environment that sizes every thread pool the systems use; read when they load."""
+    env = {THREADS_VAR: str(threads)}
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                "NUMBA_NUM_THREADS"):
+        env[var] = str(threads)
+    if threads == 1:
+        flags = os.environ.get("XLA_FLAGS", "")
+        if "xla_cpu_multi_thread_eigen" not in flags:
+            env["XLA_FLAGS"] = (flags + " --xla_cpu_multi_thread_eigen=false").strip()
+    return env
 
 
 if __name__ == "__main__":

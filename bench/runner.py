@@ -196,7 +196,7 @@ def measure(prepare: Callable[[], Callable[[], Any]], want: Any, repeat: int, bu
     m: dict[str, Any] = {"status": "ok", "time": None, "first_call": None, "samples": 0,
                          "number": 0, "spread": None, "peak_tracemalloc": None,
                          "peak_rss_delta": None, "check": "unchecked", "max_rel_err": None,
-                         "message": ""}
+                         "value": None, "message": ""}
     try:
         fn = prepare()
         t = time_call(fn, repeat, budget)
@@ -206,6 +206,11 @@ def measure(prepare: Callable[[], Callable[[], Any]], want: Any, repeat: int, bu
         return m
     m.update(time=t.median, first_call=t.first, samples=t.samples, number=t.number,
              spread=t.spread)
+    try:  # a scalar result is kept, so that values can be compared across systems
+        v = to_numpy(t.value)
+        m["value"] = v if isinstance(v, float) and math.isfinite(v) else None
+    except Exception:  # noqa: BLE001 -- an unconvertible result is reported by the check
+        pass
     if want is not None:
         try:
             ok, rel, msg = compare(t.value, want)
@@ -341,6 +346,10 @@ def _progress_line(rec: dict[str, Any]) -> str:
 def run_suite(suite: Suite, tasks: Sequence[Task], progress: Callable[[str], None],
               checkpoint: Callable[[Suite], None] | None = None) -> Suite:
     cfg = suite.config
+    # The systems' modules (jax, torch: a million objects) are loaded by now; freezing them
+    # out of the collector's view makes the collections between measurements cheap.
+    gc.collect()
+    gc.freeze()
     points = [(t, n) for t in tasks for n in cfg.sizes]
     for k, (task, n) in enumerate(points, 1):
         cap = min(c for c in (task.cap(), cfg.max_n, 10 ** 18) if c is not None)
@@ -471,7 +480,8 @@ def to_json(suite: Suite, startup: list[dict[str, Any]] | None = None,
                    "budget_s": cfg.budget, "seed": cfg.seed, "memory": cfg.memory,
                    "backend": next((s.backend for s in suite.systems
                                     if hasattr(s, "backend")), cfg.backend),
-                   "rtol": RTOL, "min_sample_s": MIN_SAMPLE_S},
+                   "rtol": RTOL, "min_sample_s": MIN_SAMPLE_S,
+                   "threads": int(os.environ.get("TL_BENCH_THREADS", "0") or 0)},
         "memory_methods": {getattr(s, "label", s.name): s.mem_method for s in suite.systems},
         "records": suite.records,
         "skipped": suite.skipped,

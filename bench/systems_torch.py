@@ -88,8 +88,13 @@ class System:
     mem_method = MEM_METHOD
 
     def __init__(self) -> None:
+        import os
+
         import torch
 
+        threads = os.environ.get("TL_BENCH_THREADS")
+        if threads and int(threads) > 0:
+            torch.set_num_threads(int(threads))
         self.torch = torch
         self.ops = _ops()
 

@@ -12,8 +12,8 @@ whose summation indices are often determined by equalities in P (the adjoint of 
                      reads `u[B(A)]` under `Q(A)` instead (when the coefficients do not add a
                      multiplication), so zero-cost copies such as the adjoint of a diagonal
                      never have to be materialised;
-  * mask strengthening the product is zero where an operand's support fails, so the
-                     operand's support (affine and relation atoms) joins the mask;
+  * mask strengthening the product is zero where an operand's support fails or its
+                     access leaves the operand's range, so both join the mask;
   * sum elimination  the index solver (`passes.indexsolve.eliminate_sum`: unit substitution,
                      Smith normal form with divisibility guards, Fourier-Motzkin bounds)
                      removes every summation index the equalities determine: an adjoint is a
@@ -23,7 +23,9 @@ whose summation indices are often determined by equalities in P (the adjoint of 
 Every statement variable carries a *support*: a predicate over its generator indices
 outside which it is structurally zero (the mask; for a sum, the mask projected onto I by
 Fourier-Motzkin, which over-approximates and so stays valid).  Supports make a fan-out add
-count only where both contributions are live (SPEC 3's guarded addition).
+count only where both contributions are live (SPEC 3's guarded addition).  Every step only
+lowers the SPEC 3 cost.  `naive=True` switches all of them off (the bare rules, kept for the
+comparisons of docs/derivatives.md).
 """
 from __future__ import annotations
 
@@ -33,10 +35,10 @@ from typing import Iterable, Mapping, Sequence
 
 from tensorlang import ast as A
 from tensorlang import tssa
-from tensorlang.ast import Affine, Cmp, PFalse, Pred, PTrue, RelCall
+from tensorlang.ast import Affine, Cmp, PFalse, Pred, PTrue
 from tensorlang.builtins import deriv_expr
-from tensorlang.tssa import (AddRhs, Builder, ConstRhs, ContractRhs, Input, MapRhs, Operand,
-                             ReduceRhs, Rhs)
+from tensorlang.tssa import (AddRhs, Builder, ConstRhs, Input, MapRhs, Operand, ReduceRhs,
+                             Rhs)
 
 from .indexsolve import eliminate_sum
 from .indexsolve_fm import constraint_to_pred, fourier_motzkin
@@ -47,12 +49,6 @@ _ROUNDS = 8  # forwarding rounds per emitted sum (each round removes a statement
 
 def ids(names: Iterable[str]) -> tuple[Affine, ...]:
     return tuple(Affine.var(n) for n in names)
-
-
-def _simple_atoms(p: Pred) -> list[Pred]:
-    """Conjuncts worth copying into another mask: comparisons and relation calls (copying
-    disjunctions and `exists` would only grow predicates)."""
-    return [q for q in tssa.conjuncts(p) if isinstance(q, (Cmp, RelCall))]
 
 
 def tidy(p: Pred, context: frozenset = frozenset()) -> Pred:
@@ -200,6 +196,11 @@ class Emitter:
         self.ix = self.b.ix
         self.supp: dict[str, Pred] = {}
         self.naive = naive  # the bare rules, no simplification (for comparison only)
+        taken = {q.name for q in params}
+        tmp = "_t"
+        while any(n.startswith(tmp) for n in taken):
+            tmp += "_"
+        self.tmp = tmp  # prefix of temporary index names (never a parameter's)
 
     # -- bookkeeping -----------------------------------------------------------------------
 
@@ -230,7 +231,7 @@ class Emitter:
         if isinstance(rhs, AddRhs):
             parts = []
             for s, o in zip(rhs.supports, rhs.operands):
-                parts.append(A.pred_and(s, *self._atoms_at(o, full=True)))
+                parts.append(A.pred_and(s, *self._atoms_at(o)))
             return A.pred_and(rhs.pred, A.pred_or(*parts))
         return project(rhs.pred, rhs.sum_names(), rhs.sdims)
 
@@ -240,9 +241,9 @@ class Emitter:
             self.supp[var] = self.canon(self._support_of(rhs), gen)
         return var
 
-    def _atoms_at(self, o: Operand, full: bool = False) -> list[Pred]:
-        """The atoms of o.var's support (all of them, or only the simple ones that are worth
-        copying into a mask), read at o's access."""
+    def _atoms_at(self, o: Operand) -> list[Pred]:
+        """The conjuncts of o.var's support read at o's access, and o's range condition: a
+        product (or an add's side) is zero wherever they fail."""
         s = self.supp.get(o.var, PTrue())
         shape = self.b.shapes.get(o.var, ())
         rng = tssa.conjuncts(_range_pred(o.idx, shape)) if len(shape) == len(o.idx) else []
@@ -251,7 +252,7 @@ class Emitter:
         m = {f"{self.ix[0]}{k}": a for k, a in enumerate(o.idx)}
         if isinstance(s, PFalse):
             return [PFalse()]
-        return rng + [A.subst(q, m) for q in (tssa.conjuncts(s) if full else _simple_atoms(s))]
+        return rng + [A.subst(q, m) for q in tssa.conjuncts(s)]
 
     # -- plain statements ------------------------------------------------------------------
 
@@ -300,7 +301,7 @@ class Emitter:
         for o, s in (a, b):
             o, s = self._forward_add_operand(o, s)
             if o is not None:
-                s = self.canon(A.pred_and(s, *self._atoms_at(o, full=True)), gen,
+                s = self.canon(A.pred_and(s, *self._atoms_at(o)), gen,
                                context=pred)
                 if not isinstance(s, PFalse):
                     sides.append((o, s))
@@ -358,8 +359,8 @@ class Emitter:
         if coeff == 0.0:
             return None
         ren: dict[str, Affine] = {}
-        g2 = [(f"_g{k}", s) for k, (_, s) in enumerate(gen)]
-        s2 = [(f"_s{k}", s) for k, (_, s) in enumerate(sums)]
+        g2 = [(f"{self.tmp}g{k}", s) for k, (_, s) in enumerate(gen)]
+        s2 = [(f"{self.tmp}s{k}", s) for k, (_, s) in enumerate(sums)]
         for (n, _), (t, _) in zip(list(gen) + list(sums), g2 + s2):
             ren[n] = Affine.var(t)
         pred = A.subst(pred, ren)
@@ -387,7 +388,7 @@ class Emitter:
                 nxt.append(o)
             cur = nxt
             for o in cur:
-                pred = A.pred_and(pred, *self._atoms_at(o, full=True))
+                pred = A.pred_and(pred, *self._atoms_at(o))
             if isinstance(self.canon(pred, g2, sums_l), PFalse):
                 return None
             if sums_l:
@@ -549,6 +550,6 @@ def builtin_partial(em: Emitter, gen: IndexList, pred: Pred, fn: str, params: Se
     """The k-th partial derivative of `fn(args; params)` at every point of `gen` under
     `pred`: usually one map (shared with an equal primal map by hash-consing) times a
     pending constant (`builtins.deriv_expr`)."""
-    holes = [f"_h{m}" for m in range(len(args))]
+    holes = [f"{em.tmp}h{m}" for m in range(len(args))]
     e = deriv_expr(fn, [A.Var(h) for h in holes], params, k)
     return emit_scalar(em, gen, pred, e, dict(zip(holes, args)))

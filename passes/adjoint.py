@@ -78,14 +78,15 @@ class Reverse:
         target = rhs.operands[k]
         if target.var not in self.active:
             return
-        ren = {n: Affine.var(f"_a{m}") for m, n in enumerate(rhs.gen_names())}
-        ren.update({n: Affine.var(f"_b{m}") for m, n in enumerate(rhs.sum_names())})
+        t = self.em.tmp
+        ren = {n: Affine.var(f"{t}a{m}") for m, n in enumerate(rhs.gen_names())}
+        ren.update({n: Affine.var(f"{t}b{m}") for m, n in enumerate(rhs.sum_names())})
         shape = self.p.shapes[target.var]
-        gen = [(f"_k{t}", s) for t, s in enumerate(shape)]
-        sums = [(f"_a{m}", s) for m, s in enumerate(rhs.dims)]
-        sums += [(f"_b{m}", s) for m, s in enumerate(rhs.sdims)]
+        gen = [(f"{t}k{d}", s) for d, s in enumerate(shape)]
+        sums = [(f"{t}a{m}", s) for m, s in enumerate(rhs.dims)]
+        sums += [(f"{t}b{m}", s) for m, s in enumerate(rhs.sdims)]
         eqs = [Cmp("==", a.subst(ren), Affine.var(g)) for a, (g, _) in zip(target.idx, gen)]
-        ops = [Operand(dv, ids(f"_a{m}" for m in range(len(rhs.dims))))]
+        ops = [Operand(dv, ids(f"{t}a{m}" for m in range(len(rhs.dims))))]
         ops += [o.subst(ren) for o in extra]
         var = self.em.sum(gen, sums, A.pred_and(A.subst(pred, ren), *eqs), coeff, ops)
         if var is not None:
@@ -133,7 +134,8 @@ def vjp_program(p: Program, wrt: Sequence[str] | None = None, *, seed: str = "pa
 
     `seed`: "param" adds the cotangent parameter `d_y` of y's type; "one" seeds a real-
     valued `p` with the constant 1 (the gradient).  `outputs`: "both" returns
-    `(y, d_x1, ...)`, "grads" only `d_x1` (or the tuple of them).
+    `(y, d_x1, ...)`, "grads" only `d_x1` (or the tuple of them).  `naive`: the bare rules
+    without the emitter's simplifications and index solving (for comparison only).
     """
     if seed not in ("param", "one"):
         raise ValueError(f"seed must be 'param' or 'one', not {seed!r}")
@@ -146,7 +148,7 @@ def vjp_program(p: Program, wrt: Sequence[str] | None = None, *, seed: str = "pa
         if p.ret is None:
             raise TLError(f"vjp({p.name}): the return type of {p.name} is unknown")
         new.append(new_param(p, cotangent_name, p.ret, taken))
-    elif p.ret is not None and not isinstance(p.ret, A.TReal):
+    elif not (isinstance(p.output, str) and not p.shapes[p.output]):
         raise TLError(f"grad({p.name}) needs {p.name} to return R")
     em = Emitter(tuple(p.params) + tuple(new), p.ix, naive)
     rv = Reverse(em, p, active_vars(p, xs))

@@ -31,7 +31,7 @@ from typing import Mapping, Sequence
 
 from tensorlang import ast as A
 from tensorlang import tssa
-from tensorlang.ast import Affine, Param, PTrue, Type
+from tensorlang.ast import Affine, Param, Type
 from tensorlang.errors import TLError
 from tensorlang.tssa import (AddRhs, ConstRhs, ContractRhs, Input, MapRhs, Operand, Program,
                              ReduceRhs, Rhs)
@@ -207,7 +207,8 @@ def jvp_program(p: Program, wrt: Sequence[str] | None = None, *,
     `outputs`: "both" returns `(y, d_y)`, "tangent" only `d_y`.  `seed`: "param" adds a
     tangent parameter per wrt input (named `d_x`, or `tangent_names[x]`); "onehot" (one
     real-tensor input x) seeds with `gen K, J. [K == J]` and appends J to every tangent,
-    giving `d_y[I, J] = d y[I] / d x[J]` (the Jacobian).
+    giving `d_y[I, J] = d y[I] / d x[J]` (the Jacobian).  `naive`: the bare rules without
+    the emitter's simplifications (for comparison only).
     """
     if outputs not in ("both", "tangent"):
         raise ValueError(f"outputs must be 'both' or 'tangent', not {outputs!r}")
@@ -242,11 +243,12 @@ def jvp_program(p: Program, wrt: Sequence[str] | None = None, *,
     dy = map_out(p.output, tangent)
     out: tssa.Out = (y, dy) if outputs == "both" else dy
     if ret is None and p.ret is not None:
+        tret: Type | None = p.ret
         if seed == "onehot":
-            ret = A.tensor(A.shape_of(p.ret) + batch) if isinstance(
+            tret = A.tensor(A.shape_of(p.ret) + batch) if isinstance(
                 A.scalar_of(p.ret), A.TReal) else None
-        else:
-            ret = A.TPair(p.ret, p.ret) if outputs == "both" else p.ret
+        if tret is not None:
+            ret = A.TPair(p.ret, tret) if outputs == "both" else tret
     return em.b.program(out, name or f"{p.name}_jvp", ret)
 
 

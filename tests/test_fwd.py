@@ -13,6 +13,7 @@ from tensorlang import tssa
 from tensorlang.errors import TLError
 from tensorlang.passes.derived import to_program
 from tensorlang.passes.fwd import jvp_program
+from tensorlang.proofs.normal_forms_ssa import is_tensor_ssa
 from tensorlang.proofs.costbound import (axpy, check_derivatives, flat, like, program_cost,
                                          run)
 from tensorlang.testing import differentiable_programs
@@ -23,15 +24,11 @@ def prog(src: str, name: str):
 
 
 def assert_ssa(p: tssa.Program) -> None:
-    """Every statement is one masked primitive whose operands are defined before it."""
-    seen = set()
-    for s in p.stmts:
-        assert isinstance(s.rhs, tuple(tssa.KINDS.values()))
-        for o in s.rhs.operands:
-            assert o.var in seen, f"{s.var} reads {o.var} before it is defined"
-            assert len(o.idx) == len(p.shapes[o.var])
-        seen.add(s.var)
-    tssa.to_text(p)  # printable
+    """Clean, canonical Tensor SSA (one masked primitive per statement, CSE'd, no trivial
+    copies, no dead statements) and printable."""
+    msg = is_tensor_ssa(p)
+    assert msg is None, msg
+    tssa.to_text(p)
 
 
 def fd_jvp(p, args, xs, dx, h=1e-6):

@@ -1,0 +1,243 @@
+"""The simplifier (SPEC 7): Tensor SSA -> Tensor SSA through an egglog e-graph, extracted by
+the cost model.  The pipeline's stage `simplified` (`tensorlang.pipeline`).
+
+    simplify(p, sizes=None) -> Program
+
+1. `simplify_py.lower`: the statements of `p` over globally named indices;
+2. `simplify_py.Encoder`: each right-hand side becomes an egglog term; a read of a (linear)
+   statement is put in one e-class with the statement's body at the read's indices
+   (S-inline), and each body with its producers inlined and its sums solved by the index
+   solver (S-sum-solve) joins the body's class;
+3. `simplify_egglog.EGraph.run`: the rules of `simplify_egglog.RULES` within `Budget`; after
+   each round the Python pass declares the masks the index solver refutes and folds calls
+   of constants;
+4. `simplify_egglog.extract` with `simplify_py.node_cost`: the cheapest term per class by the
+   SPEC 3 cost of the Tensor-SSA primitive each node becomes, counted exactly at the
+   representative sizes (`sizes`, or 16 for every size parameter), statements shared;
+5. `simplify_py.Raiser` + `passes.ssa.to_ssa`: back to canonical, clean Tensor SSA;
+6. verification: the result's exact cost (`tssa.cost`) must not exceed the input's at
+   `sizes` (or, without sizes, at the representative sizes and a panel of small ones, each
+   size 0..3 and one size at a time different, relations full, empty and random); otherwise
+   the search rules are dropped and step 2-5 repeated, and if that does not help either the
+   input is returned unchanged.  So `simplify` never raises the cost at the sizes it checks.
+
+See docs/simplifier.md for the rules, their proof status and the budgets.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from tensorlang import tssa
+from tensorlang.ast import TRel, TSize
+from tensorlang.errors import NotYetSupported
+from tensorlang.tssa import Program
+
+from . import simplify_egglog as G
+from . import simplify_py as SP
+from .ssa import to_ssa
+
+DEFAULT_BUDGET = G.Budget()
+
+
+@dataclass
+class Report:
+    """What one `simplify` call did (for tests, docs and `tl` diagnostics)."""
+
+    mode: str = ""                      # "full" | "clean" | "unchanged"
+    run: G.RunStats | None = None
+    nodes: int = 0
+    model_cost: float = 0.0             # extraction cost at representative sizes
+    before: dict = field(default_factory=dict)   # exact costs at the checked sizes
+    after: dict = field(default_factory=dict)
+    seconds: float = 0.0
+    reason: str = ""
+
+
+LAST_REPORT = Report()
+
+
+def simplify(p: Program, sizes: Mapping[str, int] | None = None, *,
+             budget: G.Budget | None = None, rules: Sequence[str] | None = None,
+             verify: bool = True) -> Program:
+    """The cheapest program the rules find that means what `p` means (SPEC 7).
+
+    `sizes`: values of (some of) the size parameters to optimise for; missing ones (all, by
+    default) use the representative size 16.  `rules`: restrict the e-graph rules (names of
+    `simplify_egglog.RULES`); `budget`: saturation limits.  With `verify`, the result's cost
+    is checked against `p`'s (module doc) and `p` is returned when it would be higher.
+    """
+    global LAST_REPORT
+    t0 = time.perf_counter()
+    report = Report()
+    LAST_REPORT = report
+    budget = budget or DEFAULT_BUDGET
+    panel = _panel(p, sizes) if verify else []
+    base = [_cost(p, a) for a in panel]
+    report.before = {_key(a): c for a, c in zip(panel, base)}
+    attempts: list[tuple[str, Sequence[str] | None]] = [("full", rules)]
+    if rules is None:
+        attempts.append(("clean", list(G.GROUPS["clean"])))
+    out = p
+    report.mode = "unchanged"
+    for mode, chosen in attempts:
+        try:
+            q, run, model = _attempt(p, sizes, budget, chosen)
+        except (G.ExtractionError, NotYetSupported, ValueError) as err:
+            report.reason += f"{mode}: {type(err).__name__}: {err}; "
+            continue
+        costs = [_cost(q, a) for a in panel]
+        if all(c <= b for c, b in zip(costs, base)):
+            out = q
+            report.mode, report.run, report.model_cost = mode, run, model
+            report.after = {_key(a): c for a, c in zip(panel, costs)}
+            break
+        report.reason += f"{mode}: cost would rise; "
+    report.seconds = time.perf_counter() - t0
+    return out
+
+
+def _attempt(p: Program, sizes: Mapping[str, int] | None, budget: G.Budget,
+             rules: Sequence[str] | None) -> tuple[Program, G.RunStats, float]:
+    d = tssa.to_core(p)
+    low = SP.lower(d, sizes, ex=p.ix[2])
+    enc = SP.Encoder(low)
+    eg = G.EGraph(rules)
+    eg.add(enc.build())
+    rounds = PythonRounds(eg, low.uni)
+    run = eg.run(budget, groups=("clean", "search") if rules is None or
+                 any(G.RULES[r].group == "search" for r in rules) else ("clean",),
+                 on_round=rounds)
+    graph = eg.freeze()
+    ten_roots = {name: graph.roots[enc._ten[name][1:]] for name in _leaves(low.output)}
+    uni = low.uni
+    ex = G.extract(graph, list(ten_roots.values()),
+                   lambda n, g, free: SP.node_cost(uni, n, g, free), uni.pfree, uni.accfree)
+    d2 = SP.Raiser(low, graph, ex, ten_roots).build()
+    q = to_ssa(d2)
+    q = Program(p.name, p.params, q.stmts, q.output, p.ret, q.ix)
+    return q, run, ex.cost
+
+
+class PythonRounds:
+    """After a round of egglog: masks the index solver refutes become `dead`, and calls of
+    constants are folded (what egglog cannot derive)."""
+
+    def __init__(self, eg: G.EGraph, uni: SP.Universe) -> None:
+        self.eg, self.uni = eg, uni
+        self.dead: set[frozenset[str]] = set()         # masks declared dead
+        self.checked: dict[tuple, bool] = {}           # (mask, free) -> refuted
+        self.folded: set[tuple] = set()
+
+    def __call__(self, k: int) -> bool:
+        g = self.eg.freeze()
+        free = G.class_free(g, self.uni.pfree, self.uni.accfree)
+        cmds: list[str] = []
+        by_mask: dict[frozenset[str], bool] = {}
+        for cls, m in g.mask.items():
+            if SP.FALSE in m or not m:
+                continue
+            f = free.get(cls, frozenset())
+            key = (m, f)
+            refuted = self.checked.get(key)
+            if refuted is None:
+                refuted = self.checked[key] = self.uni.refuted(self.uni.restrict(m, f))
+            by_mask[m] = by_mask.get(m, True) and refuted
+        for m, refuted in by_mask.items():
+            if refuted and m not in self.dead:
+                self.dead.add(m)
+                lit = G.mask_lit(m)
+                cmds.append(f"(set (pfree {lit}) {G.mask_lit(self.uni.pfree(m))})")
+                cmds.append(f"(dead {lit})")
+        nums = {cls: n.args[0] for cls, ns in g.nodes.items() for n in ns if n.op == "Num"}
+        for ns in g.nodes.values():
+            for n in ns:
+                if n.op in ("Call1", "Call2"):
+                    vals = [nums.get(c) for c in n.args[2:]]
+                    if any(v is None for v in vals):
+                        continue
+                    key = (n.args[0], n.args[1], tuple(vals))
+                    if key in self.folded:
+                        continue
+                    self.folded.add(key)
+                    fn, params = SP.parse_fn_key(n.args[1])
+                    from tensorlang.ast import Call, Const
+                    v = SP.fold_call(Call(fn, tuple(Const(x) for x in vals), params))
+                    if isinstance(v, Const):
+                        P = G.mask_lit(n.args[0])
+                        args = " ".join(f"(Num {G.f64(x)})" for x in vals)
+                        cmds.append(f"(union ({n.op} {P} {G.string(n.args[1])} {args}) "
+                                    f"(Iv {P} (Num {G.f64(v.value)})))")
+        if cmds:
+            self.eg.add(cmds)
+        return bool(cmds)
+
+
+# ---------------------------------------------------------------------------------------------
+# Verification
+
+
+def _leaves(out: Any) -> list[str]:
+    return list(SP._leaves(out))
+
+
+def _key(args: Mapping[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in args.items() if isinstance(v, int)) + \
+        ("" if all(isinstance(v, int) for v in args.values()) else
+         "," + "".join(_rel_tag(v) for v in args.values() if not isinstance(v, int)))
+
+
+def _rel_tag(v: np.ndarray) -> str:
+    return "F" if v.all() else ("0" if not v.any() else "r")
+
+
+def _cost(p: Program, args: Mapping[str, Any]) -> int:
+    return tssa.cost(p, args).total
+
+
+def _panel(p: Program, sizes: Mapping[str, int] | None) -> list[dict[str, Any]]:
+    """The size (and relation) assignments the result is checked at."""
+    names = [q.name for q in p.params if isinstance(q.type, TSize)]
+    rels = [q for q in p.params if isinstance(q.type, TRel)]
+    points: list[dict[str, int]] = []
+    if sizes is not None and all(n in sizes for n in names):
+        points.append({n: int(sizes[n]) for n in names})
+    else:
+        rep = {n: int((sizes or {}).get(n, SP.DEFAULT_REP)) for n in names}
+        points.append(rep)
+        for v in range(4):
+            points.append({n: v for n in names})
+        for n in names:
+            for v in (1, 5):
+                pt = {m: 3 for m in names}
+                pt[n] = v
+                points.append(pt)
+    out: list[dict[str, Any]] = []
+    seen: set[tuple] = set()
+    for pt in points:
+        key = tuple(sorted(pt.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        variants = _relations(rels, pt)
+        out.extend({**pt, **rv} for rv in variants)
+    return out
+
+
+def _relations(rels: list, sizes: Mapping[str, int]) -> list[dict[str, np.ndarray]]:
+    if not rels:
+        return [{}]
+    shapes = {q.name: tuple(max(0, int(d.evaluate(sizes))) for d in q.type.sizes) for q in rels}
+    full = {n: np.ones(s, dtype=bool) for n, s in shapes.items()}
+    empty = {n: np.zeros(s, dtype=bool) for n, s in shapes.items()}
+    rand = {n: np.random.default_rng(zlib.crc32(n.encode()) + 1).random(s) < 0.5
+            for n, s in shapes.items()}
+    return [full, empty, rand]
+
+
+__all__ = ["simplify", "Report", "LAST_REPORT", "DEFAULT_BUDGET"]

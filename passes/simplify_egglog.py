@@ -1,0 +1,631 @@
+"""The simplifier's e-graph (SPEC 7): the egglog encoding of Tensor-SSA right-hand sides, the
+rewrite rules, the saturation schedule with its budget, and extraction by the cost model.
+
+Encoding.  A right-hand side is a scalar term over *named* index variables: every
+generator and summation index of the program gets a globally unique name with a fixed range
+(`passes.simplify_py.Universe`), so a term's free indices say over which indices it is a
+tensor.  Sorts and constructors (egglog syntax in `PROGRAM`):
+
+    Mask = (Set String)        a conjunction of canonical predicate atoms (keys into the
+                               universe's atom table; "false" is the atom that never holds)
+    Ten  = (Param name)        an input statement (a parameter or an input projection)
+         | (Stmt name body)    a materialised statement  v = gen I_v. body
+    Sc   = (Num c) | (Get t acc)                  a constant; a read of t at an access key
+         | (Mul P a b) | (Add P a b)              [P] * (a * b), [P] * (a + b)
+         | (Call1 P f a) | (Call2 P f a b)        [P] * f(a), [P] * f(a, b)
+         | (Iv P a)                               [P] * a
+         | (Sum P j a)                            [P] * sum j. a   (P does not mention j)
+
+Every operator carries its mask P: a masked operator is one masked Tensor-SSA primitive
+(a statement over the term's free indices that computes only where P holds), which is what
+makes the cost of a node static.  Two analyses (egglog functions with merges) are kept
+saturated: `free` (the free index names; merge: intersection, since equal terms depend on
+the indices both depend on) and `mask` (a conjunction outside which the class is 0; merge:
+union, since every member is 0 outside its own).  Python supplies `pfree` (free indices of a
+mask), `accfree` (of an access key), `ne` (the mask `n_j >= 1` of a summation index) and the
+relation `dead` (masks the index solver found contradictory).
+
+Rules (`RULES`, one egglog ruleset each) come in three groups: `clean` (Iverson algebra,
+zero/one elimination, constant folding: they never raise the cost), `search` (the
+equalities the cost-based extraction chooses among: distributivity and factoring, sums over
+additions, factoring loop-invariant factors out of sums and back, associativity and
+commutativity of products, interchange of sums -- together they reassociate chains of
+contractions, the einsum contraction-order problem), and `analysis`.  The schedule
+(`Budget`) saturates the analyses, runs `clean` a few times and `search` once with a
+back-off scheduler per round, for a bounded number of rounds, stopping early at a node limit
+or a time limit.
+
+Extraction (`extract`) is greedy over the DAG (a statement read twice is computed once) with
+the static per-node cost of SPEC 3: the number of scalar additions, multiplications or calls
+the primitive of the node executes, counted exactly at representative sizes
+(`simplify_py.Universe.count`).  See docs/simplifier.md.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping, Sequence
+
+from egglog import bindings as _eb
+
+# ---------------------------------------------------------------------------------------------
+# The egglog program: sorts, constructors, analyses
+
+DECLARATIONS = r"""
+(sort Mask (Set String))
+(sort Ten)
+(sort Sc)
+(constructor Param (String) Ten)
+(constructor Stmt (String Sc) Ten)
+(constructor Num (f64) Sc)
+(constructor Get (Ten String) Sc)
+(constructor Mul (Mask Sc Sc) Sc)
+(constructor Add (Mask Sc Sc) Sc)
+(constructor Call1 (Mask String Sc) Sc)
+(constructor Call2 (Mask String Sc Sc) Sc)
+(constructor Iv (Mask Sc) Sc)
+(constructor Sum (Mask String Sc) Sc)
+(function free (Sc) Mask :merge (set-intersect old new))
+(function mask (Sc) Mask :merge (set-union old new))
+(function pfree (Mask) Mask :merge (set-intersect old new))
+(function accfree (String) Mask :merge (set-intersect old new))
+(function ne (String) Mask :merge (set-intersect old new))
+(relation dead (Mask))
+(set (pfree (set-empty)) (set-empty))
+(set (pfree (set-of "false")) (set-empty))
+"""
+
+CONSTRUCTORS: dict[str, tuple[str, ...]] = {
+    "Param": ("String",), "Stmt": ("String", "Sc"), "Num": ("f64",), "Get": ("Ten", "String"),
+    "Mul": ("Mask", "Sc", "Sc"), "Add": ("Mask", "Sc", "Sc"), "Call1": ("Mask", "String", "Sc"),
+    "Call2": ("Mask", "String", "Sc", "Sc"), "Iv": ("Mask", "Sc"), "Sum": ("Mask", "String", "Sc"),
+}
+OUT_SORT = {"Param": "Ten", "Stmt": "Ten"}
+
+E = "(set-empty)"
+
+
+def _u(p: str, q: str) -> str:
+    """The union of two masks, and the action recording its free indices."""
+    return f"(set-union {p} {q})"
+
+
+def _pf(p: str, q: str, fp: str, fq: str) -> str:
+    return f"(set (pfree (set-union {p} {q})) (set-union {fp} {fq}))"
+
+
+@dataclass(frozen=True)
+class RuleDef:
+    """One rewrite of the simplifier: `text` is egglog source with `{rs}` for its ruleset."""
+
+    name: str
+    group: str          # "analysis" | "clean" | "search"
+    schema: str         # LHS -> RHS (or <->) in ASCII, for docs and the catalogue
+    text: str
+
+    @property
+    def ruleset(self) -> str:
+        return "rs_" + self.name.replace("-", "_")
+
+
+def _r(name: str, group: str, schema: str, text: str) -> RuleDef:
+    return RuleDef(name, group, schema, text.strip())
+
+
+_ANALYSIS = [
+    _r("A-free", "analysis", "free indices of every term (merge: intersection)", r"""
+(rule ((= e (Num x))) ((set (free e) (set-empty))) :ruleset {rs})
+(rule ((= e (Get t acc)) (= fa (accfree acc))) ((set (free e) fa)) :ruleset {rs})
+(rule ((= e (Mul P a b)) (= fp (pfree P)) (= fa (free a)) (= fb (free b)))
+      ((set (free e) (set-union fp (set-union fa fb)))) :ruleset {rs})
+(rule ((= e (Add P a b)) (= fp (pfree P)) (= fa (free a)) (= fb (free b)))
+      ((set (free e) (set-union fp (set-union fa fb)))) :ruleset {rs})
+(rule ((= e (Call1 P f a)) (= fp (pfree P)) (= fa (free a)))
+      ((set (free e) (set-union fp fa))) :ruleset {rs})
+(rule ((= e (Call2 P f a b)) (= fp (pfree P)) (= fa (free a)) (= fb (free b)))
+      ((set (free e) (set-union fp (set-union fa fb)))) :ruleset {rs})
+(rule ((= e (Iv P a)) (= fp (pfree P)) (= fa (free a)))
+      ((set (free e) (set-union fp fa))) :ruleset {rs})
+(rule ((= e (Sum P j a)) (= fp (pfree P)) (= fa (free a)))
+      ((set (free e) (set-union fp (set-remove fa j)))) :ruleset {rs})
+"""),
+    _r("A-mask", "analysis", "zero-condition of every term (merge: union)", r"""
+(rule ((= e (Num x)) (!= x 0.0)) ((set (mask e) (set-empty))) :ruleset {rs})
+(rule ((= e (Num 0.0))) ((set (mask e) (set-of "false"))) :ruleset {rs})
+(rule ((= e (Mul P a b)) (= ma (mask a)) (= mb (mask b)))
+      ((set (mask e) (set-union P (set-union ma mb)))) :ruleset {rs})
+(rule ((= e (Add P a b)) (= ma (mask a)) (= mb (mask b)))
+      ((set (mask e) (set-union P (set-intersect ma mb)))) :ruleset {rs})
+(rule ((= e (Call1 P f a))) ((set (mask e) P)) :ruleset {rs})
+(rule ((= e (Call2 P f a b))) ((set (mask e) P)) :ruleset {rs})
+(rule ((= e (Iv P a)) (= ma (mask a))) ((set (mask e) (set-union P ma))) :ruleset {rs})
+(rule ((= e (Sum P j a))) ((set (mask e) P)) :ruleset {rs})
+"""),
+]
+
+_CLEAN = [
+    _r("S-iv-true", "clean", "[true] * e -> e", r"""
+(rewrite (Iv (set-empty) a) a :ruleset {rs})
+"""),
+    _r("S-iv-false", "clean", "[false] * e -> 0  (also: a mask the index solver refutes)", r"""
+(rule ((= m (mask e)) (set-contains m "false")) ((union e (Num 0.0))) :ruleset {rs})
+(rule ((dead d) (= m (mask e)) (= (set-diff d m) (set-empty)) (= fe (free e))
+       (= (set-diff (pfree d) fe) (set-empty)))
+      ((union e (Num 0.0))) :ruleset {rs})
+"""),
+    _r("S-iv-and", "clean", "[p] * [q] * e -> [p and q] * e", r"""
+(rule ((= e (Iv P (Iv Q a))) (= fp (pfree P)) (= fq (pfree Q)))
+      ((union e (Iv (set-union P Q) a)) """ + _pf("P", "Q", "fp", "fq") + r""") :ruleset {rs})
+"""),
+    _r("S-iv-implied", "clean", "[p] * e -> e  when e is 0 wherever p fails", r"""
+(rule ((= e (Iv P a)) (= m (mask a)) (= (set-diff P m) (set-empty))) ((union e a)) :ruleset {rs})
+"""),
+    _r("S-iv-hoist", "clean", "[P] * (([q] * a) * b) -> [P and q] * (a * b)", r"""
+(rule ((= e (Mul P (Iv Q a) b)) (= fp (pfree P)) (= fq (pfree Q)))
+      ((union e (Mul (set-union P Q) a b)) """ + _pf("P", "Q", "fp", "fq") + r""") :ruleset {rs})
+(rule ((= e (Mul P a (Iv Q b))) (= fp (pfree P)) (= fq (pfree Q)))
+      ((union e (Mul (set-union P Q) a b)) """ + _pf("P", "Q", "fp", "fq") + r""") :ruleset {rs})
+"""),
+    _r("S-iv-push", "clean",
+       "[p] * op_P(a, ..) -> op_{P and p}([p] * a, ..)  (the mask of every primitive under it)",
+       r"""
+(rule ((= e (Iv P (Mul Q a b))) (= fp (pfree P)) (= fq (pfree Q)))
+      ((union e (Mul (set-union P Q) a b)) """ + _pf("P", "Q", "fp", "fq") + r""") :ruleset {rs})
+(rule ((= e (Iv P (Add Q a b))) (= fp (pfree P)) (= fq (pfree Q)))
+      ((union e (Add (set-union P Q) (Iv P a) (Iv P b))) """ + _pf("P", "Q", "fp", "fq") + r""")
+      :ruleset {rs})
+(rule ((= e (Iv P (Call1 Q f a))) (= fp (pfree P)) (= fq (pfree Q)))
+      ((union e (Call1 (set-union P Q) f (Iv P a))) """ + _pf("P", "Q", "fp", "fq") + r""")
+      :ruleset {rs})
+(rule ((= e (Iv P (Call2 Q f a b))) (= fp (pfree P)) (= fq (pfree Q)))
+      ((union e (Call2 (set-union P Q) f (Iv P a) (Iv P b))) """ + _pf("P", "Q", "fp", "fq")
+       + r""") :ruleset {rs})
+(rule ((= e (Iv P (Sum Q j a))) (= fp (pfree P)) (= fq (pfree Q)) (set-not-contains fp j))
+      ((union e (Sum (set-union P Q) j (Iv P a))) """ + _pf("P", "Q", "fp", "fq") + r""")
+      :ruleset {rs})
+"""),
+    _r("S-iv-sum", "clean", "sum j. [q] * e -> [q] * sum j. e  (j not in q)", r"""
+(rule ((= e (Sum P j (Iv Q a))) (= fq (pfree Q)) (set-not-contains fq j))
+      ((union e (Iv Q (Sum P j a)))) :ruleset {rs})
+"""),
+    _r("S-mul-zero", "clean", "0 * e -> 0", r"""
+(rewrite (Mul P (Num 0.0) a) (Num 0.0) :ruleset {rs})
+(rewrite (Mul P a (Num 0.0)) (Num 0.0) :ruleset {rs})
+"""),
+    _r("S-mul-one", "clean", "1 * e -> e", r"""
+(rewrite (Mul P (Num 1.0) a) (Iv P a) :ruleset {rs})
+(rewrite (Mul P a (Num 1.0)) (Iv P a) :ruleset {rs})
+"""),
+    _r("S-add-zero", "clean", "0 + e -> e", r"""
+(rewrite (Add P (Num 0.0) a) (Iv P a) :ruleset {rs})
+(rewrite (Add P a (Num 0.0)) (Iv P a) :ruleset {rs})
+"""),
+    _r("S-sum-zero", "clean", "sum j. 0 -> 0", r"""
+(rewrite (Sum P j (Num 0.0)) (Num 0.0) :ruleset {rs})
+"""),
+    _r("S-fold", "clean", "c1 * c2 -> c, c1 + c2 -> c, c1 * (c2 * e) -> (c1 c2) * e", r"""
+(rewrite (Mul P (Num x) (Num y)) (Iv P (Num (* x y))) :ruleset {rs})
+(rewrite (Add P (Num x) (Num y)) (Iv P (Num (+ x y))) :ruleset {rs})
+(rule ((= e (Mul P (Num x) (Mul Q (Num y) a))) (= fp (pfree P)) (= fq (pfree Q)))
+      ((union e (Mul (set-union P Q) (Num (* x y)) a)) """ + _pf("P", "Q", "fp", "fq") + r""")
+      :ruleset {rs})
+"""),
+]
+
+_SEARCH = [
+    _r("S-mask-out", "search", "op_P(a, ..) <-> [P] * op(a, ..)  (exposes masked operators)",
+       r"""
+(rule ((= e (Mul P a b)) (!= P (set-empty))) ((union e (Iv P (Mul (set-empty) a b)))) :ruleset {rs})
+(rule ((= e (Add P a b)) (!= P (set-empty))) ((union e (Iv P (Add (set-empty) a b)))) :ruleset {rs})
+(rule ((= e (Sum P j a)) (!= P (set-empty))) ((union e (Iv P (Sum (set-empty) j a)))) :ruleset {rs})
+"""),
+    _r("S-distribute", "search", "a * (b + c) <-> a * b + a * c", r"""
+(birewrite (Mul (set-empty) a (Add (set-empty) b c))
+           (Add (set-empty) (Mul (set-empty) a b) (Mul (set-empty) a c)) :ruleset {rs})
+"""),
+    _r("S-sum-add", "search", "sum j. (a + b) <-> sum j. a + sum j. b", r"""
+(birewrite (Sum (set-empty) j (Add (set-empty) a b))
+           (Add (set-empty) (Sum (set-empty) j a) (Sum (set-empty) j b)) :ruleset {rs})
+"""),
+    _r("S-sum-factor", "search",
+       "sum j. a * b <-> [n_j >= 1] * a * sum j. b  (j not free in a)", r"""
+(rule ((= e (Sum (set-empty) j (Mul (set-empty) a b))) (= fa (free a)) (set-not-contains fa j)
+       (= nj (ne j)))
+      ((union e (Mul nj a (Sum (set-empty) j b)))) :ruleset {rs})
+(rule ((= e (Mul P a (Sum Q j b))) (= fa (free a)) (set-not-contains fa j) (= fp (pfree P))
+       (set-not-contains fp j) (= fq (pfree Q)))
+      ((union e (Iv (set-union P Q) (Sum (set-empty) j (Mul (set-empty) a b))))
+       """ + _pf("P", "Q", "fp", "fq") + r""") :ruleset {rs})
+"""),
+    _r("S-mul-comm", "search", "a * b <-> b * a", r"""
+(rewrite (Mul P a b) (Mul P b a) :ruleset {rs})
+"""),
+    _r("S-add-comm", "search", "a + b <-> b + a", r"""
+(rewrite (Add P a b) (Add P b a) :ruleset {rs})
+"""),
+    _r("S-mul-assoc", "search", "(a * b) * c <-> a * (b * c)", r"""
+(birewrite (Mul (set-empty) (Mul (set-empty) a b) c) (Mul (set-empty) a (Mul (set-empty) b c))
+           :ruleset {rs})
+"""),
+    _r("S-sum-swap", "search", "sum j. sum k. e <-> sum k. sum j. e", r"""
+(rewrite (Sum (set-empty) j (Sum (set-empty) k a)) (Sum (set-empty) k (Sum (set-empty) j a))
+         :ruleset {rs})
+"""),
+]
+
+RULES: dict[str, RuleDef] = {r.name: r for r in _ANALYSIS + _CLEAN + _SEARCH}
+GROUPS: dict[str, tuple[str, ...]] = {
+    g: tuple(r.name for r in RULES.values() if r.group == g)
+    for g in ("analysis", "clean", "search")}
+
+
+def program(rules: Iterable[str] | None = None) -> str:
+    """The egglog source: declarations, one ruleset per rule, and a combined ruleset per
+    group (`g_analysis`, `g_clean`, `g_search`) of the selected rules (all by default)."""
+    chosen = set(RULES) if rules is None else set(rules) | set(GROUPS["analysis"])
+    parts = [DECLARATIONS]
+    for r in RULES.values():
+        parts.append(f"(ruleset {r.ruleset})")
+        if r.name in chosen:
+            parts.append(r.text.replace("{rs}", r.ruleset))
+    for g, names in GROUPS.items():
+        members = " ".join(RULES[n].ruleset for n in names if n in chosen)
+        parts.append(f"(unstable-combined-ruleset g_{g} {members})" if members else
+                     f"(ruleset g_{g})")
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Budget and running
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits of one saturation (documented in docs/simplifier.md).
+
+    Each round: saturate the analyses, run `clean` `clean_iters` times, run `search` once
+    (back-off scheduler, `match_limit` matches per rule before a rule is banned for a while);
+    `rounds` rounds at most; stop after a round that leaves more than `node_limit` e-nodes
+    or when `time_limit` seconds have passed.  The run ends early when nothing changes
+    (saturation)."""
+
+    rounds: int = 12
+    clean_iters: int = 3
+    match_limit: int = 2000
+    node_limit: int = 20000
+    time_limit: float = 0.5
+
+
+@dataclass
+class RunStats:
+    rounds: int = 0
+    saturated: bool = False
+    nodes: int = 0
+    seconds: float = 0.0
+    stopped: str = ""                            # "saturated" | "rounds" | "nodes" | "time"
+    matches: dict[str, int] = field(default_factory=dict)
+
+
+class EGraph:
+    """An egglog e-graph loaded with the simplifier's program."""
+
+    def __init__(self, rules: Iterable[str] | None = None) -> None:
+        self.eg = _eb.EGraph()
+        self._run(program(rules))
+
+    def _run(self, text: str) -> list:
+        if not text.strip():
+            return []
+        return self.eg.run_program(*self.eg.parse_program(text))
+
+    def add(self, commands: Sequence[str]) -> None:
+        """Run egglog commands (terms, facts, unions), in order."""
+        if commands:
+            self._run("\n".join(commands))
+
+    def size(self) -> int:
+        (out,) = self._run("(print-size)")
+        return sum(n for name, n in out.sizes if name in CONSTRUCTORS)
+
+    def saturate_analyses(self) -> None:
+        self._run("(run-schedule (saturate g_analysis))")
+
+    def run(self, budget: Budget, groups: Sequence[str] = ("clean", "search"),
+            on_round: Callable[[int], None] | None = None) -> RunStats:
+        """Run the schedule within `budget`; `on_round(k)` is called after each round (the
+        Python pass adds what egglog cannot derive, e.g. refuted masks)."""
+        stats = RunStats()
+        t0 = time.perf_counter()
+        parts = ["(saturate g_analysis)"]
+        if "clean" in groups:
+            parts.append(f"(repeat {budget.clean_iters} (seq (run g_clean) "
+                         f"(saturate g_analysis)))")
+        if "search" in groups:
+            parts.append(f"(run-with bo g_search)")
+        parts.append("(saturate g_analysis)")
+        sched = (f"(run-schedule (let-scheduler bo (back-off :match-limit {budget.match_limit}))"
+                 f" (seq {' '.join(parts)}))")
+        commands = self.eg.parse_program(sched)
+        stats.stopped = "rounds"
+        for k in range(budget.rounds):
+            (out,) = self.eg.run_program(*commands)
+            stats.rounds = k + 1
+            for rule, n in out.report.num_matches_per_rule.items():
+                stats.matches[rule] = stats.matches.get(rule, 0) + n
+            changed = out.report.updated
+            if on_round is not None:
+                changed = bool(on_round(k)) or changed
+            stats.nodes = self.size()
+            if not changed:
+                stats.saturated, stats.stopped = True, "saturated"
+                break
+            if stats.nodes > budget.node_limit:
+                stats.stopped = "nodes"
+                break
+            if time.perf_counter() - t0 > budget.time_limit:
+                stats.stopped = "time"
+                break
+        stats.seconds = time.perf_counter() - t0
+        return stats
+
+    def freeze(self) -> "Graph":
+        return Graph.read(self.eg)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the e-graph back
+
+
+@dataclass(frozen=True)
+class ENode:
+    """An e-node: constructor, its primitive arguments decoded (str, float, frozenset of atom
+    keys) and its child e-classes (ids)."""
+
+    op: str
+    args: tuple           # per position: str | float | frozenset | int (a child class id)
+    cls: int              # the e-class it belongs to
+
+    def children(self) -> tuple[int, ...]:
+        sorts = CONSTRUCTORS[self.op]
+        return tuple(a for a, s in zip(self.args, sorts) if s in ("Sc", "Ten"))
+
+
+@dataclass
+class Graph:
+    """A frozen e-graph: classes (id -> e-nodes), the analyses, named roots (lets)."""
+
+    nodes: dict[int, list[ENode]]
+    free: dict[int, frozenset[str]]
+    mask: dict[int, frozenset[str]]
+    roots: dict[str, int]
+
+    @staticmethod
+    def read(eg: "_eb.EGraph") -> "Graph":
+        fz = eg.freeze()
+        sets: dict[str, frozenset[str]] = {}
+        ids: dict[str, int] = {}
+
+        def vid(v: object, sort: str) -> int:
+            key = f"{sort}:{v}"
+            out = ids.get(key)
+            if out is None:
+                out = ids[key] = len(ids)
+            return out
+
+        def decode(v: object, sort: str) -> object:
+            if sort == "String":
+                return eg.value_to_string(v)
+            if sort == "f64":
+                return eg.value_to_f64(v)
+            if sort == "Mask":
+                key = str(v)
+                hit = sets.get(key)
+                if hit is None:
+                    hit = sets[key] = frozenset(eg.value_to_string(s) for s in eg.value_to_set(v))
+                return hit
+            return vid(v, sort)
+
+        nodes: dict[int, list[ENode]] = {}
+        free: dict[int, frozenset[str]] = {}
+        mask: dict[int, frozenset[str]] = {}
+        roots: dict[str, int] = {}
+        for name, fn in fz.functions.items():
+            if name in CONSTRUCTORS:
+                sorts = CONSTRUCTORS[name]
+                out_sort = OUT_SORT.get(name, "Sc")
+                for row in fn.rows:
+                    if row.subsumed:
+                        continue
+                    cls = vid(row.output, out_sort)
+                    args = tuple(decode(v, s) for v, s in zip(row.inputs, sorts))
+                    nodes.setdefault(cls, []).append(ENode(name, args, cls))
+            elif name in ("free", "mask"):
+                table = free if name == "free" else mask
+                for row in fn.rows:
+                    table[vid(row.inputs[0], "Sc")] = decode(row.output, "Mask")  # type: ignore
+            elif fn.is_let_binding:
+                for row in fn.rows:
+                    roots[name.lstrip("$")] = vid(row.output, fn.output_sort)
+        return Graph(nodes, free, mask, roots)
+
+    def size(self) -> int:
+        return sum(len(v) for v in self.nodes.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# Extraction
+
+
+class ExtractionError(Exception):
+    """No well-scoped, acyclic term could be extracted for a root."""
+
+
+@dataclass
+class Extraction:
+    """The chosen e-node of every class reachable from the roots, with the model's cost."""
+
+    choice: dict[int, ENode]
+    free: dict[int, frozenset[str]]
+    cost: float                       # DAG cost of the roots (each chosen node counted once)
+
+
+NodeCost = Callable[[ENode, "Graph", Mapping[int, frozenset[str]]], float]
+
+
+def node_free(n: ENode, free: Mapping[int, frozenset[str]], pfree: Callable[[frozenset], frozenset],
+              accfree: Callable[[str], frozenset]) -> frozenset[str] | None:
+    """The free index names of an e-node given its children's (None if a child is unknown)."""
+    op, a = n.op, n.args
+    if op in ("Num", "Param", "Stmt"):
+        return frozenset()
+    if op == "Get":
+        return accfree(a[1])
+    kids = [free.get(c) for c in n.children()]
+    if any(k is None for k in kids):
+        return None
+    out = frozenset().union(*kids)  # type: ignore[arg-type]
+    if op == "Sum":
+        out = out - {a[1]}
+    return out | pfree(a[0])
+
+
+def class_free(g: Graph, pfree: Callable[[frozenset], frozenset],
+               accfree: Callable[[str], frozenset]) -> dict[int, frozenset[str]]:
+    """Free indices of every class: the intersection over its nodes (a fixpoint), computed
+    from the node structure (the same as the egglog analysis, and total)."""
+    free: dict[int, frozenset[str]] = {}
+    changed = True
+    while changed:
+        changed = False
+        for cls, ns in g.nodes.items():
+            acc: frozenset[str] | None = None
+            for n in ns:
+                f = node_free(n, free, pfree, accfree)
+                if f is not None:
+                    acc = f if acc is None else acc & f
+            if acc is not None and free.get(cls) != acc:
+                if cls in free and not acc < free[cls]:
+                    acc = acc & free[cls]
+                    if acc == free[cls]:
+                        continue
+                free[cls] = acc
+                changed = True
+    return free
+
+
+def extract(g: Graph, roots: Sequence[int], cost: NodeCost,
+            pfree: Callable[[frozenset], frozenset], accfree: Callable[[str], frozenset],
+            dag: bool = True, max_passes: int = 60) -> Extraction:
+    """Greedy extraction: the cheapest admissible node per class, bottom-up to a fixpoint.
+
+    A node is admissible when its free indices equal its class's (so the extracted term is
+    well scoped wherever a rule placed the class).  With `dag`, a class's cost is the sum of
+    the distinct nodes of its chosen sub-DAG (a statement read twice is computed once);
+    otherwise the tree cost.  A node whose children's sub-DAGs already contain its own class
+    is skipped (no cycles); ties keep the node found first."""
+    free = class_free(g, pfree, accfree)
+    cand: list[ENode] = []
+    for cls, ns in g.nodes.items():
+        f = free.get(cls)
+        cand.extend(n for n in ns if node_free(n, free, pfree, accfree) == f)
+    # bottom-up order helps: leaves first, then by number of children
+    cand.sort(key=lambda n: len(n.children()))
+    own: dict[ENode, float] = {}
+    best: dict[int, tuple[float, ENode, dict, frozenset]] = {}
+    for _ in range(max_passes):
+        changed = False
+        for n in cand:
+            kids = n.children()
+            if any(k not in best for k in kids):
+                continue
+            c = own.get(n)
+            if c is None:
+                c = own[n] = float(cost(n, g, free))
+            if dag:
+                if any(n.cls in best[k][3] for k in kids):
+                    continue
+                merged: dict = {}
+                classes: frozenset = frozenset((n.cls,))
+                for k in kids:
+                    merged.update(best[k][2])
+                    classes = classes | best[k][3]
+                merged[n] = c
+                total = math.fsum(merged.values())
+            else:
+                merged, classes = {}, frozenset((n.cls,))
+                total = c + math.fsum(best[k][0] for k in kids)
+            old = best.get(n.cls)
+            if old is not None and (old[1] is n or old[0] <= total * (1 + 1e-12)):
+                if old[1] is n and old[0] != total:
+                    best[n.cls] = (total, n, merged, classes)
+                continue
+            best[n.cls] = (total, n, merged, classes)
+            changed = True
+        if not changed:
+            break
+    choice: dict[int, ENode] = {}
+    stack = list(roots)
+    while stack:
+        cls = stack.pop()
+        if cls in choice:
+            continue
+        if cls not in best:
+            raise ExtractionError(f"no admissible term for e-class {cls}")
+        n = best[cls][1]
+        choice[cls] = n
+        stack.extend(n.children())
+    _check_acyclic(choice, roots)
+    total = math.fsum(own.get(n, 0.0) for n in choice.values())
+    return Extraction(choice, free, total)
+
+
+def _check_acyclic(choice: Mapping[int, ENode], roots: Sequence[int]) -> None:
+    state: dict[int, int] = {}
+
+    def visit(cls: int) -> None:
+        stack = [(cls, iter(choice[cls].children()))]
+        state[cls] = 1
+        while stack:
+            c, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[c] = 2
+                stack.pop()
+                continue
+            s = state.get(nxt, 0)
+            if s == 1:
+                raise ExtractionError("the greedy choice is cyclic")
+            if s == 0:
+                state[nxt] = 1
+                stack.append((nxt, iter(choice[nxt].children())))
+
+    for r in roots:
+        if state.get(r, 0) == 0:
+            visit(r)
+
+
+def f64(x: float) -> str:
+    """An egglog f64 literal."""
+    if not math.isfinite(x):
+        raise ValueError(f"non-finite constant {x}")
+    s = repr(float(x))
+    return s if ("." in s or "e" in s) else s + ".0"
+
+
+def string(s: str) -> str:
+    if '"' in s or "\\" in s:
+        raise ValueError(f"bad egglog string {s!r}")
+    return f'"{s}"'
+
+
+def mask_lit(atoms: Iterable[str]) -> str:
+    atoms = sorted(set(atoms))
+    if not atoms:
+        return E
+    return "(set-of " + " ".join(string(a) for a in atoms) + ")"
+
+
+__all__ = ["RULES", "GROUPS", "RuleDef", "program", "Budget", "RunStats", "EGraph", "ENode",
+           "Graph", "Extraction", "ExtractionError", "extract", "class_free", "node_free",
+           "f64", "string", "mask_lit", "CONSTRUCTORS"]

@@ -1,0 +1,872 @@
+"""The simplifier's Python pass: everything egglog cannot express (docs/simplifier.md).
+
+egglog rewrites terms; it has no binders, no substitution and no integer linear algebra.  So
+this module does, around the e-graph of `simplify_egglog`:
+
+* **naming** (`Universe`): every generator and summation index of the program gets a globally
+  unique name with a fixed range, so that terms with free indices are tensors and the rules'
+  side conditions ("j not free in a") are set operations;
+* **S-pred-canon**: predicates are split into canonical atoms (`tssa.canon_pred` against the
+  index ranges: comparisons implied by the ranges are dropped, refuted ones make the bracket
+  false); a conjunction of atoms the solver refutes is declared `dead` to the e-graph;
+* **S-inline**: a read `u[A]` of a statement `u = gen I. e` equals
+  `[0 <= A < n] * e{I := A}` (zero extension): substitution, so the read and the producer's
+  body are put in one e-class and the rules see through statements;
+* **S-sum-solve**: `sum j. [j == a and q] * e -> [0 <= a < n and q{j:=a}] * e{j:=a}` and the
+  general case (Smith normal form, Fourier-Motzkin) by the index solver
+  (`indexsolve.eliminate_sums`), on every statement body with its producers inlined;
+* **S-fold-call**: black-box calls of constants are evaluated (egglog's f64 has no exp/log);
+* **costing**: the number of points of a masked index box at representative sizes (exact, on
+  a grid), which is the static per-node cost of the extraction;
+* **S-licm** (conversion back to Tensor SSA, `Raiser`): every chosen operator becomes a
+  statement over exactly its free indices (so a loop-invariant term is computed once, not in
+  every iteration), masked by its support and by the masks of the places that read it; the
+  statements go through `passes.ssa.to_ssa`, which fuses, canonicalises and shares them.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import zlib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from tensorlang import ast as A
+from tensorlang import builtins as BI
+from tensorlang import tssa
+from tensorlang.ast import (Access, Add, Affine, Call, Const, Def, Gen, Iverson, Let, Mul, Param,
+                            Pred, PFalse, Proj, PTrue, Sum, TRel, TSize, Var)
+from tensorlang.interp import Env, eval_pred
+
+from . import simplify_egglog as G
+from .indexsolve import eliminate_sums
+
+FALSE = "false"
+DEFAULT_REP = 16          # representative size for every size parameter (docs/simplifier.md)
+
+
+# ---------------------------------------------------------------------------------------------
+# Index universe, atoms, accesses
+
+
+def _prefix_free(prefix: str, taken: Iterable[str]) -> bool:
+    return tssa._prefix_ok(prefix, taken)
+
+
+class Universe:
+    """Global index names with their ranges; canonical predicate atoms; access keys; point
+    counting at representative sizes."""
+
+    def __init__(self, params: Sequence[Param], ex: str = "k",
+                 reps: Mapping[str, int] | None = None) -> None:
+        self.params = tuple(params)
+        self.size_names = frozenset(p.name for p in params if isinstance(p.type, TSize))
+        self.rel_shapes = {p.name: p.type.sizes for p in params if isinstance(p.type, TRel)}
+        taken = [p.name for p in params]
+        self.prefix = next(c for c in ("ix", "iy", "iz", "ix0_", "ix1_")
+                           if _prefix_free(c, taken) and _prefix_free(c, [ex]))
+        self.ex = ex
+        self._n = itertools.count()
+        self.ranges: dict[str, Affine] = {}
+        self.atoms: dict[str, Pred] = {FALSE: PFalse()}
+        self.atom_vars: dict[str, frozenset[str]] = {FALSE: frozenset()}
+        self.accs: dict[str, tuple[Affine, ...]] = {}
+        self.acc_vars: dict[str, frozenset[str]] = {}
+        self.reps: dict[str, int] = {n: int((reps or {}).get(n, DEFAULT_REP))
+                                     for n in self.size_names}
+        self._rels: dict[str, np.ndarray] | None = None
+        self._counts: dict[tuple, int] = {}
+
+    # -- names -----------------------------------------------------------------------------
+
+    def new_index(self, size: Affine) -> str:
+        name = f"{self.prefix}{next(self._n)}"
+        self.ranges[name] = size
+        return name
+
+    def register(self, e: A.Node) -> None:
+        """Record the range of every summation binder of `e` (the index solver and
+        capture-avoiding substitution introduce fresh ones)."""
+        for n in A.walk(e):
+            if isinstance(n, Sum) and n.idx not in self.ranges:
+                self.ranges[n.idx] = n.size
+
+    def index_vars(self, names: Iterable[str]) -> frozenset[str]:
+        return frozenset(n for n in names if n in self.ranges)
+
+    # -- atoms (S-pred-canon) ----------------------------------------------------------------
+
+    def canon(self, p: Pred) -> Pred:
+        names = A.free_names(p)
+        rng = {n: self.ranges[n] for n in names if n in self.ranges}
+        return tssa.canon_pred(p, rng, self.ex)
+
+    def atoms_of(self, p: Pred) -> frozenset[str] | None:
+        """The canonical atoms of `p` (a conjunction); None when `p` is false."""
+        c = self.canon(p)
+        if isinstance(c, PFalse):
+            return None
+        out = []
+        for q in tssa.conjuncts(c):
+            key = tssa.fmt_pred(q)
+            if key not in self.atoms:
+                self.atoms[key] = q
+                self.atom_vars[key] = self.index_vars(A.free_names(q))
+            out.append(key)
+        return frozenset(out)
+
+    def pred_of(self, mask: Iterable[str]) -> Pred:
+        atoms = sorted(set(mask))
+        if FALSE in atoms:
+            return PFalse()
+        return A.pred_and(*(self.atoms[a] for a in atoms))
+
+    def pfree(self, mask: Iterable[str]) -> frozenset[str]:
+        return frozenset().union(*(self.atom_vars[a] for a in mask)) if mask else frozenset()
+
+    def restrict(self, mask: Iterable[str], free: frozenset[str]) -> frozenset[str]:
+        """The atoms of `mask` over the indices `free` only."""
+        return frozenset(a for a in mask if self.atom_vars[a] <= free)
+
+    def box_implied(self, mask: Iterable[str], free: frozenset[str]) -> frozenset[str]:
+        """`mask` without the atoms `1 <= n` for a range n of an index of `free` (a statement
+        over that index has no point where they fail)."""
+        drop = set()
+        for i in free:
+            key = tssa.fmt_pred(self.canon(A.Cmp("<=", Affine.lit(1), self.ranges[i])))
+            drop.add(key)
+        return frozenset(a for a in mask if a not in drop)
+
+    def refuted(self, mask: frozenset[str]) -> bool:
+        if FALSE in mask:
+            return True
+        if len(mask) < 2:
+            return False
+        return isinstance(self.canon(self.pred_of(mask)), PFalse)
+
+    # -- accesses ----------------------------------------------------------------------------
+
+    def acc(self, idx: Sequence[Affine]) -> str:
+        key = ",".join(tssa.fmt_affine(a) for a in idx)
+        if key not in self.accs:
+            self.accs[key] = tuple(idx)
+            self.acc_vars[key] = self.index_vars(frozenset().union(*(a.vars() for a in idx))
+                                                 if idx else frozenset())
+        return key
+
+    def accfree(self, key: str) -> frozenset[str]:
+        return self.acc_vars[key]
+
+    # -- representative sizes and point counting --------------------------------------------
+
+    def extent(self, a: Affine) -> int:
+        return max(0, int(a.evaluate(self.reps)))
+
+    def _relations(self) -> dict[str, np.ndarray]:
+        """Relations at representative sizes: deterministic, half of the entries set (the
+        extraction does not see the data; docs/simplifier.md)."""
+        if self._rels is None:
+            self._rels = {}
+            for name, dims in self.rel_shapes.items():
+                shape = tuple(self.extent(d) for d in dims)
+                rng = np.random.default_rng(zlib.crc32(name.encode()))
+                self._rels[name] = rng.random(shape) < 0.5
+        return self._rels
+
+    def _grid(self, names: Sequence[str], pred: Pred) -> np.ndarray:
+        env = Env(sizes=self.reps, rels=self._relations())
+        shape = []
+        for n in names:
+            k = self.extent(self.ranges[n])
+            env = env.bind_index(n, k)
+            shape.append(k)
+        return np.broadcast_to(eval_pred(pred, env), tuple(shape))
+
+    def count(self, free: frozenset[str], mask: frozenset[str]) -> int:
+        """Points of the box of `free` where the atoms `mask` hold (representative sizes);
+        `mask` mentions only indices of `free` (and sizes)."""
+        key = ("c", free, mask)
+        hit = self._counts.get(key)
+        if hit is None:
+            if FALSE in mask:
+                hit = 0
+            else:
+                names = sorted(self.pfree(mask) & free)
+                rest = math.prod(self.extent(self.ranges[n]) for n in free if n not in names)
+                hit = rest * int(np.count_nonzero(self._grid(names, self.pred_of(mask))))
+            self._counts[key] = hit
+        return hit
+
+    def sum_adds(self, free: frozenset[str], mask: frozenset[str], j: str,
+                 body: frozenset[str]) -> int:
+        """Additions of `[mask] * sum j. e` with e live where `body` holds: the sum over the
+        points of `free` in `mask` of max(0, live - 1)."""
+        key = ("s", free, mask, j, body)
+        hit = self._counts.get(key)
+        if hit is not None:
+            return hit
+        allm = mask | body
+        if FALSE in allm:
+            out = 0
+        else:
+            outer = sorted((self.pfree(allm) & free) - {j})
+            rest = math.prod(self.extent(self.ranges[n]) for n in free if n not in outer)
+            grid = self._grid(outer + [j], self.pred_of(allm))
+            live = grid.sum(axis=-1)
+            out = rest * int(np.maximum(live - 1, 0).sum())
+        self._counts[key] = out
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Lowering: a gen-pushed core Def as statements over global index names
+
+
+@dataclass
+class Stmt:
+    """`var = gen gens. body` over global names, or an input (`param` with a projection
+    path) when `body` is None.  `support`: atoms over the gens outside which it is 0."""
+
+    var: str
+    gens: tuple[tuple[str, Affine], ...]
+    body: A.Expr | None
+    support: frozenset[str] = frozenset()
+    param: str | None = None
+    path: tuple[int, ...] = ()
+
+    @property
+    def is_input(self) -> bool:
+        return self.body is None
+
+
+@dataclass
+class Lowered:
+    name: str
+    params: tuple[Param, ...]
+    ret: Any
+    stmts: dict[str, Stmt]
+    order: list[str]
+    output: Any                 # Out tree of statement/parameter names
+    uni: Universe
+
+
+def _read_base(e: A.Expr) -> tuple[str, tuple[int, ...]] | None:
+    path: list[int] = []
+    while isinstance(e, Proj):
+        path.append(e.k)
+        e = e.e
+    if isinstance(e, Var):
+        return e.name, tuple(reversed(path))
+    return None
+
+
+def _rename_binders(e: A.Expr, uni: Universe, memo: dict) -> A.Expr:
+    """Every summation binder of `e` gets a fresh global name."""
+    hit = memo.get(e)
+    if hit is not None:
+        return hit
+    if isinstance(e, Sum):
+        new = uni.new_index(e.size)
+        body = A.subst(e.body, {e.idx: Affine.var(new)})
+        out: A.Expr = Sum(new, e.size, _rename_binders(body, uni, memo))
+    elif isinstance(e, (Affine, Pred)):
+        out = e
+    else:
+        out = A.map_fields(e, lambda c: _rename_binders(c, uni, memo)
+                           if isinstance(c, A.Expr) else c)
+    memo[e] = out
+    return out
+
+
+def support_atoms(e: A.Expr, uni: Universe) -> frozenset[str]:
+    """Atoms outside which `e` is structurally 0 (the Iverson brackets of its spine)."""
+    if isinstance(e, Iverson):
+        atoms = uni.atoms_of(e.pred)
+        if atoms is None:
+            return frozenset((FALSE,))
+        return atoms | support_atoms(e.e, uni)
+    if isinstance(e, Const):
+        return frozenset((FALSE,)) if e.value == 0.0 else frozenset()
+    if isinstance(e, Sum):
+        return frozenset(a for a in support_atoms(e.body, uni) if e.idx not in uni.atom_vars[a])
+    if isinstance(e, Mul):
+        return support_atoms(e.a, uni) | support_atoms(e.b, uni)
+    if isinstance(e, Add):
+        return support_atoms(e.a, uni) & support_atoms(e.b, uni)
+    return frozenset()
+
+
+def lower(d: Def, reps: Mapping[str, int] | None = None, ex: str = "k") -> Lowered:
+    """The statements of a gen-pushed core Def (e.g. `tssa.to_core(p)`) over global names."""
+    uni = Universe(d.params, ex, reps)
+    ptypes = {p.name: p.type for p in d.params}
+    stmts: dict[str, Stmt] = {}
+    order: list[str] = []
+    for p in d.params:  # parameters read directly are input statements
+        if isinstance(A.scalar_of(p.type), A.TReal):
+            stmts[p.name] = Stmt(p.name, (), None, param=p.name)
+            order.append(p.name)
+    body = d.body
+    while isinstance(body, Let):
+        name, value = body.name, body.value
+        base = _read_base(value)
+        if base is not None and base[0] in ptypes:
+            stmts[name] = Stmt(name, (), None, param=base[0], path=base[1])
+        else:
+            gens: list[tuple[str, Affine]] = []
+            ren: dict[str, Affine] = {}
+            while isinstance(value, Gen):
+                g = uni.new_index(value.size)
+                gens.append((g, value.size))
+                value = A.subst(value.body, {value.idx: Affine.var(g)})
+            value = _rename_binders(value, uni, {})
+            uni.register(value)
+            stmts[name] = Stmt(name, tuple(gens), value, support_atoms(value, uni))
+        order.append(name)
+        body = body.body
+    out = _out_tree(body)
+    for leaf in _leaves(out):
+        if leaf not in stmts:
+            raise ValueError(f"output {leaf} is not a statement or real parameter")
+    return Lowered(d.name, d.params, d.ret, stmts, order, out, uni)
+
+
+def _out_tree(e: A.Expr) -> Any:
+    if isinstance(e, A.Pair):
+        return (_out_tree(e.a), _out_tree(e.b))
+    if isinstance(e, Var):
+        return e.name
+    raise ValueError(f"output must be a tree of variables, not {type(e).__name__}")
+
+
+def _leaves(out: Any) -> Iterable[str]:
+    if isinstance(out, str):
+        yield out
+    else:
+        for o in out:
+            yield from _leaves(o)
+
+
+# ---------------------------------------------------------------------------------------------
+# S-inline and S-sum-solve
+
+
+def inline_read(st: Stmt, idx: Sequence[Affine], uni: Universe) -> A.Expr:
+    """`u[A]` as `[0 <= A < n] * body{I := A}` (the read's zero extension), its sums solved."""
+    assert st.body is not None
+    m = {g: a for (g, _), a in zip(st.gens, idx)}
+    e = A.subst(st.body, m) if m else st.body
+    guard = A.pred_and(*(A.in_range(a, n) for a, (_, n) in zip(idx, st.gens)))
+    atoms = uni.atoms_of(guard)
+    if atoms is None:
+        return Const(0.0)
+    if atoms:
+        e = Iverson(uni.pred_of(atoms), e)
+    e = solve(e, uni)
+    return e
+
+
+def solve(e: A.Expr, uni: Universe) -> A.Expr:
+    """S-sum-solve: the index solver on every sum of `e` (new binders registered)."""
+    out = eliminate_sums(e)
+    if out is not e:
+        uni.register(out)
+    return out
+
+
+def fold_call(e: Call) -> A.Expr:
+    """S-fold-call: a call of constants is a constant (when finite)."""
+    if all(isinstance(a, Const) for a in e.args):
+        with np.errstate(all="ignore"):
+            v = float(BI.apply(e.fn, [np.float64(a.value) for a in e.args], e.params))
+        if math.isfinite(v):
+            return Const(v)
+    return e
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding into egglog
+
+
+def fn_key(fn: str, params: Sequence[float]) -> str:
+    return fn if not params else fn + ":" + ":".join(G.f64(c) for c in params)
+
+
+def parse_fn_key(key: str) -> tuple[str, tuple[float, ...]]:
+    parts = key.split(":")
+    return parts[0], tuple(float(c) for c in parts[1:])
+
+
+@dataclass
+class InlinePolicy:
+    """Which reads get an S-inline equality (the e-graph's size is the budget)."""
+
+    enabled: bool = True
+    max_nodes: int = 4000        # core nodes encoded through inlining, per program
+    solve: bool = True           # S-sum-solve alternatives of statement bodies
+
+
+class Encoder:
+    """Builds the egglog commands of a lowered program: one `Stmt`/`Param` per statement,
+    S-inline unions for reads of statements, S-sum-solve alternatives, and the facts the
+    analyses need (access and mask free indices, supports of reads, `ne` of summations)."""
+
+    def __init__(self, low: Lowered, policy: InlinePolicy | None = None) -> None:
+        self.low = low
+        self.uni = low.uni
+        self.policy = policy or InlinePolicy()
+        self.commands: list[str] = []
+        self.facts: list[str] = []
+        self._done_facts: set[str] = set()
+        self._text: dict[tuple, str] = {}
+        self._ten: dict[str, str] = {}           # statement -> $T name
+        self._body: dict[str, str] = {}          # statement -> $B name (its body class)
+        self._inlined: set[tuple[str, str]] = set()
+        self._queue: list[tuple[str, tuple[Affine, ...], bool]] = []
+        self._lets = itertools.count()
+        self.inline_nodes = 0
+
+    # -- facts ---------------------------------------------------------------------------------
+
+    def _fact(self, s: str) -> None:
+        if s not in self._done_facts:
+            self._done_facts.add(s)
+            self.facts.append(s)
+
+    def mask(self, atoms: Iterable[str]) -> str:
+        atoms = frozenset(atoms)
+        lit = G.mask_lit(atoms)
+        if atoms:
+            self._fact(f"(set (pfree {lit}) {G.mask_lit(self.uni.pfree(atoms))})")
+        return lit
+
+    def sum_index(self, j: str) -> None:
+        size = self.uni.ranges[j]
+        atoms = self.uni.atoms_of(A.Cmp("<=", Affine.lit(1), size)) or frozenset((FALSE,))
+        self._fact(f"(set (ne {G.string(j)}) {self.mask(atoms)})")
+
+    # -- terms ---------------------------------------------------------------------------------
+
+    def encode(self, e: A.Expr, mulctx: bool = False, argctx: bool = False) -> str:
+        """The egglog term of a scalar expression (reads of statements queue S-inline)."""
+        key = (e, mulctx, argctx)
+        hit = self._text.get(key)
+        if hit is not None:
+            return hit
+        out = self._encode(e, mulctx, argctx)
+        if len(out) > 400:
+            name = f"$s{next(self._lets)}"
+            self.commands.append(f"(let {name} {out})")
+            out = name
+        self._text[key] = out
+        return out
+
+    def _encode(self, e: A.Expr, mulctx: bool, argctx: bool) -> str:
+        if isinstance(e, Const):
+            return f"(Num {G.f64(e.value)})"
+        if isinstance(e, (Access, Var, Proj)):
+            return self.read(e, mulctx, argctx)
+        if isinstance(e, Iverson):
+            atoms = self.uni.atoms_of(e.pred)
+            if atoms is None:
+                return "(Num 0.0)"
+            inner = self.encode(e.e, mulctx, argctx)
+            return inner if not atoms else f"(Iv {self.mask(atoms)} {inner})"
+        if isinstance(e, Mul):
+            return (f"(Mul {G.E} {self.encode(e.a, True)} {self.encode(e.b, True)})")
+        if isinstance(e, Add):
+            return (f"(Add {G.E} {self.encode(e.a, mulctx)} {self.encode(e.b, mulctx)})")
+        if isinstance(e, Call):
+            folded = fold_call(e)
+            if folded is not e:
+                return self._encode(folded, mulctx, argctx)
+            args = " ".join(self.encode(a, False, True) for a in e.args)
+            op = {1: "Call1", 2: "Call2"}.get(len(e.args))
+            if op is None:
+                raise ValueError(f"builtin {e.fn} with {len(e.args)} arguments")
+            return f"({op} {G.E} {G.string(fn_key(e.fn, e.params))} {args})"
+        if isinstance(e, Sum):
+            if e.idx not in self.uni.ranges:
+                self.uni.ranges[e.idx] = e.size
+            self.sum_index(e.idx)
+            return f"(Sum {G.E} {G.string(e.idx)} {self.encode(e.body, True)})"
+        raise ValueError(f"cannot encode {type(e).__name__} in a scalar body")
+
+    def read(self, e: A.Expr, mulctx: bool, argctx: bool) -> str:
+        base, idx = (e.e, e.idx) if isinstance(e, Access) else (e, ())
+        rb = _read_base(base)
+        if rb is None:
+            raise ValueError(f"read of a non-variable {type(base).__name__}")
+        name, path = rb
+        st = self.low.stmts.get(name)
+        if path or st is None:
+            raise ValueError(f"read of {name}{''.join('.' + str(k) for k in path)}: "
+                             f"projections are read through input statements")
+        ten = self.ten(name)
+        acc = self.uni.acc(idx)
+        self._fact(f"(set (accfree {G.string(acc)}) {G.mask_lit(self.uni.accfree(acc))})")
+        text = f"(Get {ten} {G.string(acc)})"
+        sup = self.read_support(st, idx)
+        fact = f"(set (mask {text}) {self.mask(sup)})"
+        if fact not in self._done_facts:   # after the statement's let, so not in `facts`
+            self._done_facts.add(fact)
+            self.commands.append(fact)
+        if self.policy.enabled and self._inlinable(st, mulctx, argctx):
+            k = (name, acc)
+            if k not in self._inlined:
+                self._inlined.add(k)
+                self._queue.append((name, tuple(idx), mulctx))
+        return text
+
+    def read_support(self, st: Stmt, idx: Sequence[Affine]) -> frozenset[str]:
+        """Atoms outside which the read is 0: the producer's support at the access, and the
+        access's range (zero extension)."""
+        if st.is_input or not st.gens:
+            return frozenset()
+        m = {g: a for (g, _), a in zip(st.gens, idx)}
+        preds = [A.subst(self.uni.atoms[a], m) for a in st.support if a != FALSE]
+        preds += [A.in_range(a, n) for a, (_, n) in zip(idx, st.gens)]
+        if FALSE in st.support:
+            return frozenset((FALSE,))
+        atoms = self.uni.atoms_of(A.pred_and(*preds))
+        return frozenset((FALSE,)) if atoms is None else atoms
+
+    def _inlinable(self, st: Stmt, mulctx: bool, argctx: bool) -> bool:
+        """Linear producers are inlined (a map is a barrier: recomputing it is never cheaper);
+        an addition only under a product or sum (where distributing it can pay off); nothing
+        directly as a call's argument (it is materialised there anyway)."""
+        if st.is_input or argctx:
+            return False
+        head = st.body
+        while isinstance(head, Iverson):
+            head = head.e
+        if isinstance(head, Call):
+            return False
+        if isinstance(head, Add) and not mulctx:
+            return False
+        return True
+
+    def ten(self, name: str) -> str:
+        t = self._ten.get(name)
+        if t is None:
+            raise ValueError(f"statement {name} is read before it is defined")
+        return t
+
+    # -- the program ------------------------------------------------------------------------------
+
+    def build(self) -> list[str]:
+        for k, name in enumerate(list(self.low.order)):
+            st = self.low.stmts[name]
+            if st.is_input:
+                t = f"$T{k}"
+                self.commands.append(f"(let {t} (Param {G.string(name)}))")
+                self._ten[name] = t
+                continue
+            assert st.body is not None
+            body = self.encode(st.body)
+            b = f"$B{k}"
+            self.commands.append(f"(let {b} {body})")
+            self._body[name] = b
+            t = f"$T{k}"
+            self.commands.append(f"(let {t} (Stmt {G.string(name)} {b}))")
+            self._ten[name] = t
+            if self.policy.enabled and self.policy.solve:
+                self._solved(st, b)
+        self._drain()
+        return self.facts + self.commands
+
+    def _solved(self, st: Stmt, b: str) -> None:
+        """S-sum-solve on the body with its linear producers inlined."""
+        assert st.body is not None
+        budget = [200]
+        full = self._inline_all(st.body, budget, {})
+        solved = solve(full, self.uni)
+        if solved is not full and solved is not st.body:
+            self.commands.append(f"(union {b} {self.encode(solved)})")
+
+    def _inline_all(self, e: A.Expr, budget: list[int], memo: dict) -> A.Expr:
+        hit = memo.get(e)
+        if hit is not None:
+            return hit
+        out: A.Expr
+        if isinstance(e, (Access, Var)) and budget[0] > 0:
+            base, idx = (e.e, e.idx) if isinstance(e, Access) else (e, ())
+            rb = _read_base(base)
+            st = self.low.stmts.get(rb[0]) if rb and not rb[1] else None
+            if st is not None and not st.is_input and self._inlinable(st, True, False):
+                budget[0] -= 1
+                out = self._inline_all(inline_read(st, idx, self.uni), budget, memo)
+            else:
+                out = e
+        elif isinstance(e, (Affine, Pred, Const)) or isinstance(e, Call):
+            out = e
+        else:
+            out = A.map_fields(e, lambda c: self._inline_all(c, budget, memo)
+                               if isinstance(c, A.Expr) else c)
+        memo[e] = out
+        return out
+
+    def _drain(self) -> None:
+        while self._queue:
+            name, idx, mulctx = self._queue.pop(0)
+            if self.inline_nodes > self.policy.max_nodes:
+                break
+            st = self.low.stmts[name]
+            e = inline_read(st, idx, self.uni)
+            self.inline_nodes += sum(1 for _ in A.walk(e))
+            acc = self.uni.acc(idx)
+            text = self.encode(e, mulctx)
+            self.commands.append(f"(union (Get {self.ten(name)} {G.string(acc)}) {text})")
+
+
+# ---------------------------------------------------------------------------------------------
+# The cost of an e-node (SPEC 3 at representative sizes)
+
+
+def node_cost(uni: Universe, n: G.ENode, g: G.Graph, free: Mapping[int, frozenset[str]]) -> float:
+    """The scalar operations of the Tensor-SSA primitive the node becomes: a statement over
+    the node's free indices, masked by its own mask and its class's support (SPEC 5's
+    "propagate the sparsity"); reads, constants and brackets are free."""
+    op = n.op
+    if op not in ("Mul", "Add", "Call1", "Call2", "Sum"):
+        return 0.0
+    f = free[n.cls]
+    m = uni.restrict(g.mask.get(n.cls, frozenset()) | n.args[0], f)
+    if op in ("Mul", "Call1", "Call2"):
+        return float(uni.count(f, m))
+    if op == "Add":
+        a, b = n.args[1], n.args[2]
+        ma = uni.restrict(g.mask.get(a, frozenset()), free[a])
+        mb = uni.restrict(g.mask.get(b, frozenset()), free[b])
+        return float(uni.count(f, m | ma | mb))
+    j, body = n.args[1], n.args[2]
+    mb = uni.restrict(g.mask.get(body, frozenset()), free[body])
+    return float(uni.sum_adds(f, m, j, mb))
+
+
+# ---------------------------------------------------------------------------------------------
+# Conversion back: extracted terms -> gen-pushed core Def -> Tensor SSA  (S-licm)
+
+
+OPS = ("Mul", "Add", "Call1", "Call2", "Sum")
+
+
+class Raiser:
+    """Builds the core Def of an extraction: a binding per chosen operator, over its free
+    indices (in order of first use), masked by its support and its readers' masks."""
+
+    def __init__(self, low: Lowered, g: G.Graph, ex: G.Extraction, ten_roots: Mapping[str, int]):
+        self.low, self.uni, self.g, self.x = low, low.uni, g, ex
+        self.ten_roots = ten_roots
+        taken = {p.name for p in low.params} | set(low.stmts) | set(self.uni.ranges)
+        self.bprefix = next(c for c in ("t", "w", "u", "t0_")
+                            if _prefix_free(c, taken))
+        self._n = itertools.count()
+        self.bind: dict[int, str] = {}           # op class -> binding name
+        self.stmt_bind: dict[str, str] = {}      # statement -> binding name
+        self.lets: list[tuple[str, A.Expr]] = []
+        self.uses: dict[int, int] = {}
+        self.ctx: dict[int, frozenset[str]] = {}
+        self._order: dict[int, tuple[str, ...]] = {}
+        self._inputs: set[str] = set()
+
+    def choice(self, cls: int) -> G.ENode:
+        return self.x.choice[cls]
+
+    def free(self, cls: int) -> frozenset[str]:
+        return self.x.free[cls]
+
+    def m(self, cls: int) -> frozenset[str]:
+        return self.uni.restrict(self.g.mask.get(cls, frozenset()), self.free(cls))
+
+    # -- analysis of the chosen DAG ----------------------------------------------------------
+
+    def _topo(self, roots: Iterable[int]) -> list[int]:
+        """Classes reachable from `roots` (through statements too), parents first."""
+        post: list[int] = []
+        seen: set[int] = set()
+        for r in roots:
+            if r in seen:
+                continue
+            stack = [(r, iter(self.choice(r).children()))]
+            seen.add(r)
+            while stack:
+                c, it = stack[-1]
+                nxt = next(it, None)
+                if nxt is None:
+                    post.append(c)
+                    stack.pop()
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, iter(self.choice(nxt).children())))
+        return list(reversed(post))
+
+    def _contexts(self, order: list[int]) -> None:
+        """The readers' masks of every class (intersection over its readers)."""
+        ctx: dict[int, frozenset[str] | None] = {}
+        for c in order:
+            n = self.choice(c)
+            if n.op == "Stmt":
+                ctx[n.args[1]] = frozenset() if n.args[1] not in ctx else frozenset()
+                continue
+            if n.op in ("Param", "Num", "Get"):
+                continue
+            here = ctx.get(c) or frozenset()
+            here = here | n.args[0]
+            for k in n.children():
+                self.uses[k] = self.uses.get(k, 0) + 1
+                mine = self.uni.restrict(here, self.free(k))
+                prev = ctx.get(k)
+                ctx[k] = mine if prev is None else (prev & mine)
+        self.ctx = {k: v for k, v in ctx.items() if v is not None}
+
+    def order(self, cls: int) -> tuple[str, ...]:
+        """The free indices of a class in order of first appearance in its term."""
+        hit = self._order.get(cls)
+        if hit is not None:
+            return hit
+        n = self.choice(cls)
+        seq: list[str] = []
+        if n.op == "Get":
+            for a in self.uni.accs[n.args[1]]:
+                seq.extend(v for v, _ in a.terms)
+        else:
+            for k in n.children():
+                if n.op != "Stmt":
+                    seq.extend(self.order(k))
+            if n.op in OPS or n.op == "Iv":
+                for atom in sorted(n.args[0]):
+                    seq.extend(sorted(self.uni.atom_vars[atom]))
+        f = self.free(cls) if n.op not in ("Stmt", "Param") else frozenset()
+        out = tuple(dict.fromkeys(v for v in seq if v in f))
+        self._order[cls] = out
+        return out
+
+    # -- expressions -------------------------------------------------------------------------
+
+    def ref(self, cls: int) -> A.Expr:
+        """The expression reading class `cls` where its free indices are in scope."""
+        n = self.choice(cls)
+        if n.op == "Num":
+            return Const(n.args[0])
+        if n.op == "Get":
+            return self.read_ten(n.args[0], self.uni.accs[n.args[1]])
+        if n.op == "Iv":
+            return _iv(self.uni.pred_of(n.args[0]), self.ref(n.args[1]))
+        name = self.bind[cls]
+        o = self.order(cls)
+        return Access(Var(name), tuple(Affine.var(v) for v in o)) if o else Var(name)
+
+    def sref(self, cls: int) -> A.Expr:
+        """A read with its support as a bracket (the supports of additions and sums)."""
+        m = self.uni.box_implied(self.m(cls), self.free(cls))
+        return _iv(self.uni.pred_of(m), self.ref(cls))
+
+    def read_ten(self, tcls: int, idx: Sequence[Affine]) -> A.Expr:
+        n = self.choice(tcls)
+        if n.op == "Param":
+            st = self.low.stmts[n.args[0]]
+            if st.path:
+                self._inputs.add(st.var)
+                base: A.Expr = Var(st.var)
+            else:
+                base = Var(st.param or st.var)
+        else:
+            base = Var(self.stmt_bind[n.args[0]])
+        return Access(base, tuple(idx)) if idx else base
+
+    def op_expr(self, cls: int, top: bool = True) -> A.Expr:
+        n = self.choice(cls)
+        op = n.op
+        if op == "Mul":
+            return Mul(self.ref(n.args[1]), self.ref(n.args[2]))
+        if op == "Add":
+            return Add(self.sref(n.args[1]), self.sref(n.args[2]))
+        if op in ("Call1", "Call2"):
+            fn, params = parse_fn_key(n.args[1])
+            return Call(fn, tuple(self.ref(k) for k in n.args[2:]), params)
+        j, body = n.args[1], n.args[2]
+        bn = self.choice(body)
+        if bn.op in ("Mul", "Sum") and self.uses.get(body, 0) == 1 and body not in self.bind:
+            inner = self.op_expr(body, top=False)    # fused: one contraction statement
+            mb = self.m(body) | self.ctx.get(body, frozenset()) | bn.args[0]
+            mb = self.uni.box_implied(self.uni.restrict(mb, self.free(body)), self.free(body))
+            return Sum(j, self.uni.ranges[j], _iv(self.uni.pred_of(mb), inner))
+        return Sum(j, self.uni.ranges[j], self.sref(body))
+
+    def _fused(self, cls: int, parent: int) -> bool:
+        n, p = self.choice(cls), self.choice(parent)
+        return (p.op == "Sum" and n.op in ("Mul", "Sum") and self.uses.get(cls, 0) == 1)
+
+    # -- the Def ---------------------------------------------------------------------------------
+
+    def build(self) -> Def:
+        roots = list(self.ten_roots.values())
+        order = self._topo(roots)
+        self._contexts(order)
+        fused: set[int] = set()
+        for c in order:
+            n = self.choice(c)
+            if n.op == "Sum":
+                b = n.args[2]
+                if self._fused(b, c):
+                    fused.add(b)
+        for c in reversed(order):          # children first
+            n = self.choice(c)
+            if n.op == "Stmt":
+                name, body = n.args
+                bname = self._fresh()
+                gens = self.low.stmts[name].gens
+                value = self.ref(body)
+                for g, size in reversed(gens):
+                    value = Gen(g, size, value)
+                self.stmt_bind[name] = bname
+                self.lets.append((bname, value))
+                continue
+            if n.op not in OPS or c in fused:
+                continue
+            name = self._fresh()
+            f = self.free(c)
+            mask = self.uni.restrict(self.m(c) | self.ctx.get(c, frozenset()) | n.args[0], f)
+            mask = self.uni.box_implied(mask, f | ({n.args[1]} if n.op == "Sum" else set()))
+            value = _iv(self.uni.pred_of(mask), self.op_expr(c))
+            for v in reversed(self.order(c)):
+                value = Gen(v, self.uni.ranges[v], value)
+            self.bind[c] = name
+            self.lets.append((name, value))
+        out = self._out(self.low.output)
+        body: A.Expr = out
+        for name, value in reversed(self.lets):
+            body = Let(name, value, body)
+        for name in sorted(self._inputs):
+            st = self.low.stmts[name]
+            val: A.Expr = Var(st.param)
+            for k in st.path:
+                val = Proj(val, k)
+            body = Let(name, val, body)
+        return Def(self.low.name, self.low.params, self.low.ret, body)
+
+    def _fresh(self) -> str:
+        return f"{self.bprefix}{next(self._n)}"
+
+    def _out(self, out: Any) -> A.Expr:
+        if isinstance(out, tuple):
+            return A.Pair(self._out(out[0]), self._out(out[1]))
+        tcls = self.ten_roots[out]
+        return self.read_ten(tcls, ())
+
+
+def _iv(p: Pred, e: A.Expr) -> A.Expr:
+    if isinstance(p, PTrue):
+        return e
+    if isinstance(p, PFalse):
+        return Const(0.0)
+    return Iverson(p, e)
+
+
+__all__ = ["Universe", "Stmt", "Lowered", "lower", "inline_read", "solve", "fold_call",
+           "Encoder", "InlinePolicy", "node_cost", "Raiser", "support_atoms", "FALSE",
+           "DEFAULT_REP", "fn_key", "parse_fn_key"]

@@ -1,0 +1,271 @@
+"""The benchmark suite (bench/): a smoke run of `bench.main` on one tiny workload with the JSON
+schema and cross-system agreement checked; the hand-derived numpy derivatives against finite
+differences; the JAX / PyTorch forward functions and AD wrappers against numpy (skipped when
+not installed); mismatches reported, never silent; the GPU script's clean exit."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import numpy as np
+import pytest
+
+from examples_util import ROOT
+
+sys.path.insert(0, str(ROOT))
+
+import bench  # noqa: E402
+from bench import runner, systems_numpy, table  # noqa: E402
+from bench.tasks import TASKS  # noqa: E402
+
+TINY = ["--sizes", "4", "--repeat", "1", "--budget", "0", "--threads", "0", "--no-plots"]
+MEASURE_KEYS = {"status", "time", "first_call", "samples", "number", "spread",
+                "peak_tracemalloc", "peak_rss_delta", "check", "max_rel_err", "value",
+                "message"}
+
+
+def _importable(name: str) -> bool:
+    try:
+        __import__(name)
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
+HAVE_JAX = _importable("jax")
+HAVE_TORCH = _importable("torch")
+
+
+def _run(tmp_path, *words: str) -> tuple[int, dict]:
+    code = bench.main([*TINY, *words, "--out", str(tmp_path)])  # later options win
+    path = tmp_path / "results.json"
+    return code, (json.loads(path.read_text()) if path.exists() else {})
+
+
+# -- the smoke run -----------------------------------------------------------------------------
+
+def test_main_smoke_schema_and_agreement(tmp_path, capsys):
+    systems = ["numpy", "tensorlang"] + (["jax"] if HAVE_JAX else []) + \
+        (["torch"] if HAVE_TORCH else [])
+    code, data = _run(tmp_path, "qform", "--systems", ",".join(systems))
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert data["schema"] == runner.SCHEMA
+    assert {"created", "machine", "config", "memory_methods", "records", "skipped",
+            "startup"} <= set(data)
+    assert data["config"]["sizes"] == [4] and data["config"]["names"] == ["qform"]
+    assert data["machine"]["cpus"] >= 1
+    recs = {r["system"]: r for r in data["records"]}
+    assert set(recs) == set(systems)
+    for rec in recs.values():
+        assert rec["workload"] == "qform" and rec["N"] == 4 and rec["sizes"] == {"N": 4}
+        assert MEASURE_KEYS <= set(rec["f"])
+        assert set(rec["derivatives"]) == {"grad", "hessian"}
+        for m in rec["derivatives"].values():
+            assert {"label", "ratio", "status", "check"} <= set(m)
+        # every system's f agrees with the numpy reference, and was timed
+        assert rec["f"]["status"] == "ok" and rec["f"]["check"] == "ok"
+        assert rec["f"]["time"] > 0 and rec["f"]["samples"] >= 1
+    # the numpy column agrees with tensorlang, and both with the reference
+    _, args = runner.make_inputs(TASKS["qform"], 4, seed=0)
+    ref = TASKS["qform"].workload.ref(args)
+    assert math.isclose(recs["numpy"]["f"]["value"], recs["tensorlang"]["f"]["value"],
+                        rel_tol=1e-12)
+    assert math.isclose(recs["tensorlang"]["f"]["value"], ref, rel_tol=1e-12)
+    # numpy derivatives exist and are checked (against themselves: the reference)
+    for key in ("grad", "hessian"):
+        m = recs["numpy"]["derivatives"][key]
+        assert m["status"] == "ok" and m["check"] == "ok" and m["ratio"] > 0
+    # tensorlang: derivatives either run and agree, or are n/a (not yet implemented)
+    for m in recs["tensorlang"]["derivatives"].values():
+        assert m["status"] in ("ok", "n/a"), m["message"]
+        if m["status"] == "ok":
+            assert m["check"] == "ok", m["message"]
+    cost = recs["tensorlang"]["cost"]
+    assert cost["f"]["total"] == cost["f"]["adds"] + cost["f"]["muls"] + cost["f"]["calls"]
+    assert cost["f"]["total"] > 0
+    for name in ("jax", "torch"):
+        if name in recs:
+            for key, m in recs[name]["derivatives"].items():
+                assert m["status"] == "ok" and m["check"] == "ok", (name, key, m["message"])
+    # the terminal table
+    assert "== qform - grad(x)" in out.out and "tensorlang[" in out.out
+    assert "qform N=4" in out.err  # progress on stderr
+
+
+def test_mismatch_is_reported_not_silent(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(systems_numpy.FORWARD, "skip_one", lambda a: 123.0)
+    code, data = _run(tmp_path, "skip_one", "--systems", "numpy")
+    out = capsys.readouterr()
+    assert code == 1
+    f = data["records"][0]["f"]
+    assert f["check"] == "mismatch" and "relative error" in f["message"]
+    assert "MISMATCH" in out.out and "!" in out.out
+
+
+def test_unknown_workload_is_a_usage_error(tmp_path, capsys):
+    assert bench.main(["no_such_workload", "--threads", "0", "--out", str(tmp_path)]) == 2
+    assert "unknown workload" in capsys.readouterr().err
+
+
+def test_size_caps_skip_and_report(tmp_path, capsys):
+    code, data = _run(tmp_path, "matfac", "--systems", "numpy", "--sizes", "4,101")
+    out = capsys.readouterr()
+    assert code == 0
+    hess = {r["N"]: r["derivatives"]["hessian"]["status"] for r in data["records"]}
+    assert hess == {4: "ok", 101: "skipped"}
+    assert "skip" in out.out
+
+
+def test_report_renders(tmp_path):
+    from bench import report
+
+    _, data = _run(tmp_path, "dead_code", "--systems", "numpy,tensorlang")
+    text = report.render(data, str(tmp_path / "performance.md"), [])
+    for heading in ("## How to run", "## The machine", "## Targets and where we stand",
+                    "### 1. Griewank", "## Results", "#### dead_code - grad(x)"):
+        assert heading in text
+
+
+# -- the numpy column: hand-derived derivatives against finite differences ------------------
+
+def _fd_directional(f, args: dict, name: str, direction: np.ndarray, eps: float = 1e-6):
+    plus = {**args, name: args[name] + eps * direction}
+    minus = {**args, name: args[name] - eps * direction}
+    return (np.asarray(f(plus)) - np.asarray(f(minus))) / (2 * eps)
+
+
+def _leaves(v) -> list[np.ndarray]:
+    return [np.asarray(x) for x in v] if isinstance(v, tuple) else [np.asarray(v)]
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_numpy_forward_and_derivatives(name):
+    task = TASKS[name]
+    _, args = runner.make_inputs(task, 5, seed=3)
+    ref = task.workload.ref(args)
+    assert np.allclose(systems_numpy.FORWARD[name](args), ref, rtol=1e-12, atol=1e-12)
+    rng = np.random.default_rng(7)
+    f = systems_numpy.FORWARD[name]
+    for d in task.derivs:
+        a = {**args, **d.extras(args, ref, rng)}
+        out = systems_numpy.DERIVATIVES[(name, d.key)](a)
+        if d.kind == "grad":
+            # <grad, v> equals the directional derivative, input by input
+            for w, g in zip(d.wrt, _leaves(out)):
+                v = rng.uniform(-1, 1, np.shape(args[w]))
+                assert np.isclose(np.sum(g * v), _fd_directional(f, args, w, v), rtol=1e-6)
+        elif d.kind == "hessian":
+            w = d.wrt[0]
+            v = rng.uniform(-1, 1, np.shape(args[w]))
+            grad = systems_numpy.DERIVATIVES[(name, "grad")]
+            hv = np.tensordot(out, v, axes=v.ndim)
+            assert np.allclose(hv, _fd_directional(grad, args, w, v), rtol=1e-6, atol=1e-7)
+        elif d.kind == "hvp":
+            grad = systems_numpy.DERIVATIVES[(name, "grad")]
+            fd = _fd_directional(grad, args, d.wrt[0], a["v"])
+            assert np.allclose(out, fd, rtol=1e-6, atol=1e-7)
+        elif d.kind == "jvp":
+            w = d.wrt[0]
+            assert np.isclose(out[0], ref)
+            assert np.isclose(out[1], _fd_directional(f, args, w, a["d_" + w]), rtol=1e-6)
+        elif d.kind == "vjp":
+            # dot-product test <d_y, J dx> == <J^T d_y, dx>
+            w = d.wrt[0]
+            dx = rng.uniform(-1, 1, np.shape(args[w]))
+            assert np.allclose(out[0], ref)
+            lhs = np.sum(a["d_y"] * _fd_directional(f, args, w, dx))
+            assert np.isclose(lhs, np.sum(out[1] * dx), rtol=1e-6)
+        elif d.kind == "jtjv":
+            # <J^T J v, u> == <J v, J u> with both directional derivatives by differences
+            u = {w: rng.uniform(-1, 1, np.shape(args[w])) for w in d.wrt}
+
+            def jdir(dirs):
+                eps = 1e-6
+                p = {**args, **{w: args[w] + eps * dirs[w] for w in d.wrt}}
+                m = {**args, **{w: args[w] - eps * dirs[w] for w in d.wrt}}
+                return (f(p) - f(m)) / (2 * eps)
+            jv = jdir({w: a["d_" + w] for w in d.wrt})
+            lhs = sum(np.sum(o * u[w]) for o, w in zip(out, d.wrt))
+            assert np.isclose(lhs, np.sum(jv * jdir(u)), rtol=1e-5)
+        else:
+            pytest.fail(f"untested derivative kind {d.kind}")
+
+
+# -- JAX and PyTorch: forwards and AD wrappers against numpy ---------------------------------
+
+def _framework_case(system, name):
+    task = TASKS[name]
+    _, args = runner.make_inputs(task, 5, seed=5)
+    ref = task.workload.ref(args)
+    ok, rel, msg = runner.compare(system.forward(task, args)(), ref)
+    assert ok, f"{name} f: {msg}"
+    rng = np.random.default_rng(9)
+    for d in task.derivs:
+        a = {**args, **d.extras(args, ref, rng)}
+        want = systems_numpy.DERIVATIVES[(name, d.key)](a)
+        ok, rel, msg = runner.compare(system.derivative(task, d, a)(), want)
+        assert ok, f"{name} {d.label}: {msg}"
+
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch not installed")
+@pytest.mark.parametrize("name", list(TASKS))
+def test_torch_agrees_with_numpy(name):
+    from bench import systems_torch
+
+    _framework_case(systems_torch.System(), name)
+
+
+# One workload per derivative kind and per jax-specific construct (relations, eye, triu); the
+# forward translations themselves are shared with torch, which is tested on every workload.
+JAX_FAST = ("qform", "qform2", "conv", "nbody", "arap_residuals", "matfac", "masked")
+
+
+@pytest.mark.skipif(not HAVE_JAX, reason="jax not installed")
+@pytest.mark.parametrize("name", [n if n in JAX_FAST else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in TASKS])
+def test_jax_agrees_with_numpy(name):
+    from bench import systems_jax
+
+    _framework_case(systems_jax.System(), name)
+
+
+# -- harness pieces ----------------------------------------------------------------------------
+
+def test_compare_detects_differences():
+    assert runner.compare(1.0, 1.0 + 1e-12)[0]
+    assert not runner.compare(1.0, 1.1)[0]
+    assert not runner.compare((np.ones(3), 1.0), np.ones(3))[0]
+    assert not runner.compare(np.ones(3), np.ones(4))[0]
+    assert not runner.compare(np.array([np.nan, 1.0]), np.array([1.0, 1.0]))[0]
+    assert runner.compare(np.array([np.nan, 1.0]), np.array([np.nan, 1.0]))[0]
+
+
+def test_time_call_takes_median_and_respects_budget():
+    calls = []
+    t = runner.time_call(lambda: calls.append(1) or 42, repeat=3, budget=10.0)
+    assert t.value == 42 and t.samples == 3 and t.number >= 1 and t.median > 0
+    assert len(calls) == 2 + 3 * t.number
+
+
+def test_cells_and_memory_formatting():
+    assert table.fmt_time(1.5e-6) == "1.5 us" and table.fmt_time(2.0) == "2 s"
+    assert table.fmt_cell({"status": "n/a"}) == "n/a"
+    assert table.fmt_cell({"status": "skipped"}) == "skip"
+    assert table.fmt_bytes(2048) == "2 KB"
+    peak, _ = runner.measure_memory(lambda: np.ones(1 << 17))
+    assert peak >= 8 << 17  # tracemalloc sees numpy's 1 MiB buffer
+
+
+def test_gpu_script_exits_cleanly_without_gpu_or_backend(capsys, monkeypatch):
+    from bench import gpu
+
+    ok, _ = gpu.gpu_status()
+    if not ok:  # the test machines: no GPU, or only the simulator
+        assert gpu.main([]) == 0
+        assert "nothing to do" in capsys.readouterr().out
+    monkeypatch.setattr(gpu, "gpu_status", lambda: (True, "fake GPU"))
+    monkeypatch.setattr(gpu, "backend_status", lambda: (False, "no CUDA backend"))
+    assert gpu.main([]) == 0
+    assert "no CUDA backend; nothing to do" in capsys.readouterr().out

@@ -1,0 +1,438 @@
+"""The Numba CPU backend agrees with the interpreter, does the work the cost model counts, and
+caches its kernels on disk (SPEC 8, docs/backends.md).
+
+Numba compiles a kernel in seconds, so the CI profile compiles few distinct programs (they
+are cached on disk between runs, in `$TENSORLANG_CACHE_DIR` or `~/.cache/tensorlang`); the
+code generator itself is checked on many random programs in plain-Python mode
+(`compile_program(p, jit=False)`), and the long sweeps are marked `slow`.
+"""
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import textwrap
+import tokenize
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tensorlang as tl
+from examples_util import EXAMPLES, ROOT, WORKLOADS
+from tensorlang import ast as A
+from tensorlang import tssa
+from tensorlang.cost import cost_def
+from tensorlang.errors import ShapeError, TLError
+from tensorlang.interp import interpret
+from tensorlang.testing import differentiable_programs, programs, random_args
+
+numba_cpu = pytest.importorskip("tensorlang.backends.numba_cpu")
+compile_program = numba_cpu.compile_program
+generated_source = numba_cpu.generated_source
+
+RTOL, ATOL = 1e-9, 1e-12
+
+
+def to_program(d: A.Def) -> tssa.Program:
+    from tensorlang.passes.genpush import genpush
+    from tensorlang.passes.letlift import letlift
+    from tensorlang.passes.pairelim import pairelim
+    from tensorlang.passes.ssa import to_ssa
+    return to_ssa(genpush(pairelim(letlift(d))))
+
+
+def assert_same(got: Any, want: Any, atol: float = ATOL) -> None:
+    if isinstance(want, tuple):
+        assert isinstance(got, tuple) and len(got) == len(want)
+        for g, w in zip(got, want):
+            assert_same(g, w, atol)
+        return
+    assert type(got) is type(want), (type(got), type(want))
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=atol, equal_nan=True)
+    if isinstance(want, np.ndarray):
+        assert got.shape == want.shape and got.dtype == np.float64
+
+
+def example(name: str) -> tuple[Any, tssa.Program]:
+    w = WORKLOADS[name]
+    fn = tl.load(str(EXAMPLES / w.file))[w.func]
+    return w, fn.run_to("ssa")
+
+
+def _entries(v: Any) -> int:
+    if isinstance(v, tuple):
+        return sum(_entries(x) for x in v)
+    return int(np.size(v))
+
+
+# ---------------------------------------------------------------------------------------------
+# Builtins: scalar implementations == the interpreter's numpy functions
+
+SPECIAL = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, 3.7, -3.7, 30.0, -30.0, 800.0, -800.0,
+           1e-300, -1e-300, np.inf, -np.inf, np.nan]
+
+BUILTINS_TL = """
+def builtins1(N: size, x: R[N], y: R[N]) -> (R[N], (R[N], (R[N], (R[N], (R[N], (R[N], (R[N], (R[N], (R[N], (R[N], (R[N], R[N]))))))))))):
+    return (gen i:N. exp(x[i]), (gen i:N. log(x[i]), (gen i:N. sin(x[i]), (gen i:N. cos(x[i]),
+            (gen i:N. tan(x[i]), (gen i:N. tanh(x[i]), (gen i:N. sqrt(x[i]),
+            (gen i:N. sigmoid(x[i]), (gen i:N. softplus(x[i]), (gen i:N. abs(x[i]),
+            (gen i:N. relu(x[i]), gen i:N. square(x[i])))))))))))
+
+def builtins2(N: size, x: R[N], y: R[N]) -> (R[N], (R[N], (R[N], (R[N], (R[N], (R[N], (R[N], (R[N], (R[N], (R[N], (R[N], (R[N], R[N])))))))))))):
+    return (gen i:N. recip(x[i]), (gen i:N. pow(x[i], 0.5), (gen i:N. pow(x[i], -1.0),
+            (gen i:N. max(x[i], y[i]), (gen i:N. min(x[i], y[i]), (gen i:N. step(x[i]),
+            (gen i:N. sign(x[i]), (gen i:N. ge(x[i], y[i]), (gen i:N. gt(x[i], y[i]),
+            (gen i:N. dtanh(x[i]), (gen i:N. dsigmoid(x[i]), (gen i:N. dtan(x[i]),
+            gen i:N. pow(x[i], 3.0)))))))))))))
+"""
+
+
+def _special_args() -> dict[str, Any]:
+    xs = np.array([a for a in SPECIAL for _ in SPECIAL])
+    ys = np.array([b for _ in SPECIAL for b in SPECIAL])
+    return {"N": len(xs), "x": xs, "y": ys}
+
+
+def _same_bits(got: Any, want: Any) -> None:
+    """Equal values, equal NaN positions and equal signs of zeros."""
+    if isinstance(want, tuple):
+        for g, w in zip(got, want):
+            _same_bits(g, w)
+        return
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0, equal_nan=True)
+    zeros = want == 0
+    assert np.array_equal(np.signbit(got[zeros]), np.signbit(want[zeros]))
+
+
+@pytest.mark.parametrize("name", ["builtins1", "builtins2"])
+def test_builtins_match_the_interpreter_on_special_values(name):
+    fn = tl.parse(BUILTINS_TL)[name]
+    p = fn.run_to("ssa")
+    args = _special_args()
+    want = interpret(fn.core(), args)
+    _same_bits(compile_program(p)(args), want)
+
+
+def test_every_builtin_has_a_scalar_implementation():
+    from tensorlang import builtins as B
+    from tensorlang.backends.scalar_builtins import FUNCS
+    assert set(FUNCS) == set(B.BUILTIN_FUNCS)
+    rng = np.random.default_rng(0)
+    for name, f in FUNCS.items():   # plain Python on ordinary values
+        spec = B.lookup(name)
+        for _ in range(20):
+            xs = [float(rng.uniform(0.1, 3.0)) for _ in range(spec.arity)]
+            ps = [1.5] * spec.nparams
+            want = float(B.apply(name, [np.float64(x) for x in xs], ps))
+            assert f(*xs, *ps) == pytest.approx(want, rel=1e-12, abs=1e-300), name
+
+
+# ---------------------------------------------------------------------------------------------
+# Examples: equivalence and the work done
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_example_agrees_with_the_interpreter(name):
+    w, p = example(name)
+    c = compile_program(p, instrument=True)
+    core = tssa.to_core(p)
+    for n in (0, 1, 2, 7):
+        args = w.inputs(w.sizes(n), np.random.default_rng(n))
+        assert_same(c(args), interpret(core, args))
+        assert set(c.last_counts) == set(c.module.TL_COUNTED)
+
+
+# Programs whose work grows as N^3: measured at smaller N.
+CUBIC = {"qform2": (5, 20, 60)}
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_counted_iterations_track_the_cost_model(name):
+    """The innermost iterations the kernel executes stay within a small constant factor of
+    the SPEC 3 cost (plus one per input/output entry for pure copies), for N = 10 .. 1000:
+    the loop nests visit only the points where the masks hold."""
+    w, p = example(name)
+    c = compile_program(p, instrument=True)
+    core = tssa.to_core(p)
+    ratios = []
+    for n in CUBIC.get(name, (10, 100, 1000)):
+        args = w.inputs(w.sizes(n), np.random.default_rng(n))
+        out = c(args)
+        count = sum(c.last_counts.values())
+        cost = cost_def(core, args).total
+        entries = sum(_entries(v) for k, v in args.items() if not isinstance(v, int))
+        entries += _entries(out)
+        assert count <= 2 * cost + entries, (n, count, cost, c.last_counts)
+        assert cost <= 64 * count + 64, (n, count, cost)   # no work is skipped either
+        ratios.append(count / max(cost, 1))
+    # The ratio does not grow with N (it would for a dense loop over a sparse mask).
+    assert ratios[-1] <= 1.5 * ratios[0] + 0.05, ratios
+
+
+def test_sparse_relation_loops_are_proportional_to_nnz():
+    w, p = example("masked")
+    c = compile_program(p, instrument=True)
+    n = 400
+    args = w.inputs(w.sizes(n), np.random.default_rng(3))
+    args["E"] = np.zeros((n, n), dtype=bool)
+    args["E"][np.arange(n), (np.arange(n) * 7 + 1) % n] = True   # n entries, off-diagonal
+    assert_same(c(args), interpret(tssa.to_core(p), args))
+    assert sum(c.last_counts.values()) == n                     # not n * n
+
+
+# ---------------------------------------------------------------------------------------------
+# A program exercising the loop-nest features in one compilation
+
+FEATURES_TL = """
+def features(N: size, M: size, K: size, E: rel(N, M), F: rel(M, N, K), A: R[N, M],
+             B: R[M, K], X: R[M, N, K], x: R[N], y: R[M]) -> (R[N], (R[M], (R[N], (R[N, K], (R[N, K], (R[N], (R[N], (R[N], (R[N, M], (R, (R[M], (R, R[N, N])))))))))))):
+    spmv[i:N] = sum j:M. [E(i, j)] * A[i, j] * y[j]
+    spmvt[j:M] = sum i:N. [E(i, j)] * A[i, j] * x[i]
+    r3[i:N] = sum j:M, k:K. [F(j, i, k)] * X[j, i, k]
+    mm[i:N, k:K] = sum j:M. A[i, j] * B[j, k]
+    tc[i:N, k:K] = sum j:M. 2.0 * X[j, i, k] * B[j, k] * [i < N]
+    stride[i:N] = x[2 * i] + x[2 * i + 1]
+    quot[k:N] = sum i:N. [2 * i == k] * x[i]
+    shift[i:N] = x[i - 1] - x[i + 1] + [exists t:N. i == 3 * t] * x[i]
+    had[i:N, j:M] = [E(i, j)] * A[i, j] * 2.0
+    diag = sum i:N, j:M. [i == j] * A[i, j]
+    kern[k:M] = sum i:N, j:M. [2 * i + 3 * j == k] * A[i, j]
+    sq = sum i:M. y[i] * y[i]
+    band[i:N, j:N] = [i == j or i == j + 1] * x[i] + [j == i + 2] * x[j]
+    return (spmv, (spmvt, (r3, (mm, (tc, (stride, (quot, (shift, (had, (diag, (kern, (sq, band))))))))))))
+"""
+
+FEATURE_SIZES = [dict(N=0, M=0, K=0), dict(N=1, M=2, K=0), dict(N=5, M=4, K=3),
+                 dict(N=7, M=9, K=2)]
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["python", "numba"])
+def test_loop_nest_features_agree_with_the_interpreter(jit):
+    fn = tl.parse(FEATURES_TL)["features"]
+    c = compile_program(fn.run_to("ssa"), instrument=True, jit=jit)
+    for sizes in FEATURE_SIZES:
+        for enc in ("bool", "coo"):
+            args = random_args(fn.core(), sizes, np.random.default_rng(1), rel_encoding=enc)
+            assert_same(c(args), interpret(fn.core(), args))
+
+
+def test_generated_code_shape():
+    fn = tl.parse(FEATURES_TL)["features"]
+    src = generated_source(fn.run_to("ssa"))
+    assert "prange(" in src
+    assert "np.dot(" in src                        # mm is a BLAS call
+    assert "rp0_E[" in src and "rc0_E[" in src     # spmv walks CSR rows of E
+    assert "% 2 == 0" in src                        # quot: i = k / 2 when 2 | k
+    assert "_exists" in src                         # an exists is a flag loop
+    _, conv = example("conv")
+    csrc = generated_source(conv)
+    assert "for i0 in prange(0, n_N):" in csrc and "np.dot" not in csrc
+    assert "v_x[i0 + j0]" in csrc                  # proved in range: no guard
+    _, trace = example("trace_diag")
+    tsrc = generated_source(trace)
+    assert tsrc.count("for ") == 2 and "v_x[j0]" in tsrc   # chunk loop + one loop over j0
+
+
+# ---------------------------------------------------------------------------------------------
+# Random programs
+
+
+def _check_random(d: A.Def, args: dict[str, Any], jit: bool) -> None:
+    p = to_program(d)
+    c = compile_program(p, instrument=True, jit=jit)
+    want = interpret(d, args)
+    assert_same(c(args), want, atol=1e-9)
+    assert_same(c(args), interpret(tssa.to_core(p), args), atol=1e-9)
+    assert all(v >= 0 for v in c.last_counts.values())
+
+
+@given(programs())
+def test_random_programs_python_mode(case):
+    """The code generator on the full CI budget of random programs (plain Python)."""
+    _check_random(*case, jit=False)
+
+
+@settings(max_examples=10, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(programs())
+def test_random_programs_numba(case):
+    _check_random(*case, jit=True)
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(programs(max_size=8))
+def test_random_programs_numba_sweep(case):
+    _check_random(*case, jit=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Derived functions (passes/derived.py)
+
+derived = pytest.importorskip("tensorlang.passes.derived")
+DERIVED_KINDS = ("vjp", "jvp", "hessian")
+
+
+def _derived_cases() -> list[tuple[str, str]]:
+    return [(name, kind) for name in sorted(WORKLOADS) for kind in DERIVED_KINDS]
+
+
+def _derived(name: str, kind: str) -> tuple[Any, tssa.Program] | None:
+    w = WORKLOADS[name]
+    d = tl.load(str(EXAMPLES / w.file))[w.func].core()
+    real = [q.name for q in d.params if isinstance(A.scalar_of(q.type), A.TReal)]
+    if kind == "hessian" and d.ret != A.REAL:
+        return None
+    return w, derived.derive(d, kind, tuple(real[:1]) if kind == "hessian" else tuple(real))
+
+
+def _derived_args(w: Any, p: tssa.Program, n: int) -> dict[str, Any]:
+    base = w.inputs(w.sizes(n), np.random.default_rng(n))
+    core = tssa.to_core(p)
+    sizes = {q.name: base[q.name] for q in core.params if isinstance(q.type, A.TSize)}
+    extra = random_args(core, sizes, np.random.default_rng(n + 100))
+    return {q.name: base.get(q.name, extra[q.name]) for q in core.params}
+
+
+def _check_derived(name: str, kind: str, jit: bool) -> None:
+    case = _derived(name, kind)
+    if case is None:
+        pytest.skip(f"{kind} needs a real-valued function")
+    w, p = case
+    c = compile_program(p, jit=jit)
+    for n in (0, 1, 4):
+        args = _derived_args(w, p, n)
+        assert_same(c(args), interpret(tssa.to_core(p), args))
+
+
+@pytest.mark.parametrize("name,kind", _derived_cases())
+def test_derived_examples_python_mode(name, kind):
+    _check_derived(name, kind, jit=False)
+
+
+@pytest.mark.parametrize("name,kind", [("qform", "hessian"), ("conv", "vjp"),
+                                       ("masked", "vjp"), ("logreg", "jvp")])
+def test_derived_examples_numba(name, kind):
+    _check_derived(name, kind, jit=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,kind", _derived_cases())
+def test_derived_examples_numba_sweep(name, kind):
+    _check_derived(name, kind, jit=True)
+
+
+@pytest.mark.slow
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(differentiable_programs(), st.sampled_from(["jvp", "vjp"]))
+def test_derived_random_programs_python_mode(case, kind):
+    d, args, wrt = case
+    p = derived.derive(d, kind, tuple(wrt))
+    core = tssa.to_core(p)
+    sizes = {q.name: args[q.name] for q in d.params if isinstance(q.type, A.TSize)}
+    a = random_args(core, sizes, np.random.default_rng(0))
+    assert_same(compile_program(p, jit=False)(a), interpret(core, a), atol=1e-9)
+
+
+# ---------------------------------------------------------------------------------------------
+# Calling convention
+
+
+def test_arguments_results_and_errors():
+    fn = tl.parse(textwrap.dedent("""
+        def f(N: size, x: R[N], s: R, p: ([N] (R, R))) -> (R[N], (R[N], (R, R[N]))):
+            return (x, (x, (s * s, gen i:N. p[i].0 * p[i].1)))
+        """))["f"]
+    c = compile_program(fn.run_to("ssa"), jit=False)
+    x = np.arange(3.0)
+    args = {"N": 3, "x": x, "s": 2.0, "p": (np.ones(3), np.full(3, 2.0))}
+    got = c(args)
+    assert_same(got, interpret(fn.core(), args))
+    assert got[0] is not x and got[0] is not got[1][0]      # results never alias
+    assert_same(c(**args), got)
+    with pytest.raises(ShapeError):
+        c({"N": 4, "x": x, "s": 2.0, "p": (np.ones(3), np.ones(3))})
+    with pytest.raises(TLError):
+        c({"N": 3, "x": x})
+
+
+def test_identifiers_in_generated_code_are_generated():
+    """Names that are not plain identifiers (possible through the AST or DSL) never reach
+    the code: the kernel still runs, and every name token of the source is one of ours."""
+    bad = "x; import os\nos.system('echo pwned')"
+    b = tssa.Builder([A.Param("N", A.TSize()), A.Param(bad, A.tensor(["N"])),
+                      A.Param("E r", A.TRel((A.Affine.var("N"), A.Affine.var("N"))))])
+    xv = b.input(bad)
+    i, j = "i", "j"
+    v = b.reduce([(i, "N")], [(j, "N")], (xv, [j]),
+                 pred=A.RelCall("E r", (A.Affine.var(i), A.Affine.var(j))))
+    p = b.program(v, name="g(h)", ret=A.tensor(["N"]))
+    src = generated_source(p)
+    names = {t.string for t in tokenize.generate_tokens(io.StringIO(src).readline)
+             if t.type == tokenize.NAME}
+    assert not any("pwned" in n or n == "os" for n in names)
+    for line in src.splitlines():
+        code = line.split("#", 1)[0]
+        assert "pwned" not in code or code.lstrip().startswith("TL_ARGS")
+    mask = np.random.default_rng(0).random((4, 4)) < 0.5
+    args = {"N": 4, bad: np.arange(4.0), "E r": mask}
+    want = interpret(tssa.to_core(p), args)
+    assert_same(compile_program(p, jit=False)(args), want)
+
+
+# ---------------------------------------------------------------------------------------------
+# The disk cache: a second process loads the kernel instead of compiling it
+
+_CACHE_SCRIPT = """
+import json, sys
+import numpy as np
+import tensorlang as tl
+from tensorlang.backends.numba_cpu import compile_program
+fn = tl.load(sys.argv[1])["masked"]
+c = compile_program(fn.run_to("ssa"))
+rng = np.random.default_rng(0)
+n = 3000
+args = {"N": n, "E": rng.random((n, n)) < 0.3, "A": rng.uniform(-1, 1, (n, n))}
+out = c(args)
+print(json.dumps({"stats": c.cache_stats(), "value": float(out).hex(),
+                  "path": str(c.path)}))
+"""
+
+
+def test_kernel_cache_is_shared_between_processes(tmp_path):
+    env = dict(os.environ, TENSORLANG_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=str(ROOT))
+
+    def run(threads: int) -> dict:
+        import json
+        proc = subprocess.run([sys.executable, "-c", _CACHE_SCRIPT,
+                               str(EXAMPLES / "masked.tl")],
+                              env=dict(env, NUMBA_NUM_THREADS=str(threads)),
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    first = run(2)
+    second = run(1)
+    assert first["stats"] == {"hits": 0, "misses": 1}
+    assert second["stats"] == {"hits": 1, "misses": 0}     # loaded, not compiled
+    assert first["path"] == second["path"] and first["path"].startswith(str(tmp_path))
+    assert (tmp_path / "cache" / "numba_cpu" / "index.json").exists()
+    # The chunked parallel reduction does not depend on the number of threads.
+    assert first["value"] == second["value"]
+
+
+def test_cache_key_follows_the_program_text():
+    _, p = example("qform")
+    _, q = example("qform2")
+    a = compile_program(p)
+    assert compile_program(p) is a                 # in-process memo
+    assert compile_program(q).key != a.key
+    assert compile_program(p, instrument=True).key != a.key
+    assert a.path is not None and a.path.read_text().startswith("# Generated by tensorlang")
