@@ -75,8 +75,10 @@ def run(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     out_json = os.path.join(ns.out, "results.json")
     t0 = time.perf_counter()
 
-    def checkpoint(s: runner.Suite) -> None:  # partial results survive a crash
-        runner.write_json(runner.to_json(s, names=ns.names), out_json + ".partial")
+    def checkpoint(s: runner.Suite) -> None:
+        # Partial results survive a crash in results.json.tmp (git-ignored), which the final
+        # atomic write of results.json replaces.
+        runner.write_json(runner.to_json(s, names=ns.names), out_json + ".tmp", atomic=False)
 
     runner.run_suite(suite, tasks, progress, checkpoint)
     startup: list[dict[str, Any]] = []
@@ -86,8 +88,6 @@ def run(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     data = runner.to_json(suite, startup, ns.names)
     data["elapsed_s"] = time.perf_counter() - t0
     runner.write_json(data, out_json)
-    if os.path.exists(out_json + ".partial"):
-        os.remove(out_json + ".partial")
     print(table.render(data))
     print(table.legend())
     progress(f"results: {out_json} ({data['elapsed_s']:.0f} s)")

@@ -489,13 +489,14 @@ def to_json(suite: Suite, startup: list[dict[str, Any]] | None = None,
     }
 
 
-def write_json(data: dict[str, Any], path: str) -> None:
-    """Write atomically: a crash mid-way leaves the previous file."""
-    tmp = path + ".tmp"
+def write_json(data: dict[str, Any], path: str, atomic: bool = True) -> None:
+    """Write `path`; atomically (through `path`.tmp) unless told not to."""
+    tmp = path + ".tmp" if atomic else path
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(data, fh, indent=1, default=_json_default)
         fh.write("\n")
-    os.replace(tmp, path)
+    if atomic:
+        os.replace(tmp, path)
 
 
 def _json_default(o: Any) -> Any:

@@ -64,6 +64,16 @@ def signature(name: str, params: Sequence[Param], ret: Type | None) -> str:
 # Binding arguments: conversion and size inference
 
 
+def _is_real_valued(t: Type) -> bool:
+    from .ast import TArr, TPair, TReal
+
+    if isinstance(t, TArr):
+        return _is_real_valued(t.elem)
+    if isinstance(t, TPair):
+        return _is_real_valued(t.a) and _is_real_valued(t.b)
+    return isinstance(t, TReal)
+
+
 def _is_size(p: Param) -> bool:
     return isinstance(p.type, TSize)
 
@@ -524,9 +534,8 @@ def _interp() -> Any:
 
 
 class DerivedFunction(Function):
-    """`kind(base, wrt...)`: its signature is known; its program comes from the derivative
-    passes, which are not built yet, so running, showing and costing it raise
-    `NotYetSupported`."""
+    """`kind(base, wrt...)` (SPEC 2.5): its program comes from the derivative passes on the
+    base function's Tensor SSA; it runs, prints, costs and differentiates like any other."""
 
     def __init__(self, source: DerivedDef, base: Function, params: Sequence[Param],
                  ret_type: Type | None, module: "Module | None" = None) -> None:
@@ -536,6 +545,7 @@ class DerivedFunction(Function):
         self._ret = ret_type
         self.module = module
         self._locs = {}  # its parameters are declared by its base function
+        self._core: Def | None = None
 
     @property
     def name(self) -> str:
@@ -565,9 +575,33 @@ class DerivedFunction(Function):
         return f"{self.kind}({', '.join((self.base.name,) + self.wrt)})"
 
     def core(self) -> Def:
-        raise NotYetSupported(f"derivatives are not implemented yet: {self.name} = "
-                              f"{self.describe()} cannot be evaluated, shown or costed",
-                              self._src.loc)
+        """The derivative program (passes/derived.py) as a core Def, built once."""
+        if self._core is None:
+            from .passes.derived import derive_def
+
+            self._core = derive_def(self.base.core(), self.kind, self.wrt, self.name)
+        return self._core
+
+    def cost_bound(self, **args: Any) -> tuple[int, int | None, str]:
+        """(C(f) of the base function, the theorem's bound on this function's cost or None,
+        the bound's formula) for the given sizes and relations (SPEC 6)."""
+        from .proofs.costbound import JVP_FACTOR, VJP_FACTOR, type_size
+
+        cf = self.base.cost(**args).total
+        sizes = {p.name: int(args[p.name]) for p in self.base.params
+                 if _is_size(p) and p.name in args}
+        xs = self.wrt or tuple(p.name for p in self.base.params if p.name in
+                               {q.name for q in self.params} and _is_real_valued(p.type))
+        s_in = sum(type_size(p.type, sizes) for p in self.base.params if p.name in xs)
+        s_out = type_size(self.base.ret_type, sizes) if self.base.ret_type else 0
+        if self.kind == "jvp":
+            return cf, (1 + JVP_FACTOR) * cf, "C(f) + 3 C(f)"
+        if self.kind in ("vjp", "grad"):
+            return cf, VJP_FACTOR * cf + s_in + s_out, "4 C(f) + |in| + |out|"
+        if self.kind == "hvp":  # jvp of grad: (1 + 3) (4 C(f) + |in| + |out|)
+            return (cf, (1 + JVP_FACTOR) * (VJP_FACTOR * cf + s_in + s_out),
+                    "4 (4 C(f) + |in| + |out|)")
+        return cf, None, "none (materialised; see docs/derivatives.md)"
 
     def __repr__(self) -> str:
         return f"<tensorlang derived function {self.signature()} = {self.describe()}>"

@@ -375,6 +375,15 @@ def cmd_cost(ns: argparse.Namespace) -> int:
     sizes = ", ".join(f"{k}={v}" for k, v in args.items() if isinstance(v, int))
     print(format_cost(cost, f"cost of {fn.name} at stage {stage}"
                             f"{' with ' + sizes if sizes else ''}"))
+    if fn.is_derived:
+        base_cost, bound, formula = fn.cost_bound(**args)
+        ratio = f"{cost.total / base_cost:.3f}" if base_cost else "n/a"
+        print(f"original {fn.base.name}: total {base_cost}; ratio {ratio}")
+        if bound is None:
+            print(f"bound: {formula}")
+        else:
+            verdict = "ok" if cost.total <= bound else "VIOLATED"
+            print(f"bound: {formula} = {bound} ({verdict})")
     return 0
 
 

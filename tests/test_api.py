@@ -307,13 +307,22 @@ def test_derived_errors(m):
         tl.grad(m.qform, "N")
 
 
-def test_derived_not_yet_computed(m):
+def test_derived_functions_run_show_and_cost(m):
+    x, A = np.array([1.0, 2.0]), np.array([[1.0, 2.0], [3.0, 4.0]])
     g = tl.grad(m.qform, "x")
-    for action in (lambda: g(np.ones(2), np.ones((2, 2))), lambda: g.show(),
-                   lambda: g.cost(N=3), lambda: m.qform_grad.interpret(x=np.ones(2),
-                                                                        A=np.ones((2, 2)))):
-        with pytest.raises(tl.NotYetSupported, match="derivatives are not implemented yet"):
-            action()
+    np.testing.assert_allclose(g(x, A), (A + A.T) @ x, rtol=1e-12)
+    np.testing.assert_allclose(m.qform_grad.interpret(x=x, A=A), (A + A.T) @ x, rtol=1e-12)
+    assert "def qform_grad(" in g.show("ssa")
+    cost = g.cost(N=3)
+    base, bound, _ = g.cost_bound(N=3)
+    assert base == m.qform.cost(N=3).total and cost.total <= bound
+    h = tl.hessian(m.qform, "x")
+    np.testing.assert_allclose(h(x, A), A + A.T, rtol=1e-12)
+    with pytest.raises(tl.TypeCheckError, match="needs qform_grad to return R"):
+        tl.grad(tl.grad(m.qform, "x"), "A")   # a gradient of a gradient needs an R output
+    jg = tl.jvp(tl.grad(m.qform, "x"), "A")   # derived functions differentiate again
+    y, dy = jg(x, A, A)
+    np.testing.assert_allclose(dy, (A + A.T) @ x, rtol=1e-12)
 
 
 # -- from_def (DSL users) ----------------------------------------------------------------------

@@ -16,6 +16,7 @@ from tensorlang.cost import cost_def
 from tensorlang.errors import TLError
 from tensorlang.passes.derived import derive, derive_def, to_program
 from tensorlang.proofs.costbound import flat, program_cost, run
+from tensorlang.proofs.normal_forms_ssa import is_tensor_ssa
 from tensorlang.testing import differentiable_programs, random_value
 from tensorlang.typecheck import derived_signature
 from test_adjoint import fd_grad
@@ -61,6 +62,7 @@ def test_derived_signatures_follow_the_type_checker(name):
             continue
         g = derive(d, kind, wrt)
         assert g.params == tuple(params) and g.ret == ret
+        assert is_tensor_ssa(g) is None, is_tensor_ssa(g)
         value = run(g, args_for(g, args))
         assert len(flat(value)) == _entries(ret, args)
 
