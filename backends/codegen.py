@@ -25,7 +25,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from tensorlang import ast as A
 from tensorlang import tssa
@@ -296,16 +296,18 @@ def _loop_plan(var: str, rhs: Rhs, scalar: bool, sizes: list[str],
     sums = list(zip(rhs.sum_names(), rhs.sdims))
     conj = tssa.conjuncts(rhs.pred)
     facts = Facts.of(rhs.ranges(), sizes, [rhs.pred])
+    around = Facts.of(rhs.ranges(), sizes)
     if not sums:
         if isinstance(rhs, AddRhs):
             conj = conj + _live(rhs, facts)
-        outer = plan_alternatives(gens, conj, rel_dims, sizes, use_relations)
+        outer = plan_alternatives(gens, conj, rel_dims, sizes, use_relations, facts=around)
         return StmtPlan(var, rhs, "loops", scalar, outer=outer, facts=facts)
     snames = {n for n, _ in sums}
     oconj = [c for c in conj if not (A.free_names(c) & snames)]
     iconj = [c for c in conj if A.free_names(c) & snames]
-    outer = plan_alternatives(gens, oconj, rel_dims, sizes, use_relations)
-    inner = plan_alternatives(sums, iconj, rel_dims, sizes, use_relations)
+    outer = plan_alternatives(gens, oconj, rel_dims, sizes, use_relations, facts=around)
+    inner = plan_alternatives(sums, iconj, rel_dims, sizes, use_relations,
+                              facts=around.add(oconj))
     return StmtPlan(var, rhs, "loops", scalar, outer=outer, inner=inner, facts=facts)
 
 
@@ -338,6 +340,7 @@ class ExprPrinter:
         self.counter = counter
         self.indent = indent
         self.tmp = 0
+        self._memo: dict[Operand, str] = {}
 
     def var(self, v: str) -> str:
         return self.nm.get(VALUE, v)
@@ -435,18 +438,14 @@ class ExprPrinter:
         """An operand; a fused producer read twice by the same primitive is computed once
         into a local (with the body's facts only, since the local is unconditional)."""
         if o.var in self.plan.fused and sum(x == o for x in ops) > 1:
-            key = ("_fused", o)
-            memo = getattr(self, "_memo", None)
-            if memo is None:
-                memo = self._memo = {}
-            if key not in memo:
+            if o not in self._memo:
                 self.tmp += 1
                 name = f"_f{self.tmp}"
                 pre.append(f"{name} = {self.operand(o, base, pre, base)}")
-                memo[key] = name
-            return memo[key]
+                self._memo[o] = name
+            return self._memo[o]
         return self.operand(o, facts, pre, base)
 
     def reset(self) -> None:
         """Forget hoisted locals (call at the start of each statement body)."""
-        self._memo: dict[Any, str] = {}
+        self._memo = {}

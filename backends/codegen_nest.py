@@ -125,17 +125,6 @@ class Facts:
                     lin += cmp_constraints(q)
         return Facts(self.ranges, self.sizes, frozenset(atoms), tuple(lin))
 
-    def with_ranges(self, ranges: Mapping[str, Affine]) -> "Facts":
-        extra = {k: v for k, v in ranges.items() if k not in dict(self.ranges)}
-        if not extra:
-            return self
-        lin = list(self.lin)
-        for v, n in extra.items():
-            x = Affine.var(v)
-            lin += [x, n - x - 1]
-        return Facts(tuple(sorted(dict(self.ranges, **extra).items())), self.sizes,
-                     self.atoms, tuple(lin))
-
     def canon(self, p: Pred) -> Pred:
         return tssa.canon_pred(p, dict(self.ranges))
 
@@ -252,42 +241,64 @@ MAX_ALTERNATIVES = 16
 
 def plan_alternatives(vars_sizes: Sequence[tuple[str, Affine]], conj: Sequence[Pred],
                       rel_dims: Mapping[str, tuple[Affine, ...]], sizes: Iterable[str],
-                      use_relations: bool = True, budget: int = MAX_ALTERNATIVES
-                      ) -> list[Part]:
+                      use_relations: bool = True, budget: int = MAX_ALTERNATIVES,
+                      facts: Facts | None = None) -> list[Part]:
     """Nests that together visit each point of the conjunction `conj` exactly once.
 
-    A conjunct `D1 or ... or Dk` whose every disjunct pins a variable (an equality, or a
-    relation call) is split: alternative t enumerates `Dt` and the other conjuncts and
-    excludes the points of `D1 .. D(t-1)`.  So `[a == b or a == b + 1]` costs two thin
-    nests, not a box with a guard.  Other disjunctions stay guards."""
-    names = {v for v, _ in vars_sizes}
+    A conjunct `D1 or ... or Dk` whose every disjunct pins a variable (an equality, a
+    relation call, or a disjunction of such) is split: alternative t enumerates `Dt` and
+    the other conjuncts (simplified knowing `Dt`) and excludes the points of
+    `D1 .. D(t-1)`.  So `[a == b or a == b + 1]` costs two thin nests, not a box with a
+    guard.  Other disjunctions stay guards.  `facts`: what holds around the nest (index
+    ranges, enclosing conditions)."""
     sizes = list(sizes)
-    for k, c in enumerate(conj):
+    names = {v for v, _ in vars_sizes}
+    if facts is None:
+        facts = Facts.of(dict(vars_sizes), sizes)
+    simple = _simplify_all(conj, facts)
+    if simple is None:
+        return []
+    for k, c in enumerate(simple):
         if not isinstance(c, Or):
             continue
         ds = tssa.disjuncts(c)
         if len(ds) > budget or not all(_pins(d, names) for d in ds):
             continue
-        rest = list(conj[:k]) + list(conj[k + 1:])
+        rest = simple[:k] + simple[k + 1:]
         out: list[Part] = []
         for t, d in enumerate(ds):
-            subs = plan_alternatives(vars_sizes, rest + tssa.conjuncts(d), rel_dims, sizes,
-                                     use_relations, budget // len(ds))
-            for sp in subs:
-                if sp.feasible:
-                    out.append(Part(sp.vars, sp.driver, sp.nest, sp.conj,
-                                    sp.exclude + tuple(ds[:t])))
+            others = _simplify_all(rest, facts.add([d]))
+            if others is None:
+                continue
+            subs = plan_alternatives(vars_sizes, tssa.conjuncts(d) + others, rel_dims, sizes,
+                                     use_relations, budget // len(ds), facts)
+            out += [Part(sp.vars, sp.driver, sp.nest, sp.conj, sp.exclude + tuple(ds[:t]))
+                    for sp in subs]
         return out
-    part = plan_part(vars_sizes, conj, rel_dims, sizes, use_relations)
+    part = plan_part(vars_sizes, simple, rel_dims, sizes, use_relations)
     return [part] if part.feasible else []
 
 
+def _simplify_all(conj: Sequence[Pred], facts: Facts) -> list[Pred] | None:
+    """The conjuncts the facts do not decide (None: one of them is refuted)."""
+    out: list[Pred] = []
+    for c in conj:
+        c = facts.simplify(c)
+        if isinstance(c, PFalse):
+            return None
+        out += tssa.conjuncts(c)
+    return out
+
+
 def _pins(d: Pred, names: set[str]) -> bool:
-    """`d` (a conjunction) contains an equality or a relation call on the variables."""
+    """`d` (a conjunction) contains an equality or a relation call on the variables, or a
+    disjunction whose every branch does."""
     for q in tssa.conjuncts(d):
-        if isinstance(q, Cmp) and q.op == "==" and free_names(q) & names:
+        if isinstance(q, (Cmp, RelCall)) and not free_names(q) & names:
+            continue
+        if isinstance(q, Cmp) and q.op == "==" or isinstance(q, RelCall):
             return True
-        if isinstance(q, RelCall) and free_names(q) & names:
+        if isinstance(q, Or) and all(_pins(x, names) for x in tssa.disjuncts(q)):
             return True
     return False
 
@@ -384,8 +395,9 @@ class RelNames:
 
 
 def rel_test(mask: str, args: list[str]) -> str:
+    """A bounds-checked read of a relation's boolean mask."""
     checks = [f"0 <= {a} < {mask}.shape[{k}]" for k, a in enumerate(args)]
-    return "(" + " and ".join(checks + [f"{mask}[{', '.join(args)}]"]) + ")"
+    return "(" + " and ".join(checks + [f"{mask}[{', '.join(args) or '()'}]"]) + ")"
 
 
 def pred_code(preds: Sequence[Pred], nm: NameFn, rels: RelNames, counter: list[int],

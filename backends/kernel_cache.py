@@ -144,6 +144,17 @@ def load_kernel_module(backend: str, key: str, source: str, info: dict | None = 
     if not path.exists():
         _atomic_write(path, source)
         _record(folder, key, dict(info or {}))
+    try:
+        mod = _import(modname, path)
+    except Exception:
+        # A damaged file (say, written by a process that was killed): write it again.
+        _atomic_write(path, source)
+        mod = _import(modname, path)
+    _MODULES[modname] = mod
+    return mod, path
+
+
+def _import(modname: str, path: pathlib.Path) -> types.ModuleType:
     spec = importlib.util.spec_from_file_location(modname, path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
@@ -153,5 +164,4 @@ def load_kernel_module(backend: str, key: str, source: str, info: dict | None = 
     except Exception:
         sys.modules.pop(modname, None)
         raise
-    _MODULES[modname] = mod
-    return mod, path
+    return mod

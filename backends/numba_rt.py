@@ -5,6 +5,7 @@ Numba, and use `error_model="numpy"` like the kernels (1/0 is inf, not an except
 """
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 from .scalar_builtins import FUNCS
@@ -13,7 +14,16 @@ _JIT = dict(cache=True, error_model="numpy", nogil=True)
 
 globals().update({f"tl_{name}": njit(**_JIT)(fn) for name, fn in FUNCS.items()})
 
-__all__ = [f"tl_{name}" for name in FUNCS]
+
+@njit(cache=True, nogil=True)
+def tl_matmul(a, b):  # type: ignore[no-untyped-def]
+    """`a @ b` for C-contiguous float64 matrices (BLAS gemm).  Kernels call this instead of
+    `np.dot` so that the linear-algebra typing is compiled (and disk-cached) once, not in
+    every kernel."""
+    return np.dot(a, b)
+
+
+__all__ = [f"tl_{name}" for name in FUNCS] + ["tl_matmul"]
 
 
 # -- plain-Python stand-ins (`compile_program(p, jit=False)`) ---------------------------------
@@ -44,3 +54,8 @@ def _python_builtin(name: str) -> object:
 
 
 globals().update({f"python_{name}": _python_builtin(name) for name in FUNCS})
+
+
+def python_matmul(a: object, b: object) -> object:
+    import numpy as np
+    return np.dot(a, b)

@@ -83,6 +83,11 @@ def tl_recip(x: float) -> float:
 
 
 def tl_pow(x: float, c: float) -> float:
+    # numpy's power takes sqrt for c == 0.5 (so pow(-0.0, 0.5) == -0.0, pow(-inf, 0.5) nan)
+    if c == 0.5:
+        return math.sqrt(x)
+    if c == 2.0:
+        return x * x
     return math.pow(x, c)
 
 
@@ -142,6 +147,50 @@ def tl_dsigmoid(x: float) -> float:
 def tl_dtan(x: float) -> float:
     t = math.tan(x)
     return 1.0 + t * t
+
+
+def tl_d2tanh(x: float) -> float:
+    # -2 tanh(x) dtanh(x), dtanh as in tl_dtanh
+    u = math.exp(-2.0 * math.fabs(x))
+    d = 1.0 + u
+    return -2.0 * math.tanh(x) * (4.0 * u / (d * d))
+
+
+def tl_d2sigmoid(x: float) -> float:
+    # -tanh(x / 2) dsigmoid(x), dsigmoid as in tl_dsigmoid
+    if x >= 0.0:
+        a = 1.0 / (1.0 + math.exp(-x))
+    else:
+        e = math.exp(x)
+        a = e / (1.0 + e)
+    y = -x
+    if y >= 0.0:
+        b = 1.0 / (1.0 + math.exp(-y))
+    else:
+        e = math.exp(y)
+        b = e / (1.0 + e)
+    return -math.tanh(0.5 * x) * (a * b)
+
+
+def tl_d2tan(x: float) -> float:
+    t = math.tan(x)
+    return 2.0 * t * (1.0 + t * t)
+
+
+def tl_sel_ge(a: float, b: float, x: float, y: float) -> float:
+    if a >= b:
+        return x
+    if a < b:
+        return y
+    return 0.0   # unordered (nan)
+
+
+def tl_keep_ge(a: float, b: float, x: float) -> float:
+    return x if a >= b else 0.0
+
+
+def tl_keep_gt(a: float, b: float, x: float) -> float:
+    return x if a > b else 0.0
 
 
 FUNCS: dict[str, Callable[..., float]] = {

@@ -69,6 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="threads for every system (BLAS, OpenMP, XLA, numba; default 1: the "
                         "machine is shared and oversubscribed thread pools wreck timings); "
                         "0 leaves the environment alone")
+    p.add_argument("--mem-limit", type=float, default=None, metavar="GB",
+                   help="memory one measurement may allocate before it fails as OOM "
+                        "(default: half the available memory, at most 8; 0: no limit)")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="limit of one measurement (warm-up included; default 300)")
+    p.add_argument("--cost-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="limit of one cost-model count (default 60; then the count is taken "
+                        "before the simplifier)")
     p.add_argument("--no-memory", action="store_true", help="skip peak-memory measurement")
     p.add_argument("--startup", action="store_true",
                    help="also time the whole pipeline + cached kernel load in fresh processes")
@@ -98,9 +106,10 @@ def main(names: Sequence[str] = (), argv: Sequence[str] | None = None) -> int:
         else:  # numpy (or torch...) is loaded with its own thread count: run in a child
             import subprocess
 
+            root = os.path.dirname(HERE)
+            path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
             cmd = [sys.executable, "-m", "bench", *words]
-            return subprocess.run(cmd, env={**os.environ, **env},
-                                  cwd=os.path.dirname(HERE)).returncode
+            return subprocess.run(cmd, env={**os.environ, **env, "PYTHONPATH": path}).returncode
     from . import command
 
     return command.run(ns, parser)

@@ -56,9 +56,14 @@ def config_from(ns: argparse.Namespace) -> runner.Config:
     sizes = ns.sizes or list(QUICK_SIZES if ns.quick else DEFAULT_SIZES)
     repeat = ns.repeat if ns.repeat is not None else (3 if ns.quick else 5)
     budget = ns.budget if ns.budget is not None else (QUICK_BUDGET if ns.quick else 2.0)
+    if ns.mem_limit is None:
+        allowance = min(8 << 30, runner.available_memory() // 2) or None
+    else:
+        allowance = int(ns.mem_limit * (1 << 30)) or None
     return runner.Config(sizes=sizes, repeat=max(1, repeat), budget=max(0.0, budget),
                          seed=ns.seed, memory=not ns.no_memory, backend=ns.backend,
-                         max_n=ns.max_n)
+                         max_n=ns.max_n, mem_allowance=allowance,
+                         timeout=ns.timeout if ns.timeout > 0 else None)
 
 
 def run(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -71,6 +76,10 @@ def run(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     for name, why in unavailable.items():
         progress(f"{name}: not run ({why})")
     suite = runner.Suite(cfg, systems, unavailable)
+    if any(s.name == "tensorlang" for s in systems):
+        from .costs import CostWorker
+
+        suite.cost_worker = CostWorker(ns.cost_timeout, cfg.mem_allowance)
     os.makedirs(ns.out, exist_ok=True)
     out_json = os.path.join(ns.out, "results.json")
     t0 = time.perf_counter()
@@ -80,7 +89,11 @@ def run(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         # atomic write of results.json replaces.
         runner.write_json(runner.to_json(s, names=ns.names), out_json + ".tmp", atomic=False)
 
-    runner.run_suite(suite, tasks, progress, checkpoint)
+    try:
+        runner.run_suite(suite, tasks, progress, checkpoint)
+    finally:
+        if suite.cost_worker is not None:
+            suite.cost_worker.close()
     startup: list[dict[str, Any]] = []
     if ns.startup or ns.doc:
         backend = next((s.backend for s in systems if hasattr(s, "backend")), "interp")

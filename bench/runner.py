@@ -6,10 +6,12 @@ and between f and its derivative are taken under the same conditions.
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -17,7 +19,7 @@ import threading
 import time
 import tracemalloc
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -134,6 +136,81 @@ def measure_memory(fn: Callable[[], Any]) -> tuple[int, int]:
     return int(peak), max(0, int(rss_peak - base))
 
 
+def _vm_data() -> int | None:
+    """Bytes of private writable memory of this process (what RLIMIT_DATA limits)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmData:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def available_memory() -> int:
+    """MemAvailable from /proc/meminfo (0 when unknown)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+@contextlib.contextmanager
+def memory_guard(allowance: int | None) -> Iterator[None]:
+    """Let the block allocate at most `allowance` more bytes: beyond, allocations fail with
+    MemoryError instead of the machine running out of memory (a naive derivative in the
+    interpreter can ask for tens of GB).  Uses RLIMIT_DATA; a no-op where unsupported."""
+    data = _vm_data() if allowance else None
+    if data is None:
+        yield
+        return
+    import resource
+
+    old = resource.getrlimit(resource.RLIMIT_DATA)
+    limit = data + allowance
+    if old[1] != resource.RLIM_INFINITY:
+        limit = min(limit, old[1])
+    try:
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, old[1]))
+    except (ValueError, OSError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, old)
+
+
+class MeasurementTimeout(Exception):
+    """A measurement ran past its time limit."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Raise `MeasurementTimeout` in the block after `seconds` (SIGALRM, main thread only; a
+    call inside C or Rust code is interrupted when it returns to Python)."""
+    if not seconds or threading.current_thread() is not threading.main_thread() or \
+            not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise MeasurementTimeout(f"over the {seconds:g} s limit (--timeout)")
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
 # ---------------------------------------------------------------------------------------------
 # Values
 
@@ -148,21 +225,27 @@ def to_numpy(value: Any) -> Any:
     return float(arr) if arr.ndim == 0 else arr
 
 
+def flatten(value: Any) -> list[Any]:
+    """The leaves of nested tuples, in order: tensorlang returns an n-tuple as nested pairs
+    (`(a, (b, c))`), the other systems as flat tuples."""
+    if isinstance(value, tuple):
+        return [leaf for v in value for leaf in flatten(v)]
+    return [value]
+
+
 def compare(got: Any, want: Any, rtol: float = RTOL) -> tuple[bool, float, str]:
     """(agrees, worst relative error, message).  Leaves are compared with a tolerance relative
     to the largest magnitude of the expected leaf; NaNs must sit at the same places."""
-    g, w = to_numpy(got), to_numpy(want)
-    if isinstance(g, tuple) != isinstance(w, tuple) or (
-            isinstance(g, tuple) and len(g) != len(w)):
-        return False, math.inf, f"structure differs: got {_describe(g)}, want {_describe(w)}"
-    pairs = list(zip(g, w)) if isinstance(g, tuple) else [(g, w)]
+    g, w = flatten(to_numpy(got)), flatten(to_numpy(want))
+    if len(g) != len(w):
+        return False, math.inf, f"{len(g)} result(s), want {len(w)}"
     worst = 0.0
-    for k, (a, b) in enumerate(pairs):
+    for k, (a, b) in enumerate(zip(g, w)):
         a, b = np.asarray(a), np.asarray(b)
         if a.shape != b.shape:
-            return False, math.inf, f"leaf {k}: shape {a.shape}, want {b.shape}"
+            return False, math.inf, f"result {k}: shape {a.shape}, want {b.shape}"
         if not np.array_equal(np.isnan(a), np.isnan(b)):
-            return False, math.inf, f"leaf {k}: NaNs at different places"
+            return False, math.inf, f"result {k}: NaNs at different places"
         fin = ~np.isnan(b)
         if not fin.any():
             continue
@@ -172,12 +255,6 @@ def compare(got: Any, want: Any, rtol: float = RTOL) -> tuple[bool, float, str]:
         worst = max(worst, rel)
     ok = worst <= rtol
     return ok, worst, "" if ok else f"max relative error {worst:.2e}"
-
-
-def _describe(v: Any) -> str:
-    if isinstance(v, tuple):
-        return f"tuple of {len(v)}"
-    return f"shape {np.shape(v)}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -191,8 +268,24 @@ def _is_not_yet(err: BaseException) -> bool:
 
 
 def measure(prepare: Callable[[], Callable[[], Any]], want: Any, repeat: int, budget: float,
-            memory: bool = True) -> dict[str, Any]:
-    """Prepare, warm up, check against `want`, time, and measure memory: a Measure dict."""
+            memory: bool = True, allowance: int | None = None,
+            timeout: float | None = None) -> dict[str, Any]:
+    """Prepare, warm up, check against `want`, time, and measure memory (a Measure dict),
+    allocating at most `allowance` bytes more than before (status "oom" beyond) within
+    `timeout` seconds (status "timeout" beyond)."""
+    try:
+        with memory_guard(allowance), time_limit(timeout):
+            return _measure(prepare, want, repeat, budget, memory)
+    except MemoryError as err:  # outside the calls themselves (e.g. comparing the result)
+        return {"status": "oom", "time": None, "check": "unchecked",
+                "message": f"MemoryError: {err}"}
+    except MeasurementTimeout as err:
+        return {"status": "timeout", "time": None, "check": "unchecked",
+                "message": str(err)}
+
+
+def _measure(prepare: Callable[[], Callable[[], Any]], want: Any, repeat: int, budget: float,
+             memory: bool) -> dict[str, Any]:
     m: dict[str, Any] = {"status": "ok", "time": None, "first_call": None, "samples": 0,
                          "number": 0, "spread": None, "peak_tracemalloc": None,
                          "peak_rss_delta": None, "check": "unchecked", "max_rel_err": None,
@@ -200,6 +293,12 @@ def measure(prepare: Callable[[], Callable[[], Any]], want: Any, repeat: int, bu
     try:
         fn = prepare()
         t = time_call(fn, repeat, budget)
+    except MemoryError as err:
+        m["status"] = "oom"
+        m["message"] = f"MemoryError (over the --mem-limit allowance): {err}"[:300]
+        return m
+    except MeasurementTimeout:
+        raise
     except Exception as err:  # noqa: BLE001 -- one system's failure must not stop the suite
         m["status"] = "n/a" if _is_not_yet(err) else "error"
         m["message"] = f"{type(err).__name__}: {err}".splitlines()[0][:300]
@@ -232,11 +331,6 @@ def _skipped(cap: int | None) -> dict[str, Any]:
             "check": "unchecked"}
 
 
-def _cost_dict(c: Any) -> dict[str, int]:
-    return {"adds": int(c.adds), "muls": int(c.muls), "calls": int(c.calls),
-            "total": int(c.total)}
-
-
 # ---------------------------------------------------------------------------------------------
 # The sweep
 
@@ -250,6 +344,8 @@ class Config:
     memory: bool = True
     backend: str | None = None   # tensorlang backend (None: the API's default)
     max_n: int | None = None     # an extra global cap
+    mem_allowance: int | None = None  # bytes one measurement may allocate (None: no guard)
+    timeout: float | None = 300.0     # seconds one measurement may take
 
 
 @dataclass
@@ -259,6 +355,7 @@ class Suite:
     unavailable: dict[str, str] = field(default_factory=dict)
     records: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[dict[str, Any]] = field(default_factory=list)
+    cost_worker: Any = None      # bench.costs.CostWorker (None: no cost-model counts)
 
 
 def make_inputs(task: Task, n: int, seed: int) -> tuple[dict[str, int], dict[str, Any]]:
@@ -296,42 +393,42 @@ def run_point(suite: Suite, task: Task, n: int,
             "label": getattr(system, "label", system.name), "N": n, "sizes": sizes,
             "mem_method": system.mem_method, "cost": None, "derivatives": {}}
         rec["f"] = measure(lambda: system.forward(task, args), f_ref, cfg.repeat, cfg.budget,
-                           cfg.memory)
+                           cfg.memory, cfg.mem_allowance, cfg.timeout)
         for d in task.derivs:
             if not task.fits(n, d):
                 m = _skipped(task.cap(d))
             else:
                 m = measure(lambda d=d: system.derivative(task, d, dargs[d.key]),
-                            d_ref.get(d.key), cfg.repeat, cfg.budget, cfg.memory)
+                            d_ref.get(d.key), cfg.repeat, cfg.budget, cfg.memory,
+                            cfg.mem_allowance, cfg.timeout)
             m["label"] = d.label
             tf, td = rec["f"].get("time"), m.get("time")
             m["ratio"] = td / tf if tf and td else None
             rec["derivatives"][d.key] = m
-        if hasattr(system, "cost"):
-            rec["cost"] = _costs(system, task, n, args, dargs)
+        if system.name == "tensorlang" and suite.cost_worker is not None:
+            rec["cost"] = _costs(suite.cost_worker, task, n, args)
         progress(_progress_line(rec))
         out.append(rec)
     return out
 
 
-def _costs(system: Any, task: Task, n: int, args: dict[str, Any],
-           dargs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _cost_args(args: dict[str, Any]) -> dict[str, Any]:
+    """What the cost depends on: sizes and relations (not the real-valued inputs)."""
+    return {k: v for k, v in args.items() if isinstance(v, (int, np.integer)) or
+            (isinstance(v, np.ndarray) and v.dtype == np.bool_)}
+
+
+def _costs(worker: Any, task: Task, n: int, args: dict[str, Any]) -> dict[str, Any]:
     """Exact cost-model counts of f and each derivative (None with a reason where n/a)."""
     out: dict[str, Any] = {}
-    try:
-        out["f"] = _cost_dict(system.cost(task, args))
-    except Exception as err:  # noqa: BLE001
-        out["f"] = None
-        out["f_message"] = f"{type(err).__name__}: {err}".splitlines()[0][:200]
+    cargs = _cost_args(args)
+    for key in [None, *(d.key for d in task.derivs if task.fits(n, d))]:
+        c, msg = worker.cost(task.name, key, cargs)
+        out[key or "f"] = c
+        if msg:
+            out[(key or "f") + "_message"] = msg
     for d in task.derivs:
-        if not task.fits(n, d):
-            out[d.key] = None
-            continue
-        try:
-            out[d.key] = _cost_dict(system.derivative_cost(task, d, dargs[d.key]))
-        except Exception as err:  # noqa: BLE001
-            out[d.key] = None
-            out[d.key + "_message"] = f"{type(err).__name__}: {err}".splitlines()[0][:200]
+        out.setdefault(d.key, None)
     return out
 
 
@@ -481,7 +578,8 @@ def to_json(suite: Suite, startup: list[dict[str, Any]] | None = None,
                    "backend": next((s.backend for s in suite.systems
                                     if hasattr(s, "backend")), cfg.backend),
                    "rtol": RTOL, "min_sample_s": MIN_SAMPLE_S,
-                   "threads": int(os.environ.get("TL_BENCH_THREADS", "0") or 0)},
+                   "threads": int(os.environ.get("TL_BENCH_THREADS", "0") or 0),
+                   "mem_allowance_bytes": cfg.mem_allowance},
         "memory_methods": {getattr(s, "label", s.name): s.mem_method for s in suite.systems},
         "records": suite.records,
         "skipped": suite.skipped,

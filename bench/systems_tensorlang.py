@@ -84,17 +84,25 @@ class System:
             return tuple(vjp({**args, "d_y": jv})[1:])
         return jtjv
 
-    # -- cost model ---------------------------------------------------------------------------
+    # -- cost model (bench/costs.py calls these in its worker process) ----------------------
 
-    def cost(self, task: Any, args: dict[str, Any]) -> Any:
-        return _cost(self.function(task), args)
+    def cost(self, task: Any, args: dict[str, Any], stage: str | None = None) -> Any:
+        return self.function_cost(self.function(task), args, stage)
 
-    def derivative_cost(self, task: Any, d: Any, args: dict[str, Any]) -> Any:
-        costs = [_cost(p, args) for p in self.parts(task, d)]
-        return costs[0] if len(costs) == 1 else _CostSum(costs)
+    def derivative_cost(self, task: Any, d: Any, args: dict[str, Any],
+                        stage: str | None = None) -> Any:
+        costs = [self.function_cost(p, args, stage) for p in self.parts(task, d)]
+        return costs[0] if len(costs) == 1 else CostSum(costs)
+
+    @staticmethod
+    def function_cost(fn: Any, args: dict[str, Any], stage: str | None = None) -> Any:
+        """`fn.cost` on the sizes and relations among `args` (arrays only give shapes, and a
+        missing value -- the cotangent of J^T J v's vjp -- is fine: `cost` needs none)."""
+        names = {p.name for p in fn.params}
+        return fn.cost(stage=stage, **{k: v for k, v in args.items() if k in names})
 
 
-class _CostSum:
+class CostSum:
     """Sum of the costs of the parts of a composite derivative."""
 
     def __init__(self, costs: list[Any]) -> None:
@@ -102,10 +110,3 @@ class _CostSum:
         self.muls = sum(int(c.muls) for c in costs)
         self.calls = sum(int(c.calls) for c in costs)
         self.total = sum(int(c.total) for c in costs)
-
-
-def _cost(fn: Any, args: dict[str, Any]) -> Any:
-    names = {p.name for p in fn.params}
-    # Sizes and relations are what the cost depends on; arrays only give their shapes, and
-    # a missing value (the cotangent of J^T J v's vjp) is fine: `cost` needs no values.
-    return fn.cost(**{k: v for k, v in args.items() if k in names})

@@ -53,7 +53,8 @@ def fmt_cell(m: dict[str, Any] | None) -> str:
     if status == "ok":
         mark = " !" if m.get("check") == "mismatch" else ""
         return fmt_time(m.get("time")) + mark
-    return {"n/a": NA, "skipped": "skip", "error": "ERROR"}.get(status, str(status))
+    return {"n/a": NA, "skipped": "skip", "error": "ERROR", "oom": "OOM",
+            "timeout": "TIMEOUT"}.get(status, str(status))
 
 
 def fmt_mem(m: dict[str, Any] | None, method: str) -> str:
@@ -85,15 +86,24 @@ HEADER = ("system", "N", "time f", "time d", "d/f", "C(f)", "C(d)", "C(d)/C(f)",
 RIGHT = {1, 2, 3, 4, 5, 6, 7, 8, 9}
 
 
+def _fmt_cost(cost: dict[str, Any], key: str) -> str:
+    c = cost.get(key)
+    if c is None:
+        return NA
+    # counted at an earlier stage than the default one (the simplifier timed out)
+    return fmt_count(c["total"]) + ("*" if cost.get(key + "_message") else "")
+
+
 def _row(rec: dict[str, Any], key: str | None) -> list[str]:
     f = rec["f"]
     d = rec["derivatives"].get(key) if key else None
     cost = rec.get("cost") or {}
     cf, cd = cost.get("f"), cost.get(key) if key else None
     has_cost = rec.get("cost") is not None
-    c_f = fmt_count(cf["total"] if cf else None) if has_cost else ""
-    c_d = fmt_count(cd["total"] if cd else None) if has_cost and key else ""
-    c_r = fmt_ratio(cd["total"] / cf["total"] if cd and cf and cf["total"] else None) \
+    c_f = _fmt_cost(cost, "f") if has_cost else ""
+    c_d = _fmt_cost(cost, key) if has_cost and key else ""
+    c_r = fmt_ratio(cd["total"] / cf["total"] if cd is not None and cf and cf["total"]
+                    else None) \
         if has_cost and key else ""
     method = rec.get("mem_method", "tracemalloc")
     return [rec["label"], str(rec["N"]), fmt_cell(f), fmt_cell(d) if key else "",
@@ -138,7 +148,7 @@ def notes(recs: Iterable[dict[str, Any]], key: str | None) -> list[str]:
         for tag, m in (("f", rec["f"]), (key, rec["derivatives"].get(key) if key else None)):
             if not m or not m.get("message"):
                 continue
-            if m.get("status") == "error" or m.get("check") == "mismatch":
+            if m.get("status") in ("error", "oom", "timeout") or m.get("check") == "mismatch":
                 out.append(f"  ! {rec['label']} N={rec['N']} {tag}: {m['message']}")
     return out
 
@@ -182,4 +192,6 @@ def legend() -> str:
     return ("time: median per call after warm-up; d/f: Griewank ratio (time of the derivative / "
             "time of f); C(f), C(d): tensorlang cost-model totals (SPEC 3); mem: peak, t = "
             "tracemalloc, r = sampled RSS increase; n/a: not supported yet; skip: N above the "
-            "size cap; ! / MISMATCH: value disagrees with the numpy reference")
+            "size cap; OOM / TIMEOUT: over the per-measurement memory allowance (--mem-limit) / time "
+            "limit (--timeout); C(..)*: counted before the simplifier, which timed out; "
+            "! / MISMATCH: value disagrees with the numpy reference")

@@ -36,7 +36,7 @@ from typing import Iterable, Mapping, Sequence
 from tensorlang import ast as A
 from tensorlang import tssa
 from tensorlang.ast import Affine, Cmp, PFalse, Pred, PTrue
-from tensorlang.builtins import deriv_expr
+from tensorlang.builtins import INDICATOR_PARTIALS, deriv_expr, select_call
 from tensorlang.tssa import (AddRhs, Builder, ConstRhs, Input, MapRhs, Operand, ReduceRhs,
                              Rhs)
 
@@ -280,7 +280,13 @@ class Emitter:
         return self._note(self.b.emit(rhs), rhs)
 
     def map(self, gen: IndexList, fn: str, params: Sequence[float], ops: Sequence[Operand],
-            pred: Pred = PTrue()) -> str | None:
+            pred: Pred = PTrue(), linear: Sequence[Operand] = ()) -> str | None:
+        """`gen. [pred] * fn(ops)`; `linear`: operands the function is zero without (a
+        selection's tangents), whose supports then join the mask, so the call runs only
+        where one of them is live."""
+        if linear and not self.naive:
+            live = [A.pred_and(*self._atoms_at(o)) for o in linear]
+            pred = A.pred_and(pred, A.pred_or(*live))
         pred = self.canon(pred, gen)
         if isinstance(pred, PFalse):
             return None
@@ -553,3 +559,34 @@ def builtin_partial(em: Emitter, gen: IndexList, pred: Pred, fn: str, params: Se
     holes = [f"{em.tmp}h{m}" for m in range(len(args))]
     e = deriv_expr(fn, [A.Var(h) for h in holes], params, k)
     return emit_scalar(em, gen, pred, e, dict(zip(holes, args)))
+
+
+def has_select_rule(fn: str) -> bool:
+    """Whether `fn`'s derivatives are selections (`builtin_select`), not partial * tangent."""
+    return fn in INDICATOR_PARTIALS
+
+
+def builtin_select(em: Emitter, gen: IndexList, pred: Pred, fn: str, args: Sequence[Operand],
+                   tangents: Sequence[Operand | None]) -> str | None:
+    """`sum_k f_k'(args) * tangents[k]` at every point of `gen` under `pred`, for a builtin
+    whose partials are indicators (max, min, the selections): ONE call of `sel_ge`,
+    `keep_ge` or `keep_gt` (`builtins.select_call`), masked by the tangents' supports.
+    The tangents are read through gathers (a selection is zero where its tangents are, so
+    the gather's mask may join the call's when there is one tangent); `keep_ge(a, b, t)` of
+    a constant-1 tangent t is `ge(a, b)` under t's mask (the gradient seed).  None for a
+    structural zero."""
+    call = select_call(fn, args, tangents)
+    if call is None:
+        return None
+    helper, ops = call
+    lin: list[Operand] = []
+    for t in ops[2:]:
+        o, s = (None, PTrue()) if em.naive else em._forward_add_operand(t, PTrue())
+        if o is not None and (len(ops) == 3 or isinstance(em.canon(s, gen), PTrue)):
+            pred, t = A.pred_and(pred, s), o
+        lin.append(t)
+    if len(lin) == 1 and not em.naive:
+        d = em.b.defs.get(lin[0].var)
+        if isinstance(d, ConstRhs) and d.value == 1.0:
+            return em.map(gen, helper[len("keep_"):], (), ops[:2], pred, linear=lin)
+    return em.map(gen, helper, (), list(ops[:2]) + lin, pred, linear=lin)

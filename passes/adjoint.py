@@ -17,6 +17,9 @@ receive contributions.  The contribution of a statement to an operand u1 read at
   ADJ-map       v = gen I. [P] f(u1[A1], ...)
                 -> d_uk += gen K. sum I. [P and Ak(I) == K] * c * d_v[I] * g(u[A])[I]
                    with f's k-th partial `c * g` (`builtins.deriv_expr`)
+  ADJ-select    v = gen I. [P] max(u1[A1], u2[A2])  (min, the selection helpers alike)
+                -> d_u1 += gen K. sum I. [P and A1(I) == K] * keep_ge(u1[A1], u2[A2], d_v[I])
+                   (one call instead of partial times cotangent; keep_gt for u2)
   ADJ-const, ADJ-input: no contribution (an input's cotangent is an output).
 
 The sum over I, J is then solved against `A1(I, J) == K` by the index solver (see
@@ -36,7 +39,7 @@ from tensorlang.errors import TLError
 from tensorlang.tssa import (AddRhs, ConstRhs, ContractRhs, Input, MapRhs, Operand, Program,
                              ReduceRhs, Rhs)
 
-from .ademit import Emitter, builtin_partial, ids
+from .ademit import Emitter, builtin_partial, builtin_select, has_select_rule, ids
 from .fwd import map_out, new_param, out_paths, tuple_out, type_tree, wrt_params
 
 RULES: dict[str, str] = {
@@ -45,6 +48,7 @@ RULES: dict[str, str] = {
     "ADJ-reduce": "sum J. [P] c u1[A1] -> d_u1 += gen K. sum I, J. [P and A1 == K] c d_v[I]",
     "ADJ-add": "[P]([P1] u1[A1] + ..) -> d_u1 += gen K. sum I. [P and P1 and A1 == K] d_v[I]",
     "ADJ-map": "[P] f(u[A]) -> d_u += gen K. sum I. [P and A == K] c d_v[I] g(u[A])[I]",
+    "ADJ-select": "[P] max(a, b) -> d_a += gen K. sum I. [P and A == K] keep_ge(a, b, d_v)[I]",
     "ADJ-fanout": "d_v = sum of the contributions (one guarded add per extra one)",
 }
 
@@ -118,6 +122,9 @@ class Reverse:
     def adj_map(self, rhs: MapRhs, dv: str) -> None:
         pgen = self.em.gens(rhs.dims)
         args = [self.prim(o) for o in rhs.operands]
+        if has_select_rule(rhs.fn):
+            self.adj_select(rhs, dv, pgen, args)
+            return
         for k, o in enumerate(rhs.operands):
             if o.var not in self.active:
                 continue
@@ -125,6 +132,19 @@ class Reverse:
             if d.zero:
                 continue
             self.give(rhs, dv, k, d.coeff, [] if d.op is None else [d.op], rhs.pred)
+
+    def adj_select(self, rhs: MapRhs, dv: str, pgen: list[tuple[str, Affine]],
+                   args: list[Operand]) -> None:
+        """ADJ-select: the contribution to u_k is the one call `keep_ge(a, b, d_v)` (or
+        keep_gt), read back through the gather of ADJ-reduce."""
+        here = Operand(dv, ids(n for n, _ in pgen))
+        for k, o in enumerate(rhs.operands):
+            if o.var not in self.active:
+                continue
+            tans = [here if m == k else None for m in range(len(args))]
+            w = builtin_select(self.em, pgen, rhs.pred, rhs.fn, args, tans)
+            if w is not None:
+                self.give(rhs, w, k, 1.0, [], rhs.pred)
 
 
 def vjp_program(p: Program, wrt: Sequence[str] | None = None, *, seed: str = "param",

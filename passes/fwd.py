@@ -12,6 +12,10 @@ tangent dv (or none: a structural zero, whose statements are never emitted):
                                                 contraction per live argument
                                                 (`builtins.deriv_expr`); exp' = exp shares the
                                                 primal map by hash-consing
+  FWD-select    [P] f(u1[A1], ...), f = max, min or a selection helper (partials are
+                                             indicators) -> ONE call [P] sel_ge(a, b, du1,
+                                                du2) / keep_ge(a, b, du) / keep_gt(...),
+                                                masked by the tangents' supports
   FWD-contract  sum J. [P] c u1[A1] u2[A2]   -> sum J. [P] c du1[A1] u2[A2]
                                                 + sum J. [P] c u1[A1] du2[A2]  (one add,
                                                 counted only where both are live);
@@ -36,13 +40,15 @@ from tensorlang.errors import TLError
 from tensorlang.tssa import (AddRhs, ConstRhs, ContractRhs, Input, MapRhs, Operand, Program,
                              ReduceRhs, Rhs)
 
-from .ademit import Emitter, builtin_partial, ids
+from .ademit import Emitter, builtin_partial, builtin_select, has_select_rule, ids
 
 RULES: dict[str, str] = {
     "FWD-input": "x (wrt) -> d_x",
     "FWD-const": "gen I. [P] * c -> 0",
     "FWD-add": "[P]([P1] u1[A1] + [P2] u2[A2]) -> [P]([P1] du1[A1] + [P2] du2[A2])",
     "FWD-map": "[P] f(u[A]) -> [P] c * g(u[A]) * du[A]  (f' = c * g)",
+    "FWD-select": "[P] max(a, b) -> [P] sel_ge(a, b, da, db) (one call; keep_ge / keep_gt "
+                  "for one live tangent; min and the selections alike)",
     "FWD-contract": "sum J. [P] c u1 u2 -> sum J. [P] c du1 u2 + sum J. [P] c u1 du2",
     "FWD-reduce": "sum J. [P] c u1 -> sum J. [P] c du1",
 }
@@ -164,6 +170,9 @@ class Forward:
     def fwd_map(self, rhs: MapRhs) -> str | None:
         gen, pgen = self.gen(rhs), self.em.gens(rhs.dims)
         args = [self.prim(o) for o in rhs.operands]
+        if has_select_rule(rhs.fn):  # FWD-select: one call however many tangents live
+            tans = [self.tan(rhs, o) for o in rhs.operands]
+            return builtin_select(self.em, gen, rhs.pred, rhs.fn, args, tans)
         terms: list[str | None] = []
         for k, o in enumerate(rhs.operands):
             t = self.tan(rhs, o)

@@ -52,7 +52,7 @@ class Report:
     mode: str = ""                      # "full" | "clean" | "unchanged"
     run: G.RunStats | None = None
     nodes: int = 0
-    model_cost: float = 0.0             # extraction cost at representative sizes
+    model_cost: tuple = ()              # extraction cost at the cost points
     before: dict = field(default_factory=dict)   # exact costs at the checked sizes
     after: dict = field(default_factory=dict)
     seconds: float = 0.0
@@ -88,7 +88,7 @@ def simplify(p: Program, sizes: Mapping[str, int] | None = None, *,
     for mode, chosen in attempts:
         try:
             q, run, model = _attempt(p, sizes, budget, chosen)
-        except (G.ExtractionError, NotYetSupported, ValueError) as err:
+        except Exception as err:  # an optimisation that fails leaves the program as it is
             report.reason += f"{mode}: {type(err).__name__}: {err}; "
             continue
         costs = [_cost(q, a) for a in panel]
@@ -103,12 +103,15 @@ def simplify(p: Program, sizes: Mapping[str, int] | None = None, *,
 
 
 def _attempt(p: Program, sizes: Mapping[str, int] | None, budget: G.Budget,
-             rules: Sequence[str] | None) -> tuple[Program, G.RunStats, float]:
+             rules: Sequence[str] | None) -> tuple[Program, G.RunStats, tuple[int, ...]]:
     d = tssa.to_core(p)
     low = SP.lower(d, sizes, ex=p.ix[2])
     enc = SP.Encoder(low)
     eg = G.EGraph(rules)
-    eg.add(enc.build())
+    base, alternatives = enc.build()
+    eg.add(base)
+    eg.mark()
+    eg.add(alternatives)
     rounds = PythonRounds(eg, low.uni)
     run = eg.run(budget, groups=("clean", "search") if rules is None or
                  any(G.RULES[r].group == "search" for r in rules) else ("clean",),
@@ -117,7 +120,8 @@ def _attempt(p: Program, sizes: Mapping[str, int] | None, budget: G.Budget,
     ten_roots = {name: graph.roots[enc._ten[name][1:]] for name in _leaves(low.output)}
     uni = low.uni
     ex = G.extract(graph, list(ten_roots.values()),
-                   lambda n, g, free: SP.node_cost(uni, n, g, free), uni.pfree, uni.accfree)
+                   lambda n, g, free: SP.node_cost(uni, n, g, free), uni.pfree, uni.accfree,
+                   old=graph.old)
     d2 = SP.Raiser(low, graph, ex, ten_roots).build()
     q = to_ssa(d2)
     q = Program(p.name, p.params, q.stmts, q.output, p.ret, q.ix)

@@ -47,6 +47,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
+import numpy as np
 from egglog import bindings as _eb
 
 # ---------------------------------------------------------------------------------------------
@@ -76,12 +77,23 @@ DECLARATIONS = r"""
 (set (pfree (set-of "false")) (set-empty))
 """
 
-CONSTRUCTORS: dict[str, tuple[str, ...]] = {
+CONSTRUCTORS: dict[str, tuple[str, ...]] = {  # name -> argument sorts
     "Param": ("String",), "Stmt": ("String", "Sc"), "Num": ("f64",), "Get": ("Ten", "String"),
     "Mul": ("Mask", "Sc", "Sc"), "Add": ("Mask", "Sc", "Sc"), "Call1": ("Mask", "String", "Sc"),
     "Call2": ("Mask", "String", "Sc", "Sc"), "Iv": ("Mask", "Sc"), "Sum": ("Mask", "String", "Sc"),
 }
 OUT_SORT = {"Param": "Ten", "Stmt": "Ten"}
+
+
+def _marking() -> str:
+    """`OldX` relations and the `mark` ruleset recording the e-nodes of the input (so that
+    extraction keeps the input's choice unless another one is better at every cost point)."""
+    out = ["(ruleset mark)"]
+    for name, sorts in CONSTRUCTORS.items():
+        vs = " ".join(f"a{k}" for k in range(len(sorts)))
+        out.append(f"(relation Old{name} ({' '.join(sorts)}))")
+        out.append(f"(rule ((= e ({name} {vs}))) ((Old{name} {vs})) :ruleset mark)")
+    return "\n".join(out)
 
 E = "(set-empty)"
 
@@ -264,7 +276,7 @@ def program(rules: Iterable[str] | None = None) -> str:
     """The egglog source: declarations, one ruleset per rule, and a combined ruleset per
     group (`g_analysis`, `g_clean`, `g_search`) of the selected rules (all by default)."""
     chosen = set(RULES) if rules is None else set(rules) | set(GROUPS["analysis"])
-    parts = [DECLARATIONS]
+    parts = [DECLARATIONS, _marking()]
     for r in RULES.values():
         parts.append(f"(ruleset {r.ruleset})")
         if r.name in chosen:
@@ -330,6 +342,10 @@ class EGraph:
 
     def saturate_analyses(self) -> None:
         self._run("(run-schedule (saturate g_analysis))")
+
+    def mark(self) -> None:
+        """Record the current e-nodes as the input's (`Graph.old`)."""
+        self._run("(run-schedule (run mark))")
 
     def run(self, budget: Budget, groups: Sequence[str] = ("clean", "search"),
             on_round: Callable[[int], None] | None = None) -> RunStats:
@@ -399,6 +415,7 @@ class Graph:
     free: dict[int, frozenset[str]]
     mask: dict[int, frozenset[str]]
     roots: dict[str, int]
+    old: set[tuple] = field(default_factory=set)     # (op, args) of the input's e-nodes
 
     @staticmethod
     def read(eg: "_eb.EGraph") -> "Graph":
@@ -430,8 +447,13 @@ class Graph:
         free: dict[int, frozenset[str]] = {}
         mask: dict[int, frozenset[str]] = {}
         roots: dict[str, int] = {}
+        old: set[tuple] = set()
         for name, fn in fz.functions.items():
-            if name in CONSTRUCTORS:
+            if name.startswith("Old") and name[3:] in CONSTRUCTORS:
+                sorts = CONSTRUCTORS[name[3:]]
+                for row in fn.rows:
+                    old.add((name[3:], tuple(decode(v, s) for v, s in zip(row.inputs, sorts))))
+            elif name in CONSTRUCTORS:
                 sorts = CONSTRUCTORS[name]
                 out_sort = OUT_SORT.get(name, "Sc")
                 for row in fn.rows:
@@ -447,7 +469,7 @@ class Graph:
             elif fn.is_let_binding:
                 for row in fn.rows:
                     roots[name.lstrip("$")] = vid(row.output, fn.output_sort)
-        return Graph(nodes, free, mask, roots)
+        return Graph(nodes, free, mask, roots, old)
 
     def size(self) -> int:
         return sum(len(v) for v in self.nodes.values())
@@ -463,14 +485,15 @@ class ExtractionError(Exception):
 
 @dataclass
 class Extraction:
-    """The chosen e-node of every class reachable from the roots, with the model's cost."""
+    """The chosen e-node of every class reachable from the roots, with the model's cost
+    (one entry per cost point; each chosen node counted once)."""
 
     choice: dict[int, ENode]
     free: dict[int, frozenset[str]]
-    cost: float                       # DAG cost of the roots (each chosen node counted once)
+    cost: tuple[int, ...]
 
 
-NodeCost = Callable[[ENode, "Graph", Mapping[int, frozenset[str]]], float]
+NodeCost = Callable[[ENode, "Graph", Mapping[int, frozenset[str]]], Sequence[int]]
 
 
 def node_free(n: ENode, free: Mapping[int, frozenset[str]], pfree: Callable[[frozenset], frozenset],
@@ -514,56 +537,63 @@ def class_free(g: Graph, pfree: Callable[[frozenset], frozenset],
     return free
 
 
+def _dominates(a: "np.ndarray", b: "np.ndarray") -> bool:
+    return bool((a <= b).all() and (a < b).any())
+
+
+def _improve(cand: Sequence[ENode], index: Mapping[ENode, int], own: "np.ndarray",
+             best: dict, max_passes: int) -> None:
+    """Passes over `cand` until no class's choice changes."""
+    for _ in range(max_passes):
+        changed = False
+        for n in cand:
+            i = index[n]
+            kids = n.children()
+            if any(k not in best for k in kids):
+                continue
+            if any(n.cls in best[k][3] for k in kids):
+                continue
+            merged = frozenset((i,)).union(*(best[k][2] for k in kids))
+            total = own[list(merged)].sum(axis=0)
+            cur = best.get(n.cls)
+            if cur is None or (cur[1] != i and _dominates(total, cur[0])):
+                best[n.cls] = (total, i, merged,
+                               frozenset((n.cls,)).union(*(best[k][3] for k in kids)))
+                changed = True
+            elif cur[1] == i and _dominates(total, cur[0]):
+                best[n.cls] = (total, i, merged, cur[3])
+                changed = True
+        if not changed:
+            return
+
+
 def extract(g: Graph, roots: Sequence[int], cost: NodeCost,
             pfree: Callable[[frozenset], frozenset], accfree: Callable[[str], frozenset],
-            dag: bool = True, max_passes: int = 60) -> Extraction:
-    """Greedy extraction: the cheapest admissible node per class, bottom-up to a fixpoint.
+            old: "set[tuple] | None" = None, max_passes: int = 60) -> Extraction:
+    """Greedy DAG extraction by vector costs (one entry per cost point).
 
-    A node is admissible when its free indices equal its class's (so the extracted term is
-    well scoped wherever a rule placed the class).  With `dag`, a class's cost is the sum of
-    the distinct nodes of its chosen sub-DAG (a statement read twice is computed once);
-    otherwise the tree cost.  A node whose children's sub-DAGs already contain its own class
-    is skipped (no cycles); ties keep the node found first."""
+    Admissible nodes have exactly their class's free indices (so the extracted term is well
+    scoped wherever a rule placed the class).  A class's cost is the sum of the distinct
+    nodes of its chosen sub-DAG (a statement read twice is computed once).  Nodes of the
+    input (`old`, keys `(op, args)`) are tried first; another node replaces a class's choice
+    only when its cost is no larger at every cost point and smaller at one (so choices that
+    depend on the sizes stay as the input wrote them).  A node whose children's sub-DAGs
+    contain its own class is skipped (no cycles)."""
     free = class_free(g, pfree, accfree)
     cand: list[ENode] = []
     for cls, ns in g.nodes.items():
         f = free.get(cls)
         cand.extend(n for n in ns if node_free(n, free, pfree, accfree) == f)
-    # bottom-up order helps: leaves first, then by number of children
-    cand.sort(key=lambda n: len(n.children()))
-    own: dict[ENode, float] = {}
-    best: dict[int, tuple[float, ENode, dict, frozenset]] = {}
-    for _ in range(max_passes):
-        changed = False
-        for n in cand:
-            kids = n.children()
-            if any(k not in best for k in kids):
-                continue
-            c = own.get(n)
-            if c is None:
-                c = own[n] = float(cost(n, g, free))
-            if dag:
-                if any(n.cls in best[k][3] for k in kids):
-                    continue
-                merged: dict = {}
-                classes: frozenset = frozenset((n.cls,))
-                for k in kids:
-                    merged.update(best[k][2])
-                    classes = classes | best[k][3]
-                merged[n] = c
-                total = math.fsum(merged.values())
-            else:
-                merged, classes = {}, frozenset((n.cls,))
-                total = c + math.fsum(best[k][0] for k in kids)
-            old = best.get(n.cls)
-            if old is not None and (old[1] is n or old[0] <= total * (1 + 1e-12)):
-                if old[1] is n and old[0] != total:
-                    best[n.cls] = (total, n, merged, classes)
-                continue
-            best[n.cls] = (total, n, merged, classes)
-            changed = True
-        if not changed:
-            break
+    is_old = (lambda n: (n.op, n.args) in old) if old is not None else (lambda n: True)
+    cand.sort(key=lambda n: (not is_old(n), len(n.children())))
+    index = {n: i for i, n in enumerate(cand)}
+    own = np.array([tuple(cost(n, g, free)) for n in cand], dtype=np.int64)
+    if own.ndim != 2:
+        own = own.reshape(len(cand), -1)
+    best: dict[int, tuple[np.ndarray, int, frozenset, frozenset]] = {}
+    n_old = sum(1 for n in cand if is_old(n))
+    for phase in (cand[:n_old], cand):   # the input's own choices first, then the others
+        _improve(phase, index, own, best, max_passes)
     choice: dict[int, ENode] = {}
     stack = list(roots)
     while stack:
@@ -572,12 +602,13 @@ def extract(g: Graph, roots: Sequence[int], cost: NodeCost,
             continue
         if cls not in best:
             raise ExtractionError(f"no admissible term for e-class {cls}")
-        n = best[cls][1]
+        n = cand[best[cls][1]]
         choice[cls] = n
         stack.extend(n.children())
     _check_acyclic(choice, roots)
-    total = math.fsum(own.get(n, 0.0) for n in choice.values())
-    return Extraction(choice, free, total)
+    rows = [index[n] for n in choice.values()]
+    total = own[rows].sum(axis=0) if rows else np.zeros(own.shape[1], dtype=np.int64)
+    return Extraction(choice, free, tuple(int(v) for v in total))
 
 
 def _check_acyclic(choice: Mapping[int, ENode], roots: Sequence[int]) -> None:

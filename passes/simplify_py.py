@@ -75,10 +75,10 @@ class Universe:
         self.atom_vars: dict[str, frozenset[str]] = {FALSE: frozenset()}
         self.accs: dict[str, tuple[Affine, ...]] = {}
         self.acc_vars: dict[str, frozenset[str]] = {}
-        self.reps: dict[str, int] = {n: int((reps or {}).get(n, DEFAULT_REP))
-                                     for n in self.size_names}
-        self._rels: dict[str, np.ndarray] | None = None
-        self._counts: dict[tuple, int] = {}
+        self.points = cost_points(self.size_names, reps)
+        self.reps = self.points[0]
+        self._rels: dict[int, dict[str, np.ndarray]] = {}
+        self._counts: dict[tuple, tuple[int, ...]] = {}
 
     # -- names -----------------------------------------------------------------------------
 
@@ -162,63 +162,90 @@ class Universe:
 
     # -- representative sizes and point counting --------------------------------------------
 
-    def extent(self, a: Affine) -> int:
-        return max(0, int(a.evaluate(self.reps)))
+    def extent(self, a: Affine, k: int = 0) -> int:
+        return max(0, int(a.evaluate(self.points[k])))
 
-    def _relations(self) -> dict[str, np.ndarray]:
-        """Relations at representative sizes: deterministic, half of the entries set (the
+    def _relations(self, k: int) -> dict[str, np.ndarray]:
+        """Relations at the k-th cost point: deterministic, half of the entries set (the
         extraction does not see the data; docs/simplifier.md)."""
-        if self._rels is None:
-            self._rels = {}
+        rels = self._rels.get(k)
+        if rels is None:
+            rels = self._rels[k] = {}
             for name, dims in self.rel_shapes.items():
-                shape = tuple(self.extent(d) for d in dims)
-                rng = np.random.default_rng(zlib.crc32(name.encode()))
-                self._rels[name] = rng.random(shape) < 0.5
-        return self._rels
+                shape = tuple(self.extent(d, k) for d in dims)
+                rng = np.random.default_rng(zlib.crc32(name.encode()) + k)
+                rels[name] = rng.random(shape) < 0.5
+        return rels
 
-    def _grid(self, names: Sequence[str], pred: Pred) -> np.ndarray:
-        env = Env(sizes=self.reps, rels=self._relations())
+    def _grid(self, names: Sequence[str], pred: Pred, k: int) -> np.ndarray:
+        env = Env(sizes=self.points[k], rels=self._relations(k))
         shape = []
         for n in names:
-            k = self.extent(self.ranges[n])
-            env = env.bind_index(n, k)
-            shape.append(k)
+            m = self.extent(self.ranges[n], k)
+            env = env.bind_index(n, m)
+            shape.append(m)
         return np.broadcast_to(eval_pred(pred, env), tuple(shape))
 
-    def count(self, free: frozenset[str], mask: frozenset[str]) -> int:
-        """Points of the box of `free` where the atoms `mask` hold (representative sizes);
+    def count(self, free: frozenset[str], mask: frozenset[str]) -> tuple[int, ...]:
+        """Points of the box of `free` where the atoms `mask` hold, at each cost point;
         `mask` mentions only indices of `free` (and sizes)."""
         key = ("c", free, mask)
         hit = self._counts.get(key)
         if hit is None:
-            if FALSE in mask:
-                hit = 0
-            else:
-                names = sorted(self.pfree(mask) & free)
-                rest = math.prod(self.extent(self.ranges[n]) for n in free if n not in names)
-                hit = rest * int(np.count_nonzero(self._grid(names, self.pred_of(mask))))
-            self._counts[key] = hit
+            out = []
+            names = sorted(self.pfree(mask) & free)
+            pred = self.pred_of(mask)
+            for k in range(len(self.points)):
+                if FALSE in mask:
+                    out.append(0)
+                    continue
+                rest = math.prod(self.extent(self.ranges[n], k) for n in free if n not in names)
+                out.append(rest * int(np.count_nonzero(self._grid(names, pred, k))) if rest
+                           else 0)
+            hit = self._counts[key] = tuple(out)
         return hit
 
     def sum_adds(self, free: frozenset[str], mask: frozenset[str], j: str,
-                 body: frozenset[str]) -> int:
+                 body: frozenset[str]) -> tuple[int, ...]:
         """Additions of `[mask] * sum j. e` with e live where `body` holds: the sum over the
-        points of `free` in `mask` of max(0, live - 1)."""
+        points of `free` in `mask` of max(0, live - 1), at each cost point."""
         key = ("s", free, mask, j, body)
         hit = self._counts.get(key)
-        if hit is not None:
-            return hit
-        allm = mask | body
-        if FALSE in allm:
-            out = 0
-        else:
+        if hit is None:
+            allm = mask | body
             outer = sorted((self.pfree(allm) & free) - {j})
-            rest = math.prod(self.extent(self.ranges[n]) for n in free if n not in outer)
-            grid = self._grid(outer + [j], self.pred_of(allm))
-            live = grid.sum(axis=-1)
-            out = rest * int(np.maximum(live - 1, 0).sum())
-        self._counts[key] = out
-        return out
+            pred = self.pred_of(allm)
+            out = []
+            for k in range(len(self.points)):
+                if FALSE in allm:
+                    out.append(0)
+                    continue
+                rest = math.prod(self.extent(self.ranges[n], k) for n in free if n not in outer)
+                if not rest:
+                    out.append(0)
+                    continue
+                live = self._grid(outer + [j], pred, k).sum(axis=-1)
+                out.append(rest * int(np.maximum(live - 1, 0).sum()))
+            hit = self._counts[key] = tuple(out)
+        return hit
+
+
+def cost_points(size_names: Iterable[str], sizes: Mapping[str, int] | None) -> list[dict[str, int]]:
+    """The size assignments node costs are counted at.  With every size given: those sizes.
+    Otherwise the representative point (given sizes, DEFAULT_REP for the others) and, per
+    unknown size, the same point with that size small (3), and all unknown sizes small (2):
+    the extraction only trades a node of the input for one that is no worse at all of them,
+    so size-dependent choices (a product over N or over M?) stay as written."""
+    names = sorted(size_names)
+    sizes = dict(sizes or {})
+    base = {n: int(sizes.get(n, DEFAULT_REP)) for n in names}
+    free = [n for n in names if n not in sizes]
+    points = [base]
+    for n in free:
+        points.append({**base, n: 3})
+    if free:
+        points.append({**base, **{n: 2 for n in free}})
+    return points
 
 
 # ---------------------------------------------------------------------------------------------
@@ -557,7 +584,9 @@ class Encoder:
 
     # -- the program ------------------------------------------------------------------------------
 
-    def build(self) -> list[str]:
+    def build(self) -> tuple[list[str], list[str]]:
+        """(the input's terms and facts, the alternatives: S-sum-solve and S-inline unions)."""
+        solve_later: list[tuple[Stmt, str]] = []
         for k, name in enumerate(list(self.low.order)):
             st = self.low.stmts[name]
             if st.is_input:
@@ -573,10 +602,14 @@ class Encoder:
             t = f"$T{k}"
             self.commands.append(f"(let {t} (Stmt {G.string(name)} {b}))")
             self._ten[name] = t
-            if self.policy.enabled and self.policy.solve:
+            solve_later.append((st, b))
+        base = self.facts + self.commands
+        self.facts, self.commands = [], []
+        if self.policy.enabled and self.policy.solve:
+            for st, b in solve_later:
                 self._solved(st, b)
         self._drain()
-        return self.facts + self.commands
+        return base, self.facts + self.commands
 
     def _solved(self, st: Stmt, b: str) -> None:
         """S-sum-solve on the body with its linear producers inlined."""
@@ -626,25 +659,26 @@ class Encoder:
 # The cost of an e-node (SPEC 3 at representative sizes)
 
 
-def node_cost(uni: Universe, n: G.ENode, g: G.Graph, free: Mapping[int, frozenset[str]]) -> float:
+def node_cost(uni: Universe, n: G.ENode, g: G.Graph,
+              free: Mapping[int, frozenset[str]]) -> tuple[int, ...]:
     """The scalar operations of the Tensor-SSA primitive the node becomes: a statement over
     the node's free indices, masked by its own mask and its class's support (SPEC 5's
     "propagate the sparsity"); reads, constants and brackets are free."""
     op = n.op
     if op not in ("Mul", "Add", "Call1", "Call2", "Sum"):
-        return 0.0
+        return (0,) * len(uni.points)
     f = free[n.cls]
     m = uni.restrict(g.mask.get(n.cls, frozenset()) | n.args[0], f)
     if op in ("Mul", "Call1", "Call2"):
-        return float(uni.count(f, m))
+        return uni.count(f, m)
     if op == "Add":
         a, b = n.args[1], n.args[2]
         ma = uni.restrict(g.mask.get(a, frozenset()), free[a])
         mb = uni.restrict(g.mask.get(b, frozenset()), free[b])
-        return float(uni.count(f, m | ma | mb))
+        return uni.count(f, m | ma | mb)
     j, body = n.args[1], n.args[2]
     mb = uni.restrict(g.mask.get(body, frozenset()), free[body])
-    return float(uni.sum_adds(f, m, j, mb))
+    return uni.sum_adds(f, m, j, mb)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -672,6 +706,7 @@ class Raiser:
         self.ctx: dict[int, frozenset[str]] = {}
         self._order: dict[int, tuple[str, ...]] = {}
         self._inputs: set[str] = set()
+        self.fused: set[int] = set()
 
     def choice(self, cls: int) -> G.ENode:
         return self.x.choice[cls]
@@ -762,8 +797,7 @@ class Raiser:
 
     def sref(self, cls: int) -> A.Expr:
         """A read with its support as a bracket (the supports of additions and sums)."""
-        m = self.uni.box_implied(self.m(cls), self.free(cls))
-        return _iv(self.uni.pred_of(m), self.ref(cls))
+        return _iv(self.uni.pred_of(self._visible(self.m(cls), cls)), self.ref(cls))
 
     def read_ten(self, tcls: int, idx: Sequence[Affine]) -> A.Expr:
         n = self.choice(tcls)
@@ -778,28 +812,50 @@ class Raiser:
             base = Var(self.stmt_bind[n.args[0]])
         return Access(base, tuple(idx)) if idx else base
 
-    def op_expr(self, cls: int, top: bool = True) -> A.Expr:
+    def operand(self, cls: int, support: bool = False) -> A.Expr:
+        """A child as an operand: fused into the parent's expression (with its mask as a
+        bracket, which `to_ssa` hoists into the primitive's mask) or read."""
+        if cls in self.fused:
+            n = self.choice(cls)
+            m = self.uni.restrict(self.m(cls) | self.ctx.get(cls, frozenset()) | n.args[0],
+                                  self.free(cls))
+            return _iv(self.uni.pred_of(self._visible(m, cls)), self.op_expr(cls))
+        return self.sref(cls) if support else self.ref(cls)
+
+    def op_expr(self, cls: int) -> A.Expr:
         n = self.choice(cls)
         op = n.op
         if op == "Mul":
-            return Mul(self.ref(n.args[1]), self.ref(n.args[2]))
+            return Mul(self.operand(n.args[1]), self.operand(n.args[2]))
         if op == "Add":
             return Add(self.sref(n.args[1]), self.sref(n.args[2]))
         if op in ("Call1", "Call2"):
             fn, params = parse_fn_key(n.args[1])
             return Call(fn, tuple(self.ref(k) for k in n.args[2:]), params)
         j, body = n.args[1], n.args[2]
-        bn = self.choice(body)
-        if bn.op in ("Mul", "Sum") and self.uses.get(body, 0) == 1 and body not in self.bind:
-            inner = self.op_expr(body, top=False)    # fused: one contraction statement
-            mb = self.m(body) | self.ctx.get(body, frozenset()) | bn.args[0]
-            mb = self.uni.box_implied(self.uni.restrict(mb, self.free(body)), self.free(body))
-            return Sum(j, self.uni.ranges[j], _iv(self.uni.pred_of(mb), inner))
-        return Sum(j, self.uni.ranges[j], self.sref(body))
+        return Sum(j, self.uni.ranges[j], self.operand(body, support=True))
 
-    def _fused(self, cls: int, parent: int) -> bool:
-        n, p = self.choice(cls), self.choice(parent)
-        return (p.op == "Sum" and n.op in ("Mul", "Sum") and self.uses.get(cls, 0) == 1)
+    def _fusible(self, child: int, parent: int) -> bool:
+        """A product read once by a product or a sum over (at most) the same indices is
+        computed inside it: `to_ssa` makes one contraction of them, at the same cost."""
+        n, p = self.choice(child), self.choice(parent)
+        if n.op != "Mul" or self.uses.get(child, 0) != 1:
+            return False
+        if p.op == "Mul":
+            return self.free(child) <= self.free(parent)
+        if p.op == "Sum" and p.args[2] == child:
+            return self.free(child) <= self.free(parent) | {p.args[1]}
+        return False
+
+    def _visible(self, mask: frozenset[str], cls: int) -> frozenset[str]:
+        """Atoms worth writing in a statement's mask: without the size conditions a node
+        only inherits from its operands (its own mask keeps them) or that its indices imply."""
+        own = self.choice(cls).args[0] if self.choice(cls).op in OPS else frozenset()
+        f = self.free(cls)
+        n = self.choice(cls)
+        box = f | ({n.args[1]} if n.op == "Sum" else set())
+        keep = frozenset(a for a in mask if a in own or self.uni.atom_vars[a])
+        return self.uni.box_implied(keep, frozenset(box))
 
     # -- the Def ---------------------------------------------------------------------------------
 
@@ -807,13 +863,8 @@ class Raiser:
         roots = list(self.ten_roots.values())
         order = self._topo(roots)
         self._contexts(order)
-        fused: set[int] = set()
-        for c in order:
-            n = self.choice(c)
-            if n.op == "Sum":
-                b = n.args[2]
-                if self._fused(b, c):
-                    fused.add(b)
+        self.fused = {k for c in order if self.choice(c).op in ("Mul", "Sum")
+                      for k in self.choice(c).children() if self._fusible(k, c)}
         for c in reversed(order):          # children first
             n = self.choice(c)
             if n.op == "Stmt":
@@ -826,13 +877,12 @@ class Raiser:
                 self.stmt_bind[name] = bname
                 self.lets.append((bname, value))
                 continue
-            if n.op not in OPS or c in fused:
+            if n.op not in OPS or c in self.fused:
                 continue
             name = self._fresh()
             f = self.free(c)
             mask = self.uni.restrict(self.m(c) | self.ctx.get(c, frozenset()) | n.args[0], f)
-            mask = self.uni.box_implied(mask, f | ({n.args[1]} if n.op == "Sum" else set()))
-            value = _iv(self.uni.pred_of(mask), self.op_expr(c))
+            value = _iv(self.uni.pred_of(self._visible(mask, c)), self.op_expr(c))
             for v in reversed(self.order(c)):
                 value = Gen(v, self.uni.ranges[v], value)
             self.bind[c] = name

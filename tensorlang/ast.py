@@ -438,11 +438,18 @@ BUILTINS: dict[str, tuple[int, int]] = {
     "max": (2, 0), "min": (2, 0),
     # Derivative helpers (so that a derivative of a call costs one call, SPEC 6):
     # step(x) = [x > 0], sign(x), ge(a, b) = [a >= b], gt(a, b) = [a > b],
-    # dtanh = 1 - tanh^2, dsigmoid = sigmoid (1 - sigmoid), dtan = 1 + tan^2.
+    # dtanh = 1 - tanh^2, dsigmoid = sigmoid (1 - sigmoid), dtan = 1 + tan^2;
+    # their derivatives d2tanh = -2 tanh dtanh, d2sigmoid = dsigmoid (1 - 2 sigmoid),
+    # d2tan = 2 tan dtan; and the selections of max/min tangents and cotangents:
+    # sel_ge(a, b, x, y) = x if a >= b else y, keep_ge(a, b, x) = x if a >= b else 0,
+    # keep_gt(a, b, x) = x if a > b else 0 (all three 0 where a, b are unordered: NaN).
     "step": (1, 0), "sign": (1, 0), "ge": (2, 0), "gt": (2, 0),
     "dtanh": (1, 0), "dsigmoid": (1, 0), "dtan": (1, 0),
+    "d2tanh": (1, 0), "d2sigmoid": (1, 0), "d2tan": (1, 0),
+    "sel_ge": (4, 0), "keep_ge": (3, 0), "keep_gt": (3, 0),
 }
-DERIVATIVE_HELPERS = frozenset({"step", "sign", "ge", "gt", "dtanh", "dsigmoid", "dtan"})
+DERIVATIVE_HELPERS = frozenset({"step", "sign", "ge", "gt", "dtanh", "dsigmoid", "dtan",
+                                "d2tanh", "d2sigmoid", "d2tan", "sel_ge", "keep_ge", "keep_gt"})
 SPEC_BUILTINS = frozenset(BUILTINS) - DERIVATIVE_HELPERS
 
 

@@ -10,21 +10,30 @@ Conventions at non-differentiable points (SPEC 2.3):
   * max(a, b) picks its first argument on ties: d/da = [a >= b], d/db = [a < b];
     min(a, b) likewise: d/da = [a <= b], d/db = [a > b];
   * pow(x, 0)' = 0 everywhere (also at x = 0, where c * x**(c-1) would be 0 * inf);
-  * the comparison builtins (`step`, `ge`, `gt`) give 0 on NaN; `sign(NaN)` is NaN.
+  * the comparison builtins (`step`, `ge`, `gt`) give 0 on NaN; `sign(NaN)` is NaN; the
+    selections `sel_ge`, `keep_ge`, `keep_gt` give 0 where their comparison is unordered, so
+    that they equal `ge(a, b) x + gt(b, a) y` etc. (their partial derivatives).
 
-Derivative normal form.  For the 16 language builtins (`ast.BUILTINS`) the k-th partial
-derivative is *one* call times a constant, so that a map's jvp is one map plus one
-contraction (SPEC 6, Theorem 6.1): `deriv_expr` returns one of
+Derivative normal form.  For every builtin except the second-order helpers `d2tanh`,
+`d2sigmoid`, `d2tan` the k-th partial derivative is *one* call times a constant, so that a
+map's jvp is one map plus one contraction (SPEC 6, Theorem 6.1): `deriv_expr` returns one of
     Const(c) | Call(g, args', params') | Mul(Const(c), Call(g, args', params'))
     | Mul(Const(c), arg)
-where `args'` are the original arguments (possibly reordered).  This needs a few derivative
-builtins that are not in `ast.BUILTINS` (see `EXTRA_BUILTINS`); their own derivatives (needed
-for second derivatives) are ordinary expressions.
+where `args'` are the original arguments (possibly reordered).  This needs the derivative
+helpers of `ast.DERIVATIVE_HELPERS` (`EXTRA_BUILTINS`): `tanh' = dtanh`, `dtanh' = d2tanh`,
+and the tower ends there: `d2tanh'` (a third derivative of a user program) is an expression
+of one call used twice, `dtanh (4 - 6 dtanh)` (likewise for sigmoid and tan).
+
+Builtins whose partials are all indicators (`INDICATOR_PARTIALS`: max, min and the selection
+helpers) have a cheaper rule than "partial times tangent": `select_call` gives the whole
+directional derivative `sum_k f_k' t_k` (or one cotangent contribution) as ONE call of
+`sel_ge` / `keep_ge` / `keep_gt`, which are linear in their tangent arguments, so the
+selection family is closed under differentiation.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TypeVar
 
 import numpy as np
 from scipy import special
@@ -33,6 +42,7 @@ from . import ast as A
 from .errors import TLError
 
 ArrayFn = Callable[..., np.ndarray]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -105,6 +115,42 @@ def _zero1(*args: np.ndarray) -> np.ndarray:
     return np.zeros(np.broadcast(*[_f(a) for a in args]).shape)
 
 
+def _scalar(r: np.ndarray) -> np.ndarray:
+    return r[()]   # a 0-d result as a numpy scalar, like the ufuncs give
+
+
+def _sel_ge(a: np.ndarray, b: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    a, b = _f(a), _f(b)
+    return _scalar(np.where(a >= b, _f(x), np.where(a < b, _f(y), 0.0)))
+
+
+def _keep_ge(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
+    return _scalar(np.where(_f(a) >= _f(b), _f(x), 0.0))
+
+
+def _keep_gt(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
+    return _scalar(np.where(_f(a) > _f(b), _f(x), 0.0))
+
+
+def _d2tanh(x: np.ndarray) -> np.ndarray:
+    return -2.0 * np.tanh(_f(x)) * _dtanh(x)
+
+
+def _d2sigmoid(x: np.ndarray) -> np.ndarray:
+    # 1 - 2 sigmoid(x) = -tanh(x / 2): no cancellation near x = 0
+    return -np.tanh(0.5 * _f(x)) * _dsigmoid(x)
+
+
+def _d2tan(x: np.ndarray) -> np.ndarray:
+    return 2.0 * np.tan(_f(x)) * _dtan(x)
+
+
+def _of_ab(g: ArrayFn) -> ArrayFn:
+    """`g(a, b)` of a selection's first two arguments, broadcast against all of them (its
+    partial derivative with respect to a tangent argument)."""
+    return lambda *args: g(args[0], args[1]) + _zero1(*args)
+
+
 def _table() -> dict[str, Builtin]:
     def b(name: str, arity: int, nparams: int, fn: ArrayFn, derivs: Sequence[ArrayFn],
           doc: str) -> Builtin:
@@ -132,21 +178,39 @@ def _table() -> dict[str, Builtin]:
           [lambda a, b_: _ge(a, b_), lambda a, b_: _gt(b_, a)], "larger of a, b"),
         b("min", 2, 0, lambda a, b_: np.minimum(_f(a), _f(b_)),
           [lambda a, b_: _ge(b_, a), lambda a, b_: _gt(a, b_)], "smaller of a, b"),
-        # Derivative builtins (not yet in ast.BUILTINS; see module docstring).
+        # Derivative helpers (ast.DERIVATIVE_HELPERS; see the module docstring).
         b("step", 1, 0, _step, [_zero1], "[x > 0] (Heaviside, step(0) = 0)"),
         b("sign", 1, 0, lambda x: np.sign(_f(x)), [_zero1], "sign of x (sign(0) = 0)"),
         b("ge", 2, 0, _ge, [_zero1, _zero1], "[a >= b]"),
         b("gt", 2, 0, _gt, [_zero1, _zero1], "[a > b]"),
-        b("dtanh", 1, 0, _dtanh, [lambda x: -2.0 * np.tanh(_f(x)) * _dtanh(x)],
-          "1 - tanh(x)^2, stable"),
-        b("dsigmoid", 1, 0, _dsigmoid,
-          [lambda x: _dsigmoid(x) * (1.0 - 2.0 * _sigmoid(x))], "sigmoid(x)(1 - sigmoid(x))"),
-        b("dtan", 1, 0, _dtan, [lambda x: 2.0 * np.tan(_f(x)) * _dtan(x)], "1 + tan(x)^2"),
+        b("dtanh", 1, 0, _dtanh, [_d2tanh], "1 - tanh(x)^2, stable"),
+        b("dsigmoid", 1, 0, _dsigmoid, [_d2sigmoid], "sigmoid(x)(1 - sigmoid(x))"),
+        b("dtan", 1, 0, _dtan, [_d2tan], "1 + tan(x)^2"),
+        # The end of the tower: third derivatives are expressions (see `_deriv_template`,
+        # which computes them exactly as these lambdas do).
+        b("d2tanh", 1, 0, _d2tanh, [lambda x: _dtanh(x) * (4.0 + -6.0 * _dtanh(x))],
+          "-2 tanh(x) dtanh(x)"),
+        b("d2sigmoid", 1, 0, _d2sigmoid,
+          [lambda x: _dsigmoid(x) * (1.0 + -6.0 * _dsigmoid(x))],
+          "dsigmoid(x)(1 - 2 sigmoid(x)), stable"),
+        b("d2tan", 1, 0, _d2tan, [lambda x: _dtan(x) * (-4.0 + 6.0 * _dtan(x))],
+          "2 tan(x) dtan(x)"),
+        b("sel_ge", 4, 0, _sel_ge,
+          [_zero1, _zero1, _of_ab(_ge), _of_ab(lambda a, b_: _gt(b_, a))],
+          "x if a >= b, y if a < b (0 if unordered): the tangent of max"),
+        b("keep_ge", 3, 0, _keep_ge, [_zero1, _zero1, _of_ab(_ge)],
+          "x if a >= b else 0"),
+        b("keep_gt", 3, 0, _keep_gt, [_zero1, _zero1, _of_ab(_gt)],
+          "x if a > b else 0"),
     ]
     return {r.name: r for r in rows}
 
 
 BUILTIN_FUNCS: dict[str, Builtin] = _table()
+
+# The builtins whose derivatives are NOT one call times a constant (the tower's end: they
+# appear only in second derivatives, so these are third derivatives of user programs).
+TOWER_END = frozenset({"d2tanh", "d2sigmoid", "d2tan"})
 
 # The derivative helpers beyond SPEC 2.3's builtins (name -> (arity, nparams)); they are in
 # the grammar too, so derivative programs print and re-parse.
@@ -203,11 +267,13 @@ def _deriv_template(name: str, xs: Sequence[A.Expr], params: Sequence[float], k:
            "square": lambda: _scale(2.0, x),
            "recip": lambda: _scale(-1.0, _call("pow", x, params=(-2.0,))),
            "step": lambda: A.Const(0.0), "sign": lambda: A.Const(0.0),
-           # Second-order helpers: ordinary expressions (x used twice: let-bound if needed).
-           "dtanh": lambda: _scale(-2.0, A.Mul(_call("tanh", x), _call("dtanh", x))),
-           "dsigmoid": lambda: A.Mul(_call("dsigmoid", x), A.Add(
-               A.Const(1.0), A.Mul(A.Const(-2.0), _call("sigmoid", x)))),
-           "dtan": lambda: _scale(2.0, A.Mul(_call("tan", x), _call("dtan", x)))}
+           "dtanh": lambda: _call("d2tanh", x), "dsigmoid": lambda: _call("d2sigmoid", x),
+           "dtan": lambda: _call("d2tan", x),
+           # The tower's end: `g (c0 + c1 g)` with g = dtanh etc., one call used twice (x is
+           # let-bound by `deriv_expr` when it is not atomic).
+           "d2tanh": lambda: _affine_times("dtanh", x, 4.0, -6.0),
+           "d2sigmoid": lambda: _affine_times("dsigmoid", x, 1.0, -6.0),
+           "d2tan": lambda: _affine_times("dtan", x, -4.0, 6.0)}
     if name in one:
         return one[name]()
     if name == "pow":
@@ -219,12 +285,53 @@ def _deriv_template(name: str, xs: Sequence[A.Expr], params: Sequence[float], k:
         if c == 2.0:
             return _scale(2.0, x)
         return _scale(c, _call("pow", x, params=(c - 1.0,)))
-    a, b = xs
-    two = {("max", 0): lambda: _call("ge", a, b), ("max", 1): lambda: _call("gt", b, a),
-           ("min", 0): lambda: _call("ge", b, a), ("min", 1): lambda: _call("gt", a, b),
-           ("ge", 0): lambda: A.Const(0.0), ("ge", 1): lambda: A.Const(0.0),
-           ("gt", 0): lambda: A.Const(0.0), ("gt", 1): lambda: A.Const(0.0)}
-    return two[(name, k)]()
+    if name in INDICATOR_PARTIALS:
+        ind = INDICATOR_PARTIALS[name][k]
+        return A.Const(0.0) if ind is None else _call(ind[0], xs[ind[1]], xs[ind[2]])
+    if name in ("ge", "gt"):
+        return A.Const(0.0)
+    raise TLError(f"no derivative rule for {name}")
+
+
+def _affine_times(g: str, x: A.Expr, c0: float, c1: float) -> A.Expr:
+    """`g(x) * (c0 + c1 * g(x))`."""
+    return A.Mul(_call(g, x), A.Add(A.Const(c0), A.Mul(A.Const(c1), _call(g, x))))
+
+
+# Builtins whose partial derivatives are all indicators: per argument, None (a zero partial)
+# or (cmp, i, j) for `cmp(args[i], args[j])`, cmp "ge" ([>=]) or "gt" ([>]).  Ties follow
+# SPEC 2.3 (max and min pick their first argument).
+Indicator = tuple[str, int, int]
+INDICATOR_PARTIALS: dict[str, tuple[Indicator | None, ...]] = {
+    "max": (("ge", 0, 1), ("gt", 1, 0)),
+    "min": (("ge", 1, 0), ("gt", 0, 1)),
+    "sel_ge": (None, None, ("ge", 0, 1), ("gt", 1, 0)),
+    "keep_ge": (None, None, ("ge", 0, 1)),
+    "keep_gt": (None, None, ("gt", 0, 1)),
+}
+
+
+def select_call(name: str, args: Sequence[T], tangents: Sequence[T | None]
+                ) -> tuple[str, tuple[T, ...]] | None:
+    """`sum_k f_k'(args) * tangents[k]` for a builtin of `INDICATOR_PARTIALS`, as one call
+    `(helper, helper_args)`: `keep_ge(a, b, t)` / `keep_gt(a, b, t)` for one live term,
+    `sel_ge(a, b, t1, t2)` for two (the two indicators of max and min are complementary).
+    The helper is linear in its arguments from position 2 on (the tangents): it is zero
+    where they all are.  None when every live term is zero.  Works on any argument type
+    (expressions, Tensor-SSA operands).  With a single tangent it is the cotangent
+    contribution `f_k' * t` of the adjoint."""
+    live = [(ind, t) for ind, t in zip(INDICATOR_PARTIALS[name], tangents)
+            if ind is not None and t is not None]
+    if not live:
+        return None
+    if len(live) == 1:
+        (cmp, i, j), t = live[0]
+        return f"keep_{cmp}", (args[i], args[j], t)
+    live.sort(key=lambda lt: lt[0][0])    # "ge" before "gt"
+    ((c1, i1, j1), t1), ((c2, i2, j2), t2) = live
+    if (c1, c2, i2, j2) != ("ge", "gt", j1, i1):
+        raise AssertionError(f"{name}: indicators {live} are not complementary")
+    return "sel_ge", (args[i1], args[j1], t1, t2)
 
 
 def _is_atomic(e: A.Expr) -> bool:

@@ -148,6 +148,32 @@ def test_adjoint_of_convolution_is_a_correlation():
         assert adjoint == 2 * n * 5 - (n + 5 - 1) <= program_cost(p, args)
 
 
+def test_adjoint_of_max_is_one_selection_call_per_argument():
+    """ADJ-select: d_x += keep_ge(x, y, d_v), d_y += keep_gt(y, x, d_v) (one call each, no
+    product with an indicator); a broadcast cotangent is read directly, the grad seed 1
+    leaves the indicator ge(x, y)."""
+    src = ("def f(N: size, x: R[N], y: R[N]) -> R[N, N]:\n"
+           "    z[i:N, j:N] = max(x[i], y[j])\n    return z\n")
+    p = prog(src, "f")
+    v = vjp_program(p)
+    assert_ssa(v)
+    fns = sorted(s.rhs.fn for s in v.stmts if isinstance(s.rhs, tssa.MapRhs))
+    assert fns == ["keep_ge", "keep_gt", "max"]
+    assert not any(isinstance(s.rhs, tssa.ContractRhs) for s in v.stmts)
+    rng = np.random.default_rng(8)
+    a = {"N": 4, "x": rng.uniform(-1, 1, 4), "y": rng.uniform(-1, 1, 4)}
+    dy = rng.uniform(-1, 1, (4, 4))
+    _, (gx, gy) = run(v, {**a, "d_y": dy})
+    np.testing.assert_allclose(gx, fd_grad(p, a, "x", dy), rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(gy, fd_grad(p, a, "y", dy), rtol=1e-6, atol=1e-9)
+    s = prog("def f(N: size, x: R[N], y: R[N]) -> R:\n    return sum i:N. max(x[i], y[i])\n",
+             "f")
+    text = tssa.to_text(vjp_program(s))
+    assert "keep_ge(x[i0], y[i0], d_y)" in text and "keep_gt(y[i0], x[i0], d_y)" in text
+    g = vjp_program(s, ["x"], seed="one", outputs="grads")
+    assert [st.rhs.fn for st in g.stmts if isinstance(st.rhs, tssa.MapRhs)] == ["ge"]
+
+
 def test_fan_out_becomes_one_guarded_add():
     p = prog("def f(N: size, x: R[N]) -> R[N]:\n"
              "    y[i:N] = [i < 3] * exp(x[i]) + sin(x[i])\n    return y\n", "f")

@@ -237,6 +237,7 @@ def test_compare_detects_differences():
     assert runner.compare(1.0, 1.0 + 1e-12)[0]
     assert not runner.compare(1.0, 1.1)[0]
     assert not runner.compare((np.ones(3), 1.0), np.ones(3))[0]
+    assert runner.compare((1.0, (np.ones(2), 2.0)), (1.0, np.ones(2), 2.0))[0]  # nested pairs
     assert not runner.compare(np.ones(3), np.ones(4))[0]
     assert not runner.compare(np.array([np.nan, 1.0]), np.array([1.0, 1.0]))[0]
     assert runner.compare(np.array([np.nan, 1.0]), np.array([np.nan, 1.0]))[0]
@@ -269,3 +270,19 @@ def test_gpu_script_exits_cleanly_without_gpu_or_backend(capsys, monkeypatch):
     monkeypatch.setattr(gpu, "backend_status", lambda: (False, "no CUDA backend"))
     assert gpu.main([]) == 0
     assert "no CUDA backend; nothing to do" in capsys.readouterr().out
+
+
+def test_cost_worker_counts_and_times_out():
+    from bench.costs import CostWorker
+
+    worker = CostWorker(timeout=120.0)
+    try:
+        c, msg = worker.cost("skip_one", None, {"N": 7})
+        assert msg == "" and c["total"] == c["adds"] + c["muls"] + c["calls"] and c["stage"]
+        tl_cost = __import__("tensorlang").load(ROOT / "examples" / "pathological.tl")
+        assert c["total"] == tl_cost["skip_one"].cost(N=7).total
+        worker.timeout = 0.0  # no time to answer: the worker is killed, the request fails
+        c, msg = worker.cost("skip_one", None, {"N": 7})
+        assert c is None and "over" in msg
+    finally:
+        worker.close()

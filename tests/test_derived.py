@@ -115,6 +115,26 @@ def test_hvp_and_hessian_agree_with_differences_of_the_gradient(name, x):
                                atol=1e-12)
 
 
+@pytest.mark.parametrize("body", ["tanh(x[i])", "sigmoid(x[i]) * x[i]", "tan(x[i])",
+                                  "max(x[i] * x[i], y[i]) * x[i]",
+                                  "min(sin(x[i]), x[i] * y[i])"])
+def test_hvp_and_hessian_of_second_order_helpers_and_selections(body):
+    """The second derivatives call d2tanh & co. and the selections (sel_ge, keep_ge,
+    keep_gt): they agree with differences of the gradient, and hvp costs at most 4 grads."""
+    src = f"def f(N: size, x: R[N], y: R[N]) -> R:\n    return sum i:N. {body}\n"
+    d = tl.parse(src)["f"].core()
+    grad, hvp = derive(d, "grad", ("x",)), derive(d, "hvp", ("x",))
+    rng = np.random.default_rng(11)
+    args = {"N": 5, "x": rng.uniform(-1, 1, 5), "y": rng.uniform(-1, 1, 5)}
+    v = rng.uniform(-1, 1, 5)
+    hv = run(hvp, {**args, "v": v})
+    np.testing.assert_allclose(hv, fd_jvp(grad, args, ["x"], {"x": v}), rtol=1e-5, atol=1e-8)
+    hess = run(derive(d, "hessian", ("x",)), args)
+    np.testing.assert_allclose(hess @ v, hv, rtol=1e-10, atol=1e-12)
+    for n in (5, 100):
+        assert program_cost(hvp, {"N": n}) <= 4 * program_cost(grad, {"N": n})
+
+
 def test_jacobian_matches_finite_differences():
     for name, x in [("conv", "x"), ("arap_residuals", "T")]:
         w, d = example(name)

@@ -168,6 +168,47 @@ def test_map_rule_is_one_call_and_one_contraction():
     assert program_cost(j, {"N": 10}) == 30  # 3 C(f): the tangent costs 2 C(f)
 
 
+def test_max_with_both_tangents_live_is_one_selection_call():
+    """FWD-select: jvp(max(x, y)) = sel_ge(x, y, dx, dy) (one call, not ge * dx + gt * dy),
+    keep_ge / keep_gt with one live tangent; values match finite differences off the kink and
+    follow the tie convention (max picks its first argument) on it."""
+    p = prog("def f(N: size, x: R[N], y: R[N]) -> R[N]:\n"
+             "    z[i:N] = max(x[i], y[i]) + min(y[i], x[i])\n    return z\n", "f")
+    j = jvp_program(p)
+    assert_ssa(j)
+    fns = sorted(s.rhs.fn for s in j.stmts if isinstance(s.rhs, tssa.MapRhs))
+    assert fns == ["max", "min", "sel_ge", "sel_ge"]
+    assert program_cost(j, {"N": 10}) == 2 * program_cost(p, {"N": 10})
+    rng = np.random.default_rng(4)
+    a = {"N": 6, "x": rng.uniform(-1, 1, 6), "y": rng.uniform(-1, 1, 6)}
+    dx = {"x": rng.uniform(-1, 1, 6), "y": rng.uniform(-1, 1, 6)}
+    _, t = run(j, {**a, "d_x": dx["x"], "d_y": dx["y"]})
+    np.testing.assert_allclose(t, fd_jvp(p, a, ["x", "y"], dx), rtol=1e-6)
+    tie = {"N": 1, "x": np.ones(1), "y": np.ones(1), "d_x": np.full(1, 2.0),
+           "d_y": np.full(1, 5.0)}
+    assert run(j, tie)[1][0] == 2.0 + 5.0    # max -> d_x, min(y, x) -> d_y
+    one = jvp_program(p, ["y"])
+    fns = sorted(s.rhs.fn for s in one.stmts if isinstance(s.rhs, tssa.MapRhs))
+    assert fns == ["keep_ge", "keep_gt", "max", "min"]
+
+
+@pytest.mark.parametrize("fn", ["tanh", "sigmoid", "tan"])
+def test_second_order_helpers_have_one_call_derivatives(fn):
+    """tanh' = dtanh, dtanh' = d2tanh: the jvp of a grad (hvp) calls d2tanh once per
+    element, and matches finite differences of the gradient's program."""
+    p = prog(f"def f(N: size, x: R[N]) -> R[N]:\n    y[i:N] = d{fn}(x[i])\n    return y\n",
+             "f")
+    j = jvp_program(p)
+    fns = sorted(s.rhs.fn for s in j.stmts if isinstance(s.rhs, tssa.MapRhs))
+    assert fns == [f"d2{fn}", f"d{fn}"]
+    assert program_cost(j, {"N": 10}) == 30   # 3 C(f), as for any unary builtin
+    rng = np.random.default_rng(6)
+    a = {"N": 5, "x": rng.uniform(-1, 1, 5)}
+    dx = rng.uniform(-1, 1, 5)
+    _, t = run(j, {**a, "d_x": dx})
+    np.testing.assert_allclose(t, fd_jvp(p, a, ["x"], {"x": dx}), rtol=1e-6)
+
+
 def test_product_rule_and_square():
     p = prog("def f(N: size, x: R[N], y: R[N]) -> R:\n    return sum i:N. x[i] * y[i]\n", "f")
     j = jvp_program(p)

@@ -1,6 +1,7 @@
 """The reference interpreter (SPEC 2.2) and the builtin table (SPEC 2.3)."""
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from typing import Any
@@ -552,9 +553,8 @@ def _sample(name: str) -> list[np.ndarray]:
     if name == "tan":
         pts = np.clip(pts, -1.2, 1.2)
     f = B.BUILTIN_FUNCS[name]
-    if f.arity == 2:
-        return [pts, pts[::-1] * 0.8 + 0.05]
-    return [pts]
+    # a and b never within a finite-difference step of each other (selections' kinks)
+    return [pts, pts[::-1] * 0.8 + 0.05, np.sin(3 * pts) + 0.5, np.cos(2 * pts)][:f.arity]
 
 
 @pytest.mark.parametrize("name", sorted(B.BUILTIN_FUNCS))
@@ -585,8 +585,9 @@ def test_deriv_expr_agrees_with_numeric_derivative(name: str) -> None:
                                        err_msg=f"{name}{params} d/darg{k}: {e}")
 
 
-@pytest.mark.parametrize("name", sorted(A.SPEC_BUILTINS))
-def test_language_builtin_derivatives_are_one_call_times_a_constant(name: str) -> None:
+@pytest.mark.parametrize("name", sorted(set(B.BUILTIN_FUNCS) - B.TOWER_END))
+def test_builtin_derivatives_are_one_call_times_a_constant(name: str) -> None:
+    """Every builtin but the tower's end (SPEC 6's cost bounds need it for jvp and vjp)."""
     f = B.BUILTIN_FUNCS[name]
     args = [A.Var(f"a{j}") for j in range(f.arity)]
     for params in ([()] if f.nparams == 0 else [(2.0,), (0.5,), (0.0,), (1.0,), (-2.0,)]):
@@ -595,16 +596,47 @@ def test_language_builtin_derivatives_are_one_call_times_a_constant(name: str) -
             core = e.b if isinstance(e, A.Mul) and isinstance(e.a, A.Const) else e
             assert isinstance(core, (A.Call, A.Const)) or core in args, f"{name}: {e}"
             if isinstance(core, A.Call):
-                assert all(a in args for a in core.args)
+                assert all(a in args for a in core.args) and core.fn in A.BUILTINS
+
+
+@pytest.mark.parametrize("name", sorted(B.TOWER_END))
+def test_the_tower_ends_with_expressions_of_builtins(name: str) -> None:
+    """d2tanh' etc. (third derivatives of user programs) may use a call twice."""
+    e = B.deriv_expr(name, [A.Var("a0")], (), 0)
+    calls = [n for n in A.walk(e) if isinstance(n, A.Call)]
+    assert calls and all(c.fn in A.BUILTINS for c in calls)
+
+
+@pytest.mark.parametrize("name", sorted(B.INDICATOR_PARTIALS))
+def test_select_call_is_the_directional_derivative_in_one_call(name: str) -> None:
+    """`select_call` (max, min, selections) equals sum_k f_k' t_k for every set of live
+    tangents, ties and NaN included, and is one call of a selection helper."""
+    f = B.BUILTIN_FUNCS[name]
+    vals = np.array([-1.0, 0.0, 0.0, 2.0, np.nan, 1.0])
+    args = [vals, vals[::-1], np.arange(6.0) + 1, -np.arange(6.0) - 1][:f.arity]
+    tans = [np.linspace(1, 2, 6), np.linspace(-3, -2, 6), np.full(6, 5.0), np.full(6, 7.0)]
+    for live in itertools.product([False, True], repeat=f.arity):
+        ts = [tans[k] if on else None for k, on in enumerate(live)]
+        call = B.select_call(name, list(range(f.arity)), [k if on else None
+                                                          for k, on in enumerate(live)])
+        want = sum((f.derivs[k](*args) * t for k, t in enumerate(ts) if t is not None),
+                   np.zeros(6))
+        if call is None:
+            np.testing.assert_array_equal(want, 0.0)
+            continue
+        helper, slots = call
+        assert helper in ("sel_ge", "keep_ge", "keep_gt")
+        ops = [args[s] for s in slots[:2]] + [ts[s] for s in slots[2:]]
+        np.testing.assert_array_equal(B.apply(helper, ops), want, err_msg=f"{live}")
 
 
 def test_deriv_expr_let_binds_a_repeated_complex_argument() -> None:
     arg = call("exp", (A.Var("z"),))
-    e = B.deriv_expr("dsigmoid", [arg], (), 0)
+    e = B.deriv_expr("d2sigmoid", [arg], (), 0)   # dsigmoid (1 - 6 dsigmoid)
     assert isinstance(e, A.Let) and e.value is arg
     assert eval_expr(e, {"z": 0.3}) == pytest.approx(
-        B.BUILTIN_FUNCS["dsigmoid"].derivs[0](np.exp(0.3)))
-    simple = B.deriv_expr("dsigmoid", [A.Var("z")], (), 0)
+        B.BUILTIN_FUNCS["d2sigmoid"].derivs[0](np.exp(0.3)))
+    simple = B.deriv_expr("d2sigmoid", [A.Var("z")], (), 0)
     assert not isinstance(simple, A.Let)
 
 
@@ -628,7 +660,9 @@ def test_builtin_conventions_and_stability() -> None:
     assert d["sigmoid"][0](np.array([40.0]))[0] == pytest.approx(np.exp(-40.0), rel=1e-9)
     assert d["tanh"][0](np.array([20.0]))[0] == pytest.approx(4 * np.exp(-40.0), rel=1e-9)
     assert d["pow"][0](zero, 0.0)[0] == 0.0
-    assert set(B.EXTRA_BUILTINS) == {"step", "sign", "ge", "gt", "dtanh", "dsigmoid", "dtan"}
+    assert set(B.EXTRA_BUILTINS) == {"step", "sign", "ge", "gt", "dtanh", "dsigmoid", "dtan",
+                                     "d2tanh", "d2sigmoid", "d2tan", "sel_ge", "keep_ge",
+                                     "keep_gt"}
     assert all(B.BUILTIN_FUNCS[n].arity == a and B.BUILTIN_FUNCS[n].nparams == p
                for n, (a, p) in A.BUILTINS.items())
 

@@ -158,7 +158,7 @@ def builtins_program(chain: bool) -> tssa.Program:
     outs: list[str] = []
     for fn, (nargs, nparams) in sorted(A.BUILTINS.items()):
         first = outs[-1] if chain and outs else x
-        ops = [(first, ["i"]), (y, ["i"])][:nargs]
+        ops = [(first, ["i"]), (y, ["i"]), (x, ["i"]), (y, ["i"])][:nargs]
         outs.append(b.map([("i", "N")], fn, ops, params=[1.5] * nparams))
     out: tssa.Out = outs[-1]
     if not chain:
