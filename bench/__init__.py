@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Sequence
+from typing import Sequence
 
 __all__ = ["main", "build_parser", "DEFAULT_SIZES"]
 

@@ -89,7 +89,7 @@ def plot_summary(plt: Any, data: dict[str, Any], path: str) -> bool:
     rows = list(best)
     systems = sorted({s for v in best.values() for s in v}, key=lambda s: list(COLORS).index(
         s.split("[")[0]) if s.split("[")[0] in COLORS else 99)
-    fig, ax = plt.subplots(figsize=(11, 0.35 * len(rows) + 1.5))
+    fig, ax = plt.subplots(figsize=(12, 0.35 * len(rows) + 1.5))
     h = 0.8 / max(1, len(systems))
     for j, s in enumerate(systems):
         ys = [i + j * h for i in range(len(rows)) if s in best[rows[i]]]
@@ -104,6 +104,7 @@ def plot_summary(plt: Any, data: dict[str, Any], path: str) -> bool:
     ax.legend(fontsize=7)
     ax.grid(True, axis="x", which="both", alpha=0.3)
     fig.tight_layout()
+    fig.subplots_adjust(left=0.2)  # room for the longest workload labels
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return True

@@ -189,6 +189,28 @@ def machine_text(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _cli_passes_options() -> bool:
+    """Whether `tl bench` hands options (not only workload names) to bench.main."""
+    import contextlib
+    import io
+
+    try:
+        from tensorlang import cli
+
+        with contextlib.redirect_stderr(io.StringIO()):  # argparse's complaint, if any
+            ns = cli.build_parser().parse_args(["bench", "qform", "--quick"])
+    except (SystemExit, Exception):  # noqa: BLE001 -- argparse rejects unknown options
+        return False
+    return "--quick" in list(getattr(ns, "names", []) or [])
+
+
+def _cli_note() -> str:
+    if _cli_passes_options():
+        return "`tl bench ...` and `python -m bench ...` are the same command."
+    return ("Today `tl bench` accepts workload names only (its argument parser rejects the "
+            "options); use `python -m bench ...` (same program) for options.")
+
+
 def _lscpu() -> str:
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
@@ -246,6 +268,8 @@ def render(data: dict[str, Any], doc_path: str, plots: list[str]) -> str:
         "python -m bench ...                       # the same without the tl entry point",
         "python bench/gpu.py                       # on a CUDA machine: equivalence + --backend cuda",
         "```",
+        "",
+        _cli_note(),
         "",
         "Options: `--systems numpy,tensorlang,jax,torch`, `--backend interp|numba|cuda`, "
         "`--budget S` (timing seconds per measurement), `--max-n`, `--no-memory`, `--startup`, "
@@ -308,7 +332,7 @@ def render(data: dict[str, Any], doc_path: str, plots: list[str]) -> str:
         f"Summary: {_count(s_rows)}." if s_rows else
         "Not measured in this run (`--startup` or `--doc`).",
         "",
-        md_table(["workload", "import", "pipeline + calls", "total", "cold total", "wall",
+        md_table(["workload", "import tensorlang (lazy)", "pipeline + calls", "total", "cold total", "wall",
                   "status; functions"], s_rows) if s_rows else "",
         "",
         "## Results",

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .tasks import EXAMPLES, ROOT, Deriv, Task
+from .tasks import EXAMPLES, ROOT, Task
 
 SCHEMA = "tensorlang-bench/1"
 MIN_SAMPLE_S = 0.005     # a sample averages enough calls to last at least this long

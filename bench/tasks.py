@@ -62,7 +62,7 @@ class Deriv:
         inner = ", ".join(self.wrt)
         return f"J^T J v({inner})" if self.kind == "jtjv" else f"{self.kind}({inner})"
 
-    def extra_names(self, fwd_value: Any = None) -> list[str]:
+    def extra_names(self) -> list[str]:
         if self.kind in ("jvp", "jtjv"):
             return ["d_" + w for w in self.wrt]
         if self.kind == "hvp":

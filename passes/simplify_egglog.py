@@ -61,12 +61,12 @@ DECLARATIONS = r"""
 (constructor Stmt (String Sc) Ten)
 (constructor Num (f64) Sc)
 (constructor Get (Ten String) Sc)
-(constructor Mul (Mask Sc Sc) Sc)
-(constructor Add (Mask Sc Sc) Sc)
+(constructor Mul (Sc Sc) Sc)
+(constructor Add (Sc Sc) Sc)
 (constructor Call1 (Mask String Sc) Sc)
 (constructor Call2 (Mask String Sc Sc) Sc)
 (constructor Iv (Mask Sc) Sc)
-(constructor Sum (Mask String Sc) Sc)
+(constructor Sum (String Sc) Sc)
 (function free (Sc) Mask :merge (set-intersect old new))
 (function mask (Sc) Mask :merge (set-union old new))
 (function pfree (Mask) Mask :merge (set-intersect old new))
@@ -79,10 +79,11 @@ DECLARATIONS = r"""
 
 CONSTRUCTORS: dict[str, tuple[str, ...]] = {  # name -> argument sorts
     "Param": ("String",), "Stmt": ("String", "Sc"), "Num": ("f64",), "Get": ("Ten", "String"),
-    "Mul": ("Mask", "Sc", "Sc"), "Add": ("Mask", "Sc", "Sc"), "Call1": ("Mask", "String", "Sc"),
-    "Call2": ("Mask", "String", "Sc", "Sc"), "Iv": ("Mask", "Sc"), "Sum": ("Mask", "String", "Sc"),
+    "Mul": ("Sc", "Sc"), "Add": ("Sc", "Sc"), "Call1": ("Mask", "String", "Sc"),
+    "Call2": ("Mask", "String", "Sc", "Sc"), "Iv": ("Mask", "Sc"), "Sum": ("String", "Sc"),
 }
 OUT_SORT = {"Param": "Ten", "Stmt": "Ten"}
+MASKED = ("Call1", "Call2", "Iv")     # constructors whose first argument is a mask
 
 
 def _marking() -> str:
@@ -95,15 +96,12 @@ def _marking() -> str:
         out.append(f"(rule ((= e ({name} {vs}))) ((Old{name} {vs})) :ruleset mark)")
     return "\n".join(out)
 
+
 E = "(set-empty)"
 
 
-def _u(p: str, q: str) -> str:
-    """The union of two masks, and the action recording its free indices."""
-    return f"(set-union {p} {q})"
-
-
 def _pf(p: str, q: str, fp: str, fq: str) -> str:
+    """The action recording the free indices of the union of two masks."""
     return f"(set (pfree (set-union {p} {q})) (set-union {fp} {fq}))"
 
 
@@ -129,30 +127,29 @@ _ANALYSIS = [
     _r("A-free", "analysis", "free indices of every term (merge: intersection)", r"""
 (rule ((= e (Num x))) ((set (free e) (set-empty))) :ruleset {rs})
 (rule ((= e (Get t acc)) (= fa (accfree acc))) ((set (free e) fa)) :ruleset {rs})
-(rule ((= e (Mul P a b)) (= fp (pfree P)) (= fa (free a)) (= fb (free b)))
-      ((set (free e) (set-union fp (set-union fa fb)))) :ruleset {rs})
-(rule ((= e (Add P a b)) (= fp (pfree P)) (= fa (free a)) (= fb (free b)))
-      ((set (free e) (set-union fp (set-union fa fb)))) :ruleset {rs})
+(rule ((= e (Mul a b)) (= fa (free a)) (= fb (free b)))
+      ((set (free e) (set-union fa fb))) :ruleset {rs})
+(rule ((= e (Add a b)) (= fa (free a)) (= fb (free b)))
+      ((set (free e) (set-union fa fb))) :ruleset {rs})
 (rule ((= e (Call1 P f a)) (= fp (pfree P)) (= fa (free a)))
       ((set (free e) (set-union fp fa))) :ruleset {rs})
 (rule ((= e (Call2 P f a b)) (= fp (pfree P)) (= fa (free a)) (= fb (free b)))
       ((set (free e) (set-union fp (set-union fa fb)))) :ruleset {rs})
 (rule ((= e (Iv P a)) (= fp (pfree P)) (= fa (free a)))
       ((set (free e) (set-union fp fa))) :ruleset {rs})
-(rule ((= e (Sum P j a)) (= fp (pfree P)) (= fa (free a)))
-      ((set (free e) (set-union fp (set-remove fa j)))) :ruleset {rs})
+(rule ((= e (Sum j a)) (= fa (free a))) ((set (free e) (set-remove fa j))) :ruleset {rs})
 """),
     _r("A-mask", "analysis", "zero-condition of every term (merge: union)", r"""
 (rule ((= e (Num x)) (!= x 0.0)) ((set (mask e) (set-empty))) :ruleset {rs})
 (rule ((= e (Num 0.0))) ((set (mask e) (set-of "false"))) :ruleset {rs})
-(rule ((= e (Mul P a b)) (= ma (mask a)) (= mb (mask b)))
-      ((set (mask e) (set-union P (set-union ma mb)))) :ruleset {rs})
-(rule ((= e (Add P a b)) (= ma (mask a)) (= mb (mask b)))
-      ((set (mask e) (set-union P (set-intersect ma mb)))) :ruleset {rs})
+(rule ((= e (Mul a b)) (= ma (mask a)) (= mb (mask b)))
+      ((set (mask e) (set-union ma mb))) :ruleset {rs})
+(rule ((= e (Add a b)) (= ma (mask a)) (= mb (mask b)))
+      ((set (mask e) (set-intersect ma mb))) :ruleset {rs})
 (rule ((= e (Call1 P f a))) ((set (mask e) P)) :ruleset {rs})
 (rule ((= e (Call2 P f a b))) ((set (mask e) P)) :ruleset {rs})
 (rule ((= e (Iv P a)) (= ma (mask a))) ((set (mask e) (set-union P ma))) :ruleset {rs})
-(rule ((= e (Sum P j a))) ((set (mask e) P)) :ruleset {rs})
+(rule ((= e (Sum j a))) ((set (mask e) (set-empty))) :ruleset {rs})
 """),
 ]
 
@@ -162,107 +159,87 @@ _CLEAN = [
 """),
     _r("S-iv-false", "clean", "[false] * e -> 0  (also: a mask the index solver refutes)", r"""
 (rule ((= m (mask e)) (set-contains m "false")) ((union e (Num 0.0))) :ruleset {rs})
-(rule ((dead d) (= m (mask e)) (= (set-diff d m) (set-empty)) (= fe (free e))
-       (= (set-diff (pfree d) fe) (set-empty)))
-      ((union e (Num 0.0))) :ruleset {rs})
+(rule ((= m (mask e)) (dead m)) ((union e (Num 0.0))) :ruleset {rs})
 """),
     _r("S-iv-and", "clean", "[p] * [q] * e -> [p and q] * e", r"""
-(rule ((= e (Iv P (Iv Q a))) (= fp (pfree P)) (= fq (pfree Q)))
+(rule ((= e (Iv P (Iv Q a))) (= fp (pfree P)) (= fq (pfree Q)) (= ma (mask a))
+       (!= (set-diff Q ma) (set-empty)) (!= (set-diff P (set-union Q ma)) (set-empty)))
       ((union e (Iv (set-union P Q) a)) """ + _pf("P", "Q", "fp", "fq") + r""") :ruleset {rs})
 """),
     _r("S-iv-implied", "clean", "[p] * e -> e  when e is 0 wherever p fails", r"""
 (rule ((= e (Iv P a)) (= m (mask a)) (= (set-diff P m) (set-empty))) ((union e a)) :ruleset {rs})
 """),
-    _r("S-iv-hoist", "clean", "[P] * (([q] * a) * b) -> [P and q] * (a * b)", r"""
-(rule ((= e (Mul P (Iv Q a) b)) (= fp (pfree P)) (= fq (pfree Q)))
-      ((union e (Mul (set-union P Q) a b)) """ + _pf("P", "Q", "fp", "fq") + r""") :ruleset {rs})
-(rule ((= e (Mul P a (Iv Q b))) (= fp (pfree P)) (= fq (pfree Q)))
-      ((union e (Mul (set-union P Q) a b)) """ + _pf("P", "Q", "fp", "fq") + r""") :ruleset {rs})
-"""),
     _r("S-iv-push", "clean",
-       "[p] * op_P(a, ..) -> op_{P and p}([p] * a, ..)  (the mask of every primitive under it)",
-       r"""
-(rule ((= e (Iv P (Mul Q a b))) (= fp (pfree P)) (= fq (pfree Q)))
-      ((union e (Mul (set-union P Q) a b)) """ + _pf("P", "Q", "fp", "fq") + r""") :ruleset {rs})
-(rule ((= e (Iv P (Add Q a b))) (= fp (pfree P)) (= fq (pfree Q)))
-      ((union e (Add (set-union P Q) (Iv P a) (Iv P b))) """ + _pf("P", "Q", "fp", "fq") + r""")
-      :ruleset {rs})
+       "[p] * op(a, ..) -> op([p] * a, ..)  (into a factor over p's indices, every summand, "
+       "a call's arguments, a sum's body)", r"""
+(rule ((= e (Iv P (Mul a b))) (= fp (pfree P)) (= fa (free a)) (= (set-diff fp fa) (set-empty))
+       (= ma (mask a)) (!= (set-diff P ma) (set-empty)))
+      ((union e (Mul (Iv P a) b))) :ruleset {rs})
+(rule ((= e (Iv P (Mul a b))) (= fp (pfree P)) (= fb (free b)) (= (set-diff fp fb) (set-empty))
+       (= mb (mask b)) (!= (set-diff P mb) (set-empty)))
+      ((union e (Mul a (Iv P b)))) :ruleset {rs})
+(rule ((= e (Iv P (Add a b))))
+      ((union e (Add (Iv P a) (Iv P b)))) :ruleset {rs})
 (rule ((= e (Iv P (Call1 Q f a))) (= fp (pfree P)) (= fq (pfree Q)))
       ((union e (Call1 (set-union P Q) f (Iv P a))) """ + _pf("P", "Q", "fp", "fq") + r""")
       :ruleset {rs})
 (rule ((= e (Iv P (Call2 Q f a b))) (= fp (pfree P)) (= fq (pfree Q)))
       ((union e (Call2 (set-union P Q) f (Iv P a) (Iv P b))) """ + _pf("P", "Q", "fp", "fq")
        + r""") :ruleset {rs})
-(rule ((= e (Iv P (Sum Q j a))) (= fp (pfree P)) (= fq (pfree Q)) (set-not-contains fp j))
-      ((union e (Sum (set-union P Q) j (Iv P a))) """ + _pf("P", "Q", "fp", "fq") + r""")
-      :ruleset {rs})
+(rule ((= e (Iv P (Sum j a))) (= fp (pfree P)) (set-not-contains fp j))
+      ((union e (Sum j (Iv P a)))) :ruleset {rs})
 """),
     _r("S-iv-sum", "clean", "sum j. [q] * e -> [q] * sum j. e  (j not in q)", r"""
-(rule ((= e (Sum P j (Iv Q a))) (= fq (pfree Q)) (set-not-contains fq j))
-      ((union e (Iv Q (Sum P j a)))) :ruleset {rs})
+(rule ((= e (Sum j (Iv Q a))) (= fq (pfree Q)) (set-not-contains fq j))
+      ((union e (Iv Q (Sum j a)))) :ruleset {rs})
 """),
     _r("S-mul-zero", "clean", "0 * e -> 0", r"""
-(rewrite (Mul P (Num 0.0) a) (Num 0.0) :ruleset {rs})
-(rewrite (Mul P a (Num 0.0)) (Num 0.0) :ruleset {rs})
+(rewrite (Mul (Num 0.0) a) (Num 0.0) :ruleset {rs})
+(rewrite (Mul a (Num 0.0)) (Num 0.0) :ruleset {rs})
 """),
     _r("S-mul-one", "clean", "1 * e -> e", r"""
-(rewrite (Mul P (Num 1.0) a) (Iv P a) :ruleset {rs})
-(rewrite (Mul P a (Num 1.0)) (Iv P a) :ruleset {rs})
+(rewrite (Mul (Num 1.0) a) a :ruleset {rs})
+(rewrite (Mul a (Num 1.0)) a :ruleset {rs})
 """),
     _r("S-add-zero", "clean", "0 + e -> e", r"""
-(rewrite (Add P (Num 0.0) a) (Iv P a) :ruleset {rs})
-(rewrite (Add P a (Num 0.0)) (Iv P a) :ruleset {rs})
+(rewrite (Add (Num 0.0) a) a :ruleset {rs})
+(rewrite (Add a (Num 0.0)) a :ruleset {rs})
 """),
     _r("S-sum-zero", "clean", "sum j. 0 -> 0", r"""
-(rewrite (Sum P j (Num 0.0)) (Num 0.0) :ruleset {rs})
+(rewrite (Sum j (Num 0.0)) (Num 0.0) :ruleset {rs})
 """),
     _r("S-fold", "clean", "c1 * c2 -> c, c1 + c2 -> c, c1 * (c2 * e) -> (c1 c2) * e", r"""
-(rewrite (Mul P (Num x) (Num y)) (Iv P (Num (* x y))) :ruleset {rs})
-(rewrite (Add P (Num x) (Num y)) (Iv P (Num (+ x y))) :ruleset {rs})
-(rule ((= e (Mul P (Num x) (Mul Q (Num y) a))) (= fp (pfree P)) (= fq (pfree Q)))
-      ((union e (Mul (set-union P Q) (Num (* x y)) a)) """ + _pf("P", "Q", "fp", "fq") + r""")
-      :ruleset {rs})
+(rewrite (Mul (Num x) (Num y)) (Num (* x y)) :ruleset {rs})
+(rewrite (Add (Num x) (Num y)) (Num (+ x y)) :ruleset {rs})
+(rewrite (Mul (Num x) (Mul (Num y) a)) (Mul (Num (* x y)) a) :ruleset {rs})
 """),
 ]
 
 _SEARCH = [
-    _r("S-mask-out", "search", "op_P(a, ..) <-> [P] * op(a, ..)  (exposes masked operators)",
-       r"""
-(rule ((= e (Mul P a b)) (!= P (set-empty))) ((union e (Iv P (Mul (set-empty) a b)))) :ruleset {rs})
-(rule ((= e (Add P a b)) (!= P (set-empty))) ((union e (Iv P (Add (set-empty) a b)))) :ruleset {rs})
-(rule ((= e (Sum P j a)) (!= P (set-empty))) ((union e (Iv P (Sum (set-empty) j a)))) :ruleset {rs})
-"""),
     _r("S-distribute", "search", "a * (b + c) <-> a * b + a * c", r"""
-(birewrite (Mul (set-empty) a (Add (set-empty) b c))
-           (Add (set-empty) (Mul (set-empty) a b) (Mul (set-empty) a c)) :ruleset {rs})
+(birewrite (Mul a (Add b c)) (Add (Mul a b) (Mul a c)) :ruleset {rs})
 """),
     _r("S-sum-add", "search", "sum j. (a + b) <-> sum j. a + sum j. b", r"""
-(birewrite (Sum (set-empty) j (Add (set-empty) a b))
-           (Add (set-empty) (Sum (set-empty) j a) (Sum (set-empty) j b)) :ruleset {rs})
+(birewrite (Sum j (Add a b)) (Add (Sum j a) (Sum j b)) :ruleset {rs})
 """),
     _r("S-sum-factor", "search",
        "sum j. a * b <-> [n_j >= 1] * a * sum j. b  (j not free in a)", r"""
-(rule ((= e (Sum (set-empty) j (Mul (set-empty) a b))) (= fa (free a)) (set-not-contains fa j)
-       (= nj (ne j)))
-      ((union e (Mul nj a (Sum (set-empty) j b)))) :ruleset {rs})
-(rule ((= e (Mul P a (Sum Q j b))) (= fa (free a)) (set-not-contains fa j) (= fp (pfree P))
-       (set-not-contains fp j) (= fq (pfree Q)))
-      ((union e (Iv (set-union P Q) (Sum (set-empty) j (Mul (set-empty) a b))))
-       """ + _pf("P", "Q", "fp", "fq") + r""") :ruleset {rs})
+(rule ((= e (Sum j (Mul a b))) (= fa (free a)) (set-not-contains fa j) (= nj (ne j)))
+      ((union e (Iv nj (Mul a (Sum j b))))) :ruleset {rs})
+(rule ((= e (Mul a (Sum j b))) (= fa (free a)) (set-not-contains fa j))
+      ((union e (Sum j (Mul a b)))) :ruleset {rs})
 """),
     _r("S-mul-comm", "search", "a * b <-> b * a", r"""
-(rewrite (Mul P a b) (Mul P b a) :ruleset {rs})
+(rewrite (Mul a b) (Mul b a) :ruleset {rs})
 """),
     _r("S-add-comm", "search", "a + b <-> b + a", r"""
-(rewrite (Add P a b) (Add P b a) :ruleset {rs})
+(rewrite (Add a b) (Add b a) :ruleset {rs})
 """),
     _r("S-mul-assoc", "search", "(a * b) * c <-> a * (b * c)", r"""
-(birewrite (Mul (set-empty) (Mul (set-empty) a b) c) (Mul (set-empty) a (Mul (set-empty) b c))
-           :ruleset {rs})
+(birewrite (Mul (Mul a b) c) (Mul a (Mul b c)) :ruleset {rs})
 """),
     _r("S-sum-swap", "search", "sum j. sum k. e <-> sum k. sum j. e", r"""
-(rewrite (Sum (set-empty) j (Sum (set-empty) k a)) (Sum (set-empty) k (Sum (set-empty) j a))
-         :ruleset {rs})
+(rewrite (Sum j (Sum k a)) (Sum k (Sum j a)) :ruleset {rs})
 """),
 ]
 
@@ -355,7 +332,7 @@ class EGraph:
         t0 = time.perf_counter()
         parts = ["(saturate g_analysis)"]
         if "clean" in groups:
-            parts.append(f"(repeat {budget.clean_iters} (seq (run g_clean) "
+            parts.append(f"(repeat {budget.clean_iters} (seq (run-with bo g_clean) "
                          f"(saturate g_analysis)))")
         if "search" in groups:
             parts.append(f"(run-with bo g_search)")
@@ -509,8 +486,10 @@ def node_free(n: ENode, free: Mapping[int, frozenset[str]], pfree: Callable[[fro
         return None
     out = frozenset().union(*kids)  # type: ignore[arg-type]
     if op == "Sum":
-        out = out - {a[1]}
-    return out | pfree(a[0])
+        return out - {a[0]}
+    if op in MASKED:
+        out = out | pfree(a[0])
+    return out
 
 
 def class_free(g: Graph, pfree: Callable[[frozenset], frozenset],

@@ -454,6 +454,7 @@ class Encoder:
         self._inlined: set[tuple[str, str]] = set()
         self._queue: list[tuple[str, tuple[Affine, ...], bool]] = []
         self._lets = itertools.count()
+        self._inline_memo: dict[tuple, A.Expr] = {}
         self.inline_nodes = 0
 
     # -- facts ---------------------------------------------------------------------------------
@@ -503,9 +504,9 @@ class Encoder:
             inner = self.encode(e.e, mulctx, argctx)
             return inner if not atoms else f"(Iv {self.mask(atoms)} {inner})"
         if isinstance(e, Mul):
-            return (f"(Mul {G.E} {self.encode(e.a, True)} {self.encode(e.b, True)})")
+            return f"(Mul {self.encode(e.a, True)} {self.encode(e.b, True)})"
         if isinstance(e, Add):
-            return (f"(Add {G.E} {self.encode(e.a, mulctx)} {self.encode(e.b, mulctx)})")
+            return f"(Add {self.encode(e.a, mulctx)} {self.encode(e.b, mulctx)})"
         if isinstance(e, Call):
             folded = fold_call(e)
             if folded is not e:
@@ -519,7 +520,7 @@ class Encoder:
             if e.idx not in self.uni.ranges:
                 self.uni.ranges[e.idx] = e.size
             self.sum_index(e.idx)
-            return f"(Sum {G.E} {G.string(e.idx)} {self.encode(e.body, True)})"
+            return f"(Sum {G.string(e.idx)} {self.encode(e.body, True)})"
         raise ValueError(f"cannot encode {type(e).__name__} in a scalar body")
 
     def read(self, e: A.Expr, mulctx: bool, argctx: bool) -> str:
@@ -612,34 +613,45 @@ class Encoder:
         return base, self.facts + self.commands
 
     def _solved(self, st: Stmt, b: str) -> None:
-        """S-sum-solve on the body with its linear producers inlined."""
+        """S-sum-solve on the body with the linear producers read inside its sums inlined
+        (where their brackets can pin a summation index)."""
         assert st.body is not None
-        budget = [200]
-        full = self._inline_all(st.body, budget, {})
+        if not any(isinstance(n, Sum) for n in A.walk(st.body)):
+            return
+        full = self._inline_all(st.body, [64], {}, False)
         solved = solve(full, self.uni)
         if solved is not full and solved is not st.body:
             self.commands.append(f"(union {b} {self.encode(solved)})")
 
-    def _inline_all(self, e: A.Expr, budget: list[int], memo: dict) -> A.Expr:
-        hit = memo.get(e)
+    def inlined(self, st: Stmt, idx: Sequence[Affine]) -> A.Expr:
+        key = (st.var, tuple(idx))
+        hit = self._inline_memo.get(key)
+        if hit is None:
+            hit = self._inline_memo[key] = inline_read(st, idx, self.uni)
+        return hit
+
+    def _inline_all(self, e: A.Expr, budget: list[int], memo: dict, in_sum: bool) -> A.Expr:
+        key = (e, in_sum)
+        hit = memo.get(key)
         if hit is not None:
             return hit
         out: A.Expr
-        if isinstance(e, (Access, Var)) and budget[0] > 0:
+        if isinstance(e, (Access, Var)):
+            out = e
             base, idx = (e.e, e.idx) if isinstance(e, Access) else (e, ())
             rb = _read_base(base)
             st = self.low.stmts.get(rb[0]) if rb and not rb[1] else None
-            if st is not None and not st.is_input and self._inlinable(st, True, False):
+            if (in_sum and budget[0] > 0 and st is not None and not st.is_input
+                    and self._inlinable(st, True, False)):
                 budget[0] -= 1
-                out = self._inline_all(inline_read(st, idx, self.uni), budget, memo)
-            else:
-                out = e
-        elif isinstance(e, (Affine, Pred, Const)) or isinstance(e, Call):
+                out = self._inline_all(self.inlined(st, idx), budget, memo, in_sum)
+        elif isinstance(e, (Affine, Pred, Const, Call)):
             out = e
         else:
-            out = A.map_fields(e, lambda c: self._inline_all(c, budget, memo)
+            inner = in_sum or isinstance(e, Sum)
+            out = A.map_fields(e, lambda c: self._inline_all(c, budget, memo, inner)
                                if isinstance(c, A.Expr) else c)
-        memo[e] = out
+        memo[key] = out
         return out
 
     def _drain(self) -> None:
@@ -648,7 +660,7 @@ class Encoder:
             if self.inline_nodes > self.policy.max_nodes:
                 break
             st = self.low.stmts[name]
-            e = inline_read(st, idx, self.uni)
+            e = self.inlined(st, idx)
             self.inline_nodes += sum(1 for _ in A.walk(e))
             acc = self.uni.acc(idx)
             text = self.encode(e, mulctx)
@@ -658,6 +670,12 @@ class Encoder:
 # ---------------------------------------------------------------------------------------------
 # The cost of an e-node (SPEC 3 at representative sizes)
 
+OPS = ("Mul", "Add", "Call1", "Call2", "Sum")
+
+
+def own_mask(n: G.ENode) -> frozenset[str]:
+    return n.args[0] if n.op in G.MASKED else frozenset()
+
 
 def node_cost(uni: Universe, n: G.ENode, g: G.Graph,
               free: Mapping[int, frozenset[str]]) -> tuple[int, ...]:
@@ -665,18 +683,19 @@ def node_cost(uni: Universe, n: G.ENode, g: G.Graph,
     the node's free indices, masked by its own mask and its class's support (SPEC 5's
     "propagate the sparsity"); reads, constants and brackets are free."""
     op = n.op
-    if op not in ("Mul", "Add", "Call1", "Call2", "Sum"):
+    if op not in OPS:
         return (0,) * len(uni.points)
     f = free[n.cls]
-    m = uni.restrict(g.mask.get(n.cls, frozenset()) | n.args[0], f)
+    own = n.args[0] if op in G.MASKED else frozenset()
+    m = uni.restrict(g.mask.get(n.cls, frozenset()) | own, f)
     if op in ("Mul", "Call1", "Call2"):
         return uni.count(f, m)
     if op == "Add":
-        a, b = n.args[1], n.args[2]
+        a, b = n.args
         ma = uni.restrict(g.mask.get(a, frozenset()), free[a])
         mb = uni.restrict(g.mask.get(b, frozenset()), free[b])
         return uni.count(f, m | ma | mb)
-    j, body = n.args[1], n.args[2]
+    j, body = n.args
     mb = uni.restrict(g.mask.get(body, frozenset()), free[body])
     return uni.sum_adds(f, m, j, mb)
 
@@ -684,8 +703,6 @@ def node_cost(uni: Universe, n: G.ENode, g: G.Graph,
 # ---------------------------------------------------------------------------------------------
 # Conversion back: extracted terms -> gen-pushed core Def -> Tensor SSA  (S-licm)
 
-
-OPS = ("Mul", "Add", "Call1", "Call2", "Sum")
 
 
 class Raiser:
@@ -749,8 +766,7 @@ class Raiser:
                 continue
             if n.op in ("Param", "Num", "Get"):
                 continue
-            here = ctx.get(c) or frozenset()
-            here = here | n.args[0]
+            here = (ctx.get(c) or frozenset()) | self.m(c) | own_mask(n)
             for k in n.children():
                 self.uses[k] = self.uses.get(k, 0) + 1
                 mine = self.uni.restrict(here, self.free(k))
@@ -772,7 +788,7 @@ class Raiser:
             for k in n.children():
                 if n.op != "Stmt":
                     seq.extend(self.order(k))
-            if n.op in OPS or n.op == "Iv":
+            if n.op in G.MASKED:
                 for atom in sorted(n.args[0]):
                     seq.extend(sorted(self.uni.atom_vars[atom]))
         f = self.free(cls) if n.op not in ("Stmt", "Param") else frozenset()
@@ -817,7 +833,7 @@ class Raiser:
         bracket, which `to_ssa` hoists into the primitive's mask) or read."""
         if cls in self.fused:
             n = self.choice(cls)
-            m = self.uni.restrict(self.m(cls) | self.ctx.get(cls, frozenset()) | n.args[0],
+            m = self.uni.restrict(self.m(cls) | self.ctx.get(cls, frozenset()) | own_mask(n),
                                   self.free(cls))
             return _iv(self.uni.pred_of(self._visible(m, cls)), self.op_expr(cls))
         return self.sref(cls) if support else self.ref(cls)
@@ -826,13 +842,13 @@ class Raiser:
         n = self.choice(cls)
         op = n.op
         if op == "Mul":
-            return Mul(self.operand(n.args[1]), self.operand(n.args[2]))
+            return Mul(self.operand(n.args[0]), self.operand(n.args[1]))
         if op == "Add":
-            return Add(self.sref(n.args[1]), self.sref(n.args[2]))
+            return Add(self.sref(n.args[0]), self.sref(n.args[1]))
         if op in ("Call1", "Call2"):
             fn, params = parse_fn_key(n.args[1])
             return Call(fn, tuple(self.ref(k) for k in n.args[2:]), params)
-        j, body = n.args[1], n.args[2]
+        j, body = n.args
         return Sum(j, self.uni.ranges[j], self.operand(body, support=True))
 
     def _fusible(self, child: int, parent: int) -> bool:
@@ -843,17 +859,17 @@ class Raiser:
             return False
         if p.op == "Mul":
             return self.free(child) <= self.free(parent)
-        if p.op == "Sum" and p.args[2] == child:
-            return self.free(child) <= self.free(parent) | {p.args[1]}
+        if p.op == "Sum" and p.args[1] == child:
+            return self.free(child) <= self.free(parent) | {p.args[0]}
         return False
 
     def _visible(self, mask: frozenset[str], cls: int) -> frozenset[str]:
         """Atoms worth writing in a statement's mask: without the size conditions a node
         only inherits from its operands (its own mask keeps them) or that its indices imply."""
-        own = self.choice(cls).args[0] if self.choice(cls).op in OPS else frozenset()
-        f = self.free(cls)
         n = self.choice(cls)
-        box = f | ({n.args[1]} if n.op == "Sum" else set())
+        own = own_mask(n)
+        f = self.free(cls)
+        box = f | ({n.args[0]} if n.op == "Sum" else set())
         keep = frozenset(a for a in mask if a in own or self.uni.atom_vars[a])
         return self.uni.box_implied(keep, frozenset(box))
 
@@ -881,7 +897,7 @@ class Raiser:
                 continue
             name = self._fresh()
             f = self.free(c)
-            mask = self.uni.restrict(self.m(c) | self.ctx.get(c, frozenset()) | n.args[0], f)
+            mask = self.uni.restrict(self.m(c) | self.ctx.get(c, frozenset()) | own_mask(n), f)
             value = _iv(self.uni.pred_of(self._visible(mask, c)), self.op_expr(c))
             for v in reversed(self.order(c)):
                 value = Gen(v, self.uni.ranges[v], value)

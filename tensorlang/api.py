@@ -410,6 +410,7 @@ class Function:
         self._ret = ret_type if ret_type is not None else d.ret
         self.module = module
         self._locs: dict[str, Loc] | None = None  # parameter locations, found on first need
+        self._compiled: dict[str, Compiled] = {}
 
     # -- description -----------------------------------------------------------------------
 
@@ -465,16 +466,31 @@ class Function:
         core = self.core()
         return to_python(_interp().interpret(core, self.bind(*args, **kwargs)))
 
-    def compile(self, backend: str = "interp") -> "Compiled":
-        """A callable running this function on `backend` ("interp", "numba" or "cuda")."""
+    def compile(self, backend: str = "numba") -> "Compiled":
+        """A callable running this function on `backend` ("numba", "cuda" or "interp").
+
+        Compiled backends run the program as it comes out of the pipeline (Tensor SSA,
+        simplified); compiled callables are kept, so compiling twice is free."""
         if backend not in BACKENDS:
             raise TLError(f"unknown backend '{backend}' (backends: {', '.join(BACKENDS)})")
-        if backend != "interp":
-            raise NotYetSupported(f"the {backend} backend is not available yet "
-                                  f"(use backend=\"interp\")")
+        hit = self._compiled.get(backend)
+        if hit is not None:
+            return hit
         core = self.core()
-        run = _interp().interpret
-        return Compiled(self, backend, lambda args: run(core, args))
+        if backend == "interp":
+            run = _interp().interpret
+            out = Compiled(self, backend, lambda args: run(core, args))
+        else:
+            out = Compiled(self, backend, _backend_module(backend).compile_program(
+                pipeline.run_to(core, pipeline.furthest(core))))
+        self._compiled[backend] = out
+        return out
+
+    def generated_source(self, backend: str = "numba") -> str:
+        """The source a compiled backend generates for this function (`tl show --stage numba`)."""
+        core = self.core()
+        return _backend_module(backend).generated_source(
+            pipeline.run_to(core, pipeline.furthest(core)))
 
     # -- inspection ------------------------------------------------------------------------
 
@@ -518,7 +534,23 @@ class Compiled:
 
 
 def _best_backend() -> str:
-    return "interp"
+    return "numba"
+
+
+def _backend_module(backend: str) -> Any:
+    """The code generator of a compiled backend (imported on first use: numba is slow to load)."""
+    if backend == "numba":
+        from .backends import numba_cpu
+
+        return numba_cpu
+    if backend == "cuda":
+        from .backends import numba_cuda
+
+        if not numba_cuda.available():
+            raise TLError("the cuda backend needs a CUDA GPU (or NUMBA_ENABLE_CUDASIM=1 set "
+                          "before numba is imported, for the simulator)")
+        return numba_cuda
+    raise TLError(f"backend '{backend}' generates no source (backends: numba, cuda)")
 
 
 def _interp() -> Any:
@@ -546,6 +578,7 @@ class DerivedFunction(Function):
         self.module = module
         self._locs = {}  # its parameters are declared by its base function
         self._core: Def | None = None
+        self._compiled = {}
 
     @property
     def name(self) -> str:

@@ -24,6 +24,7 @@ _FLOAT = re.compile(r"[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?|inf|na
                     re.IGNORECASE)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 STAGE_CHOICES = ("parsed", "letlift", "pairelim", "genpush", "ssa", "simplified", "source")
+CODE_STAGES = ("numba", "cuda")   # `tl show --stage numba`: the generated kernel source
 BACKEND_CHOICES = ("interp", "numba", "cuda")
 
 
@@ -361,7 +362,10 @@ def _all_errors(text: str, filename: str) -> list[TLError]:
 
 def cmd_show(ns: argparse.Namespace) -> int:
     fn = _function(_load(ns.file), ns.func)
-    print(fn.show(ns.stage, unicode=ns.unicode))
+    if ns.stage in CODE_STAGES:
+        print(fn.generated_source(ns.stage))
+    else:
+        print(fn.show(ns.stage, unicode=ns.unicode))
     return 0
 
 
@@ -441,7 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--random", action="append", type=_size_assignment, default=[],
                      metavar="SIZE=INT", help="set a size and fill every other input randomly")
     run.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    run.add_argument("--backend", choices=BACKEND_CHOICES, default="interp")
+    run.add_argument("--backend", choices=BACKEND_CHOICES, default="numba")
     run.add_argument("--out", metavar="RESULT.npy|.npz", help="save the result")
     run.add_argument("--time", action="store_true", help="print elapsed times")
     run.set_defaults(handler=cmd_run)
@@ -453,7 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="print a function at a pipeline stage")
     show.add_argument("file", metavar="FILE.tl")
     show.add_argument("func", metavar="FUNC")
-    show.add_argument("--stage", choices=STAGE_CHOICES, default="parsed")
+    show.add_argument("--stage", choices=STAGE_CHOICES + CODE_STAGES, default="parsed")
     show.add_argument("--unicode", action="store_true", help="mathematical notation")
     show.set_defaults(handler=cmd_show)
 

@@ -263,8 +263,12 @@ def test_pipeline_stages_keep_meaning(m, rng):
 def test_compile_backends(m):
     f = m.qform.compile("interp")
     assert f(np.ones(2), np.ones((2, 2))) == 4.0
-    with pytest.raises(tl.NotYetSupported, match="numba backend"):
-        m.qform.compile("numba")
+    x, A = np.array([1.0, -2.0, 0.5]), np.arange(9.0).reshape(3, 3)
+    fast = m.qform.compile("numba")
+    assert fast is m.qform.compile("numba")            # compiled once
+    assert fast(x, A) == pytest.approx(x @ A @ x, rel=1e-12)
+    assert m.qform(x, A) == pytest.approx(x @ A @ x, rel=1e-12)   # numba is the default
+    assert "def tl_kernel(" in m.qform.generated_source("numba")
     with pytest.raises(tl.TLError, match="unknown backend 'gpu'"):
         m.qform.compile("gpu")
 
