@@ -63,6 +63,33 @@ def _arap_residuals(U: np.ndarray, V: np.ndarray, T: np.ndarray) -> np.ndarray:
     return r
 
 
+_NEIGHBOURS = [(1, 0), (0, 1), (-1, 0), (0, -1)]
+
+
+def arap_gn(a: Args) -> tuple:
+    """J^T J v for the residuals, with J written out by hand: r[p, 2d + c] =
+    X_c[p] - X_c[q] - rot_c(T[p]) (X_0 = U, X_1 = V, q = p + neighbour d)."""
+    U, T = a["U"], a["T"]
+    W, H = U.shape
+    c, s = np.cos(T), np.sin(T)
+    dX, dT = (a["dU"], a["dV"]), a["dT"]
+    out = [np.zeros((W, H)), np.zeros((W, H)), np.zeros((W, H))]
+    for di, dj in _NEIGHBOURS:
+        ox, oy = -di, -dj
+        drot = (-s * ox - c * oy, c * ox - s * oy)   # d rot_c / dT
+        for ch in range(2):
+            for i in range(W):
+                for j in range(H):
+                    qi, qj = i + di, j + dj
+                    if not (0 <= qi < W and 0 <= qj < H):
+                        continue
+                    jv = dX[ch][i, j] - dX[ch][qi, qj] - drot[ch][i, j] * dT[i, j]
+                    out[ch][i, j] += jv
+                    out[ch][qi, qj] -= jv
+                    out[2][i, j] -= drot[ch][i, j] * jv
+    return (out[0], (out[1], out[2]))
+
+
 def arap_residuals(a: Args) -> np.ndarray:
     return _arap_residuals(a["U"], a["V"], a["T"])
 
@@ -134,6 +161,12 @@ def _arap_inputs(s: dict[str, int], rng: np.random.Generator) -> Args:
             "T": 0.3 * _u(rng, W, H)}
 
 
+def _arap_gn_inputs(s: dict[str, int], rng: np.random.Generator) -> Args:
+    W, H = s["W"], s["H"]
+    return {**_arap_inputs(s, rng), "dU": _u(rng, W, H), "dV": _u(rng, W, H),
+            "dT": _u(rng, W, H)}
+
+
 def _nnmf_inputs(s: dict[str, int], rng: np.random.Generator) -> Args:
     N, M, K = s["N"], s["M"], s["K"]
     return {**s, "A": _u(rng, N, M, lo=0.1, hi=1.0), "W": _u(rng, N, K, lo=0.1, hi=1.0),
@@ -164,6 +197,8 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
              lambda n: {"W": n, "H": n}, _arap_inputs, arap_residuals),
     Workload("imgarap", "imgarap.tl", "imgarap", lambda n: {"W": n, "H": n},
              _arap_inputs, imgarap),
+    Workload("arap_gn", "imgarap.tl", "arap_gn", lambda n: {"W": n, "H": n},
+             _arap_gn_inputs, arap_gn),
     Workload("nbody", "nbody.tl", "nbody", lambda n: {"N": n},
              lambda s, r: {"N": s["N"], "P": _u(r, s["N"], 3), "m": _u(r, s["N"], lo=0.5, hi=1.5)},
              nbody),

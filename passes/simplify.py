@@ -116,6 +116,7 @@ def _attempt(p: Program, sizes: Mapping[str, int] | None, budget: G.Budget,
     run = eg.run(budget, groups=("clean", "search") if rules is None or
                  any(G.RULES[r].group == "search" for r in rules) else ("clean",),
                  on_round=rounds)
+    eg.saturate_analyses()
     graph = eg.freeze()
     ten_roots = {name: graph.roots[enc._ten[name][1:]] for name in _leaves(low.output)}
     uni = low.uni
@@ -137,6 +138,7 @@ class PythonRounds:
         self.dead: set[frozenset[str]] = set()         # masks declared dead
         self.checked: dict[tuple, bool] = {}           # (mask, free) -> refuted
         self.folded: set[tuple] = set()
+        self.ors: set[tuple] = set()
 
     def __call__(self, k: int) -> bool:
         g = self.eg.freeze()
@@ -158,6 +160,18 @@ class PythonRounds:
                 lit = G.mask_lit(m)
                 cmds.append(f"(set (pfree {lit}) {G.mask_lit(self.uni.pfree(m))})")
                 cmds.append(f"(dead {lit})")
+        for ns in g.nodes.values():     # supports of additions: disjunctions
+            for n in ns:
+                if n.op != "Add":
+                    continue
+                ma, mb = g.mask.get(n.args[0]), g.mask.get(n.args[1])
+                if ma is None or mb is None or (ma, mb) in self.ors:
+                    continue
+                self.ors.add((ma, mb))
+                r = self.uni.disjunction(ma, mb)
+                if r - (ma & mb):
+                    cmds.append(f"(set (pfree {G.mask_lit(r)}) {G.mask_lit(self.uni.pfree(r))})")
+                    cmds.append(f"(orm {G.mask_lit(ma)} {G.mask_lit(mb)} {G.mask_lit(r)})")
         nums = {cls: n.args[0] for cls, ns in g.nodes.items() for n in ns if n.op == "Num"}
         for ns in g.nodes.values():
             for n in ns:

@@ -73,6 +73,7 @@ DECLARATIONS = r"""
 (function accfree (String) Mask :merge (set-intersect old new))
 (function ne (String) Mask :merge (set-intersect old new))
 (relation dead (Mask))
+(relation orm (Mask Mask Mask))
 (set (pfree (set-empty)) (set-empty))
 (set (pfree (set-of "false")) (set-empty))
 """
@@ -139,13 +140,17 @@ _ANALYSIS = [
       ((set (free e) (set-union fp fa))) :ruleset {rs})
 (rule ((= e (Sum j a)) (= fa (free a))) ((set (free e) (set-remove fa j))) :ruleset {rs})
 """),
-    _r("A-mask", "analysis", "zero-condition of every term (merge: union)", r"""
+    _r("A-mask", "analysis",
+       "zero-condition of every term (merge: union; `orm`: the disjunction of the masks of "
+       "a sum's operands, from the Python pass)", r"""
 (rule ((= e (Num x)) (!= x 0.0)) ((set (mask e) (set-empty))) :ruleset {rs})
 (rule ((= e (Num 0.0))) ((set (mask e) (set-of "false"))) :ruleset {rs})
 (rule ((= e (Mul a b)) (= ma (mask a)) (= mb (mask b)))
       ((set (mask e) (set-union ma mb))) :ruleset {rs})
 (rule ((= e (Add a b)) (= ma (mask a)) (= mb (mask b)))
       ((set (mask e) (set-intersect ma mb))) :ruleset {rs})
+(rule ((= e (Add a b)) (= ma (mask a)) (= mb (mask b)) (orm ma mb r))
+      ((set (mask e) r)) :ruleset {rs})
 (rule ((= e (Call1 P f a))) ((set (mask e) P)) :ruleset {rs})
 (rule ((= e (Call2 P f a b))) ((set (mask e) P)) :ruleset {rs})
 (rule ((= e (Iv P a)) (= ma (mask a))) ((set (mask e) (set-union P ma))) :ruleset {rs})

@@ -140,6 +140,20 @@ class Universe:
             drop.add(key)
         return frozenset(a for a in mask if a not in drop)
 
+    def disjunction(self, a: frozenset[str], b: frozenset[str]) -> frozenset[str]:
+        """Atoms of `A or B` for conjunctions A, B: the common atoms and, when neither side
+        is implied by them, the canonical disjunction of the rest as one atom."""
+        if FALSE in a:
+            return b
+        if FALSE in b:
+            return a
+        common = a & b
+        ra, rb = a - common, b - common
+        if not ra or not rb:
+            return common
+        atoms = self.atoms_of(A.Or(self.pred_of(ra), self.pred_of(rb)))
+        return common | (atoms or frozenset())
+
     def refuted(self, mask: frozenset[str]) -> bool:
         if FALSE in mask:
             return True
@@ -322,7 +336,7 @@ def support_atoms(e: A.Expr, uni: Universe) -> frozenset[str]:
     if isinstance(e, Mul):
         return support_atoms(e.a, uni) | support_atoms(e.b, uni)
     if isinstance(e, Add):
-        return support_atoms(e.a, uni) & support_atoms(e.b, uni)
+        return uni.disjunction(support_atoms(e.a, uni), support_atoms(e.b, uni))
     return frozenset()
 
 

@@ -33,12 +33,12 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Union
 
 from .ast import (
-    REAL, Access, Add, Affine, Call, Cmp, Const, Def, DefCall, Exists, Expr, Gen, Iverson,
+    REAL, Access, Add, Affine, Call, Cmp, Const, Def, DefCall, DerivedDef, Exists, Expr, Gen, Iverson,
     Let, Mul, Node, Pair, Param, Pred, Proj, PTrue, RelCall, Sum, TArr, TPair, TReal, TRel, TSize,
     Type, Var, binder_name, fresh, map_fields, pred_and, scalar_of, shape_of, subst, tensor,
     walk,
 )
-from .errors import Loc, NotYetSupported, TypeCheckError
+from .errors import Loc, TypeCheckError
 from .typecheck import (
     TLWarning, TypeEnv, role_text, access_result, access_warning, builtin_arity, check_affine,
     check_pred, check_size, format_type, param_env, pick_loc, prove_nonneg, type_of,
@@ -298,11 +298,11 @@ def _err(message: str, loc: Loc | None) -> TypeCheckError:
 
 class _Elaborator:
     def __init__(self, d: Def, earlier: Mapping[str, Def], later: Iterable[str],
-                 derived: Iterable[str], warnings: list[TLWarning] | None) -> None:
+                 derived: Mapping[str, DerivedDef], warnings: list[TLWarning] | None) -> None:
         self.d = d
         self.earlier = earlier
         self.later = set(later)
-        self.derived = set(derived)
+        self.derived = dict(derived)  # earlier derived definitions, callable like defs
         self.warnings = warnings if warnings is not None else []
         self._seen = {(w.message, w.loc) for w in self.warnings}
         self.avoid = _all_names(d)
@@ -488,6 +488,15 @@ class _Elaborator:
         return Var(name)
 
     # -- calls of earlier defs
+    def derived_core(self, name: str) -> Def:
+        """The program of an earlier derived definition (SPEC 2.5), as a core Def."""
+        from .passes.derived import derive_def   # the derivative passes sit on the front end
+
+        dd = self.derived[name]
+        base = self.earlier.get(dd.fn)
+        return derive_def(base if base is not None else self.derived_core(dd.fn),
+                          dd.kind, dd.wrt, dd.name)
+
     def defcall(self, e: DefCall, env: TypeEnv, loc: Loc | None) -> tuple[Operand, Type]:
         callee = self.earlier.get(e.name)
         if callee is None:
@@ -497,8 +506,7 @@ class _Elaborator:
                 raise _err(f"{e.name} is not defined before this point (a def may only call "
                            "earlier defs; recursion is not allowed)", loc)
             if e.name in self.derived:
-                raise NotYetSupported(f"calling the derived function {e.name} inside a def is "
-                                      "not supported yet", loc)
+                return inline_call(self, self.derived_core(e.name), e, env, loc)
             arity = builtin_arity(e.name)
             if arity is not None and len(e.args) == sum(arity):
                 consts = e.args[arity[0]:]
@@ -582,26 +590,26 @@ def inline_call(el: _Elaborator, callee: Def, e: DefCall, env: TypeEnv,
 
 
 def elaborate_def(d: Def, earlier: Mapping[str, Def] | None = None, *,
-                  later: Iterable[str] = (), derived: Iterable[str] = (),
+                  later: Iterable[str] = (), derived: Mapping[str, DerivedDef] | None = None,
                   warnings: list[TLWarning] | None = None) -> Def:
     """The core def of surface def `d`; `earlier` are the (core) defs it may call.
 
     `ret` of the result is the declared type, or the inferred one when none was declared
     (`typecheck.check_def` compares them).  Bounds warnings are appended to `warnings`."""
     env = param_env(d)
-    el = _Elaborator(d, earlier or {}, later, derived, warnings)
+    el = _Elaborator(d, earlier or {}, later, derived or {}, warnings)
     v, t = el.expr(d.body, env, d.loc)
     body = el.core(v, env)
     return Def(d.name, d.params, d.ret if d.ret is not None else t, body, loc=d.loc)
 
 
 def elaborate_expr(e: Expr, env: TypeEnv, earlier: Mapping[str, Def] | None = None, *,
-                   derived: Iterable[str] = (),
+                   derived: Mapping[str, DerivedDef] | None = None,
                    warnings: list[TLWarning] | None = None) -> tuple[Expr, Type]:
     """Elaborate one surface expression in `env` (the REPL's expressions): the core
     expression and its type."""
     scratch = Def("<expr>", (), None, e)
-    el = _Elaborator(scratch, earlier or {}, (), derived, warnings)
+    el = _Elaborator(scratch, earlier or {}, (), derived or {}, warnings)
     el.avoid |= set(env.names)
     v, t = el.expr(e, env, e.loc)
     return el.core(v, env), t

@@ -804,7 +804,7 @@ class CheckedDef:
 
 
 def check_def(d: Def, earlier: Mapping[str, Def] | None = None, *,
-              later: Iterable[str] = (), derived: Iterable[str] = (),
+              later: Iterable[str] = (), derived: Mapping[str, DerivedDef] | None = None,
               end_line: int | None = None) -> CheckedDef:
     """Check and elaborate one surface def.  `earlier`: the core defs it may call; `later`,
     `derived`: names of later defs and of derived defs (for precise error messages);
@@ -820,7 +820,7 @@ def check_def(d: Def, earlier: Mapping[str, Def] | None = None, *,
 
 
 def _check_def(d: Def, earlier: Mapping[str, Def] | None, later: Iterable[str],
-               derived: Iterable[str]) -> CheckedDef:
+               derived: Mapping[str, DerivedDef] | None) -> CheckedDef:
     from .elaborate import elaborate_def  # elaborate imports this module
 
     check_names(d)
