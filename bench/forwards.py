@@ -32,6 +32,11 @@ PARAMS: dict[str, tuple[str, ...]] = {
     "logreg": ("X", "y", "w"), "matfac": ("Om", "T", "U", "V"), "masked": ("E", "A"),
     "trace_diag": ("x",), "row_col": ("X",), "skip_one": ("x",), "dead_code": ("x", "A"),
 }
+# Workloads whose function is itself a derivative of another: (function, derivative kind,
+# wrt, names of the extra inputs); each system builds them with its own AD.
+DERIVED: dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = {
+    "arap_gn": ("arap_residuals", "jtjv", ("U", "V", "T"), ("dU", "dV", "dT")),
+}
 # Relations: boolean masks, never differentiated.
 BOOL_PARAMS: frozenset[tuple[str, str]] = frozenset({("matfac", "Om"), ("masked", "E")})
 

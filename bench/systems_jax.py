@@ -7,7 +7,7 @@ Optional: `available()` says whether jax imports.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -87,15 +87,14 @@ class System:
     def version(self) -> str:
         return self.jax.__version__
 
-    def _arrays(self, task: Any, args: dict[str, Any]) -> tuple[Callable[..., Any], list[Any]]:
+    def _arrays(self, name: str, args: dict[str, Any]) -> tuple[Callable[..., Any], list[Any]]:
         import jax.numpy as jnp
 
-        f = forwards.FORWARDS.get(task.name)
+        f = forwards.FORWARDS.get(name)
         if f is None:
-            raise NotImplementedError(f"no jax forward for {task.name}")
-        names = forwards.PARAMS[task.name]
-        arrays = [jnp.asarray(args[n], dtype=bool if (task.name, n) in forwards.BOOL_PARAMS
-                              else jnp.float64) for n in names]
+            raise NotImplementedError(f"no jax forward for {name}")
+        arrays = [jnp.asarray(args[n], dtype=bool if (name, n) in forwards.BOOL_PARAMS
+                              else jnp.float64) for n in forwards.PARAMS[name]]
         return functools.partial(f, self.ops), arrays
 
     def _timed(self, fn: Callable[..., Any], arrays: list[Any]) -> Callable[[], Any]:
@@ -104,17 +103,23 @@ class System:
         return lambda: block(jitted(*arrays))
 
     def forward(self, task: Any, args: dict[str, Any]) -> Callable[[], Any]:
-        f, arrays = self._arrays(task, args)
+        if task.name in forwards.DERIVED:
+            base, kind, wrt, extra = forwards.DERIVED[task.name]
+            return self._derived(base, kind, wrt, extra, args)
+        f, arrays = self._arrays(task.name, args)
         return self._timed(f, arrays)
 
     def derivative(self, task: Any, d: Any, args: dict[str, Any]) -> Callable[[], Any]:
+        return self._derived(task.name, d.kind, d.wrt, d.extra_names(), args)
+
+    def _derived(self, name: str, kind: str, wrt: Sequence[str], extra: Sequence[str],
+                 args: dict[str, Any]) -> Callable[[], Any]:
         import jax.numpy as jnp
 
-        f, arrays = self._arrays(task, args)
-        names = forwards.PARAMS[task.name]
-        idx = tuple(names.index(w) for w in d.wrt)
-        extras = [jnp.asarray(args[e], dtype=jnp.float64) for e in d.extra_names()]
-        return self._timed(derivative_fn(d.kind, f, idx), arrays + extras)
+        f, arrays = self._arrays(name, args)
+        idx = tuple(forwards.PARAMS[name].index(w) for w in wrt)
+        extras = [jnp.asarray(args[e], dtype=jnp.float64) for e in extra]
+        return self._timed(derivative_fn(kind, f, idx), arrays + extras)
 
 
 def to_numpy(value: Any) -> Any:

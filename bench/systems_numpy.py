@@ -144,6 +144,11 @@ def arap_jtjv(a: Args) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return _arap_transpose(a, jv, c, s)
 
 
+def arap_gn(a: Args) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The `arap_gn` workload: J^T J v with the direction named dU, dV, dT."""
+    return arap_jtjv({**a, "d_U": a["dU"], "d_V": a["dV"], "d_T": a["dT"]})
+
+
 # -- nbody -------------------------------------------------------------------------------------
 
 def _nbody_pairs(a: Args) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -291,7 +296,7 @@ def dead_code_grad(a: Args) -> np.ndarray:
 
 FORWARD: dict[str, Callable[[Args], Any]] = {
     "qform": qform, "qform2": qform2, "conv": conv, "deconv_loss": deconv_loss,
-    "arap_residuals": arap_residuals, "imgarap": imgarap, "nbody": nbody,
+    "arap_residuals": arap_residuals, "imgarap": imgarap, "arap_gn": arap_gn, "nbody": nbody,
     "nnmatfac": nnmatfac, "logreg": logreg, "matfac": matfac, "masked": masked,
     "trace_diag": trace_diag, "row_col": row_col, "skip_one": skip_one, "dead_code": dead_code,
 }

@@ -7,7 +7,7 @@ PyTorch); Hessians, jvps and hvps by `torch.func` (`hessian` = jacfwd(jacrev), `
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -101,19 +101,21 @@ class System:
     def version(self) -> str:
         return f"{self.torch.__version__} ({self.torch.get_num_threads()} threads)"
 
-    def _tensors(self, task: Any, args: dict[str, Any]) -> tuple[Callable[..., Any], list[Any]]:
-        f = forwards.FORWARDS.get(task.name)
+    def _tensors(self, name: str, args: dict[str, Any]) -> tuple[Callable[..., Any], list[Any]]:
+        f = forwards.FORWARDS.get(name)
         if f is None:
-            raise NotImplementedError(f"no torch forward for {task.name}")
+            raise NotImplementedError(f"no torch forward for {name}")
         torch = self.torch
-        names = forwards.PARAMS[task.name]
         tensors = [torch.as_tensor(np.asarray(args[n]), dtype=torch.bool
-                                   if (task.name, n) in forwards.BOOL_PARAMS else torch.float64)
-                   for n in names]
+                                   if (name, n) in forwards.BOOL_PARAMS else torch.float64)
+                   for n in forwards.PARAMS[name]]
         return functools.partial(f, self.ops), tensors
 
     def forward(self, task: Any, args: dict[str, Any]) -> Callable[[], Any]:
-        f, tensors = self._tensors(task, args)
+        if task.name in forwards.DERIVED:
+            base, kind, wrt, extra = forwards.DERIVED[task.name]
+            return self._derived(base, kind, wrt, extra, args)
+        f, tensors = self._tensors(task.name, args)
         no_grad = self.torch.no_grad
 
         def call() -> Any:
@@ -122,12 +124,14 @@ class System:
         return call
 
     def derivative(self, task: Any, d: Any, args: dict[str, Any]) -> Callable[[], Any]:
-        f, tensors = self._tensors(task, args)
-        names = forwards.PARAMS[task.name]
-        idx = tuple(names.index(w) for w in d.wrt)
-        extras = [self.torch.as_tensor(args[e], dtype=self.torch.float64)
-                  for e in d.extra_names()]
-        run = derivative_fn(d.kind, f, idx, len(tensors))
+        return self._derived(task.name, d.kind, d.wrt, d.extra_names(), args)
+
+    def _derived(self, name: str, kind: str, wrt: Sequence[str], extra: Sequence[str],
+                 args: dict[str, Any]) -> Callable[[], Any]:
+        f, tensors = self._tensors(name, args)
+        idx = tuple(forwards.PARAMS[name].index(w) for w in wrt)
+        extras = [self.torch.as_tensor(args[e], dtype=self.torch.float64) for e in extra]
+        run = derivative_fn(kind, f, idx, len(tensors))
         return lambda: run(*tensors, *extras)
 
 

@@ -87,23 +87,30 @@ def simplify(p: Program, sizes: Mapping[str, int] | None = None, *,
     report.mode = "unchanged"
     for mode, chosen in attempts:
         try:
-            q, run, model = _attempt(p, sizes, budget, chosen)
+            candidates, run, model = _attempt(p, sizes, budget, chosen)
         except Exception as err:  # an optimisation that fails leaves the program as it is
             report.reason += f"{mode}: {type(err).__name__}: {err}; "
             continue
-        costs = [_cost(q, a) for a in panel]
-        if all(c <= b for c, b in zip(costs, base)):
-            out = q
-            report.mode, report.run, report.model_cost = mode, run, model
-            report.after = {_key(a): c for a, c in zip(panel, costs)}
-            break
-        report.reason += f"{mode}: cost would rise; "
+        for k, q in enumerate(candidates):
+            costs = [_cost(q, a) for a in panel]
+            if all(c <= b for c, b in zip(costs, base)):
+                out = q
+                report.mode = mode if k == 0 else mode + "+repaired"
+                report.run, report.model_cost = run, model
+                report.after = {_key(a): c for a, c in zip(panel, costs)}
+                break
+        else:
+            report.reason += f"{mode}: cost would rise; "
+            continue
+        break
     report.seconds = time.perf_counter() - t0
     return out
 
 
 def _attempt(p: Program, sizes: Mapping[str, int] | None, budget: G.Budget,
-             rules: Sequence[str] | None) -> tuple[Program, G.RunStats, tuple[int, ...]]:
+             rules: Sequence[str] | None) -> tuple[list[Program], G.RunStats, tuple[int, ...]]:
+    """Lower, saturate, extract; the candidate programs in order of preference (the greedy
+    extraction, then the one `simplify_egglog._repair` made of it)."""
     d = tssa.to_core(p)
     low = SP.lower(d, sizes, ex=p.ix[2])
     enc = SP.Encoder(low)
@@ -113,20 +120,22 @@ def _attempt(p: Program, sizes: Mapping[str, int] | None, budget: G.Budget,
     eg.mark()
     eg.add(alternatives)
     rounds = PythonRounds(eg, low.uni)
-    run = eg.run(budget, groups=("clean", "search") if rules is None or
-                 any(G.RULES[r].group == "search" for r in rules) else ("clean",),
-                 on_round=rounds)
-    eg.saturate_analyses()
+    search = rules is None or any(G.RULES[r].group == "search" for r in rules)
+    run = eg.run(budget, groups=("clean", "search") if search else ("clean",), on_round=rounds)
+    if rounds(-1):   # the Python pass once more, and what egglog derives from it
+        eg.add(["(run-schedule (saturate g_analysis) (run g_clean) (saturate g_analysis))"])
     graph = eg.freeze()
     ten_roots = {name: graph.roots[enc._ten[name][1:]] for name in _leaves(low.output)}
     uni = low.uni
     ex = G.extract(graph, list(ten_roots.values()),
                    lambda n, g, free: SP.node_cost(uni, n, g, free), uni.pfree, uni.accfree,
-                   old=graph.old)
-    d2 = SP.Raiser(low, graph, ex, ten_roots).build()
-    q = to_ssa(d2)
-    q = Program(p.name, p.params, q.stmts, q.output, p.ret, q.ix)
-    return q, run, ex.cost
+                   old=graph.old, complete=graph.free)
+    out = []
+    for choice in [ex.choice] + ([ex.repaired] if ex.repaired is not None else []):
+        x = G.Extraction(choice, ex.free, ex.cost)
+        q = to_ssa(SP.Raiser(low, graph, x, ten_roots).build())
+        out.append(Program(p.name, p.params, q.stmts, q.output, p.ret, q.ix))
+    return out, run, ex.cost
 
 
 class PythonRounds:
@@ -142,7 +151,7 @@ class PythonRounds:
 
     def __call__(self, k: int) -> bool:
         g = self.eg.freeze()
-        free = G.class_free(g, self.uni.pfree, self.uni.accfree)
+        free = g.free
         cmds: list[str] = []
         by_mask: dict[frozenset[str], bool] = {}
         for cls, m in g.mask.items():

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -175,14 +176,12 @@ _CLEAN = [
 (rule ((= e (Iv P a)) (= m (mask a)) (= (set-diff P m) (set-empty))) ((union e a)) :ruleset {rs})
 """),
     _r("S-iv-push", "clean",
-       "[p] * op(a, ..) -> op([p] * a, ..)  (into a factor over p's indices, every summand, "
-       "a call's arguments, a sum's body)", r"""
-(rule ((= e (Iv P (Mul a b))) (= fp (pfree P)) (= fa (free a)) (= (set-diff fp fa) (set-empty))
-       (= ma (mask a)) (!= (set-diff P ma) (set-empty)))
+       "[p] * op(a, ..) -> op([p] * a, ..)  (a product over p's indices, every summand, "
+       "a call and its arguments, a sum's body)", r"""
+(rule ((= e (Iv P (Mul a b))) (= fp (pfree P)) (= fe (free (Mul a b)))
+       (= (set-diff fp fe) (set-empty)) (= ma (mask a)) (= mb (mask b))
+       (!= (set-diff P (set-union ma mb)) (set-empty)))
       ((union e (Mul (Iv P a) b))) :ruleset {rs})
-(rule ((= e (Iv P (Mul a b))) (= fp (pfree P)) (= fb (free b)) (= (set-diff fp fb) (set-empty))
-       (= mb (mask b)) (!= (set-diff P mb) (set-empty)))
-      ((union e (Mul a (Iv P b)))) :ruleset {rs})
 (rule ((= e (Iv P (Add a b))))
       ((union e (Add (Iv P a) (Iv P b)))) :ruleset {rs})
 (rule ((= e (Iv P (Call1 Q f a))) (= fp (pfree P)) (= fq (pfree Q)))
@@ -282,13 +281,15 @@ class Budget:
     (back-off scheduler, `match_limit` matches per rule before a rule is banned for a while);
     `rounds` rounds at most; stop after a round that leaves more than `node_limit` e-nodes
     or when `time_limit` seconds have passed.  The run ends early when nothing changes
-    (saturation)."""
+    (saturation).  The Python pass (refuted masks, supports of additions, calls of
+    constants) runs after the rounds in `python_rounds` and once more at the end."""
 
     rounds: int = 12
     clean_iters: int = 3
     match_limit: int = 2000
-    node_limit: int = 20000
-    time_limit: float = 0.5
+    node_limit: int = 12000
+    time_limit: float = 0.3
+    python_rounds: tuple[int, ...] = (0, 2, 5)   # rounds after which the Python pass runs
 
 
 @dataclass
@@ -352,7 +353,7 @@ class EGraph:
             for rule, n in out.report.num_matches_per_rule.items():
                 stats.matches[rule] = stats.matches.get(rule, 0) + n
             changed = out.report.updated
-            if on_round is not None:
+            if on_round is not None and k in budget.python_rounds:
                 changed = bool(on_round(k)) or changed
             stats.nodes = self.size()
             if not changed:
@@ -473,6 +474,7 @@ class Extraction:
     choice: dict[int, ENode]
     free: dict[int, frozenset[str]]
     cost: tuple[int, ...]
+    repaired: dict[int, ENode] | None = None    # `_repair`'s choice when it differs
 
 
 NodeCost = Callable[[ENode, "Graph", Mapping[int, frozenset[str]]], Sequence[int]]
@@ -525,45 +527,64 @@ def _dominates(a: "np.ndarray", b: "np.ndarray") -> bool:
     return bool((a <= b).all() and (a < b).any())
 
 
+def _better(a: "np.ndarray", b: "np.ndarray") -> bool:
+    """Cheaper at the representative point (the first), or as cheap there and no dearer
+    anywhere else."""
+    return bool(a[0] < b[0] or (a[0] == b[0] and _dominates(a, b)))
+
+
 def _improve(cand: Sequence[ENode], index: Mapping[ENode, int], own: "np.ndarray",
-             best: dict, max_passes: int) -> None:
-    """Passes over `cand` until no class's choice changes."""
-    for _ in range(max_passes):
-        changed = False
-        for n in cand:
-            i = index[n]
-            kids = n.children()
-            if any(k not in best for k in kids):
-                continue
-            if any(n.cls in best[k][3] for k in kids):
-                continue
-            merged = frozenset((i,)).union(*(best[k][2] for k in kids))
-            total = own[list(merged)].sum(axis=0)
-            cur = best.get(n.cls)
-            if cur is None or (cur[1] != i and _dominates(total, cur[0])):
-                best[n.cls] = (total, i, merged,
-                               frozenset((n.cls,)).union(*(best[k][3] for k in kids)))
-                changed = True
-            elif cur[1] == i and _dominates(total, cur[0]):
-                best[n.cls] = (total, i, merged, cur[3])
-                changed = True
-        if not changed:
-            return
+             best: dict, parents: Mapping[int, Sequence[ENode]], allowed: set[ENode]) -> None:
+    """Worklist fixpoint: a node is (re)evaluated when a child class's choice changed."""
+    queue = deque(cand)
+    queued = set(cand)
+    while queue:
+        n = queue.popleft()
+        queued.discard(n)
+        i = index[n]
+        kids = n.children()
+        if any(k not in best for k in kids):
+            continue
+        if any(n.cls in best[k][3] for k in kids):
+            continue
+        merged = frozenset((i,)).union(*(best[k][2] for k in kids)) if kids else frozenset((i,))
+        total = own[list(merged)].sum(axis=0)
+        cur = best.get(n.cls)
+        if cur is None or (cur[1] != i and _better(total, cur[0])):
+            classes = frozenset((n.cls,)).union(*(best[k][3] for k in kids))
+        elif cur[1] == i and _dominates(total, cur[0]):
+            classes = cur[3]
+        else:
+            continue
+        best[n.cls] = (total, i, merged, classes)
+        for p in parents.get(n.cls, ()):
+            if p not in queued and p in allowed:
+                queued.add(p)
+                queue.append(p)
 
 
 def extract(g: Graph, roots: Sequence[int], cost: NodeCost,
             pfree: Callable[[frozenset], frozenset], accfree: Callable[[str], frozenset],
-            old: "set[tuple] | None" = None, max_passes: int = 60) -> Extraction:
+            old: "set[tuple] | None" = None,
+            complete: "Mapping[int, frozenset[str]] | None" = None) -> Extraction:
     """Greedy DAG extraction by vector costs (one entry per cost point).
 
-    Admissible nodes have exactly their class's free indices (so the extracted term is well
+    `complete`: the classes' free indices when known (the saturated egglog analysis),
+    otherwise computed.  Admissible nodes have exactly their class's free indices (so the
+    extracted term is well
     scoped wherever a rule placed the class).  A class's cost is the sum of the distinct
     nodes of its chosen sub-DAG (a statement read twice is computed once).  Nodes of the
-    input (`old`, keys `(op, args)`) are tried first; another node replaces a class's choice
-    only when its cost is no larger at every cost point and smaller at one (so choices that
-    depend on the sizes stay as the input wrote them).  A node whose children's sub-DAGs
-    contain its own class is skipped (no cycles)."""
-    free = class_free(g, pfree, accfree)
+    input (`old`, keys `(op, args)`) are chosen first; another node replaces a class's
+    choice when it is cheaper at the representative point (ties: no dearer at any point).
+    Then `_repair` compares whole programs at every cost point, so that choices that depend
+    on the sizes stay as the input wrote them.  A node whose children's sub-DAGs contain its
+    own class is skipped (no cycles)."""
+    if complete is not None and all(c in complete for c, ns in g.nodes.items()
+                                    if ns[0].op not in OUT_SORT):
+        free = dict(complete)
+        free.update({c: frozenset() for c, ns in g.nodes.items() if ns[0].op in OUT_SORT})
+    else:
+        free = class_free(g, pfree, accfree)
     cand: list[ENode] = []
     for cls, ns in g.nodes.items():
         f = free.get(cls)
@@ -574,25 +595,79 @@ def extract(g: Graph, roots: Sequence[int], cost: NodeCost,
     own = np.array([tuple(cost(n, g, free)) for n in cand], dtype=np.int64)
     if own.ndim != 2:
         own = own.reshape(len(cand), -1)
+    parents: dict[int, list[ENode]] = {}
+    for n in cand:
+        for k in set(n.children()):
+            parents.setdefault(k, []).append(n)
     best: dict[int, tuple[np.ndarray, int, frozenset, frozenset]] = {}
-    n_old = sum(1 for n in cand if is_old(n))
-    for phase in (cand[:n_old], cand):   # the input's own choices first, then the others
-        _improve(phase, index, own, best, max_passes)
-    choice: dict[int, ENode] = {}
+    olds = [n for n in cand if is_old(n)]
+    _improve(olds, index, own, best, parents, set(olds))     # the input's own choices
+    base = {c: cand[b[1]] for c, b in best.items()}
+    _improve(cand, index, own, best, parents, set(cand))     # then every node
+    greedy = {c: cand[b[1]] for c, b in best.items()}
+    for r in roots:
+        if r not in greedy:
+            raise ExtractionError(f"no admissible term for e-class {r}")
+    _check_acyclic(greedy, roots)
+    repaired = _repair(greedy, base, roots, index, own)
+    if _reach(repaired, roots) == _reach(greedy, roots):
+        repaired = None
+    return Extraction(greedy, free, tuple(int(v) for v in _total(greedy, roots, index, own)),
+                      repaired)
+
+
+def _reach(choice: Mapping[int, ENode], roots: Sequence[int]) -> dict[int, ENode]:
+    out: dict[int, ENode] = {}
     stack = list(roots)
     while stack:
-        cls = stack.pop()
-        if cls in choice:
+        c = stack.pop()
+        if c in out or c not in choice:
             continue
-        if cls not in best:
-            raise ExtractionError(f"no admissible term for e-class {cls}")
-        n = cand[best[cls][1]]
-        choice[cls] = n
+        n = out[c] = choice[c]
         stack.extend(n.children())
-    _check_acyclic(choice, roots)
-    rows = [index[n] for n in choice.values()]
-    total = own[rows].sum(axis=0) if rows else np.zeros(own.shape[1], dtype=np.int64)
-    return Extraction(choice, free, tuple(int(v) for v in total))
+    return out
+
+
+def _total(choice: Mapping[int, ENode], roots: Sequence[int], index: Mapping[ENode, int],
+           own: "np.ndarray") -> "np.ndarray":
+    rows = [index[n] for n in _reach(choice, roots).values()]
+    return own[rows].sum(axis=0) if rows else np.zeros(own.shape[1], dtype=np.int64)
+
+
+def _repair(greedy: dict[int, ENode], base: dict[int, ENode], roots: Sequence[int],
+            index: Mapping[ENode, int], own: "np.ndarray") -> dict[int, ENode]:
+    """Per-class choices can lose on the whole DAG (a new term shares less with the rest
+    than the input's did), and favour the representative point.  Compare the whole programs
+    at the cost points: revert classes to the input's choice while that lowers the total;
+    keep the input where the greedy program is still not at least as cheap at every point.
+    (The model counts terms equal up to the names of their summation indices twice, which
+    `to_ssa` shares, so `simplify` tries the greedy choice first with exact costs.)"""
+    if not all(r in base for r in roots):
+        return greedy
+    t_base = _total(base, roots, index, own)
+    cur = dict(greedy)
+    t_cur = _total(cur, roots, index, own)
+    for _ in range(8):
+        if (t_cur <= t_base).all():
+            return cur
+        improved = False
+        for c in list(_reach(cur, roots)):
+            if c not in base or base[c] is cur[c]:
+                continue
+            trial = dict(cur)
+            trial[c] = base[c]
+            for k, n in base.items():      # classes only the input's term reaches
+                trial.setdefault(k, n)
+            try:
+                _check_acyclic(trial, roots)
+            except ExtractionError:
+                continue
+            t = _total(trial, roots, index, own)
+            if t.sum() < t_cur.sum():
+                cur, t_cur, improved = trial, t, True
+        if not improved:
+            break
+    return cur if (t_cur <= t_base).all() else dict(base)
 
 
 def _check_acyclic(choice: Mapping[int, ENode], roots: Sequence[int]) -> None:

@@ -79,6 +79,7 @@ class Universe:
         self.reps = self.points[0]
         self._rels: dict[int, dict[str, np.ndarray]] = {}
         self._counts: dict[tuple, tuple[int, ...]] = {}
+        self._pfree: dict[frozenset, frozenset[str]] = {}
 
     # -- names -----------------------------------------------------------------------------
 
@@ -93,6 +94,13 @@ class Universe:
         for n in A.walk(e):
             if isinstance(n, Sum) and n.idx not in self.ranges:
                 self.ranges[n.idx] = n.size
+
+    def index_key(self, name: str) -> tuple:
+        """Creation order of the universe's own names; other (solver-made) names after."""
+        tail = name[len(self.prefix):]
+        if name.startswith(self.prefix) and tail.isdigit():
+            return (0, int(tail), "")
+        return (1, 0, name)
 
     def index_vars(self, names: Iterable[str]) -> frozenset[str]:
         return frozenset(n for n in names if n in self.ranges)
@@ -125,7 +133,12 @@ class Universe:
         return A.pred_and(*(self.atoms[a] for a in atoms))
 
     def pfree(self, mask: Iterable[str]) -> frozenset[str]:
-        return frozenset().union(*(self.atom_vars[a] for a in mask)) if mask else frozenset()
+        mask = frozenset(mask)
+        hit = self._pfree.get(mask)
+        if hit is None:
+            hit = frozenset().union(*(self.atom_vars[a] for a in mask)) if mask else frozenset()
+            self._pfree[mask] = hit
+        return hit
 
     def restrict(self, mask: Iterable[str], free: frozenset[str]) -> frozenset[str]:
         """The atoms of `mask` over the indices `free` only."""
@@ -139,6 +152,21 @@ class Universe:
             key = tssa.fmt_pred(self.canon(A.Cmp("<=", Affine.lit(1), self.ranges[i])))
             drop.add(key)
         return frozenset(a for a in mask if a not in drop)
+
+    def project(self, atoms: frozenset[str], keep: frozenset[str]) -> frozenset[str]:
+        """The data-dependent part of `exists (the other indices). atoms` over `keep`: the
+        atoms that read a relation are kept under an `exists` (so a hoisted statement is
+        computed exactly where some point of the loop it leaves needs it); comparisons of
+        indices are dropped (their effect is the same at every data, which the cost points
+        of the extraction see)."""
+        data = [a for a in atoms if any(isinstance(n, A.RelCall) for n in A.walk(self.atoms[a]))]
+        if not data:
+            return frozenset()
+        body = self.pred_of(data)
+        out = [n for n in sorted(self.pfree(data) - keep, key=self.index_key)]
+        for v in reversed(out):
+            body = A.Exists(v, self.ranges[v], body)
+        return self.atoms_of(body) or frozenset()
 
     def disjunction(self, a: frozenset[str], b: frozenset[str]) -> frozenset[str]:
         """Atoms of `A or B` for conjunctions A, B: the common atoms and, when neither side
@@ -247,7 +275,7 @@ class Universe:
 def cost_points(size_names: Iterable[str], sizes: Mapping[str, int] | None) -> list[dict[str, int]]:
     """The size assignments node costs are counted at.  With every size given: those sizes.
     Otherwise the representative point (given sizes, DEFAULT_REP for the others) and, per
-    unknown size, the same point with that size small (3), and all unknown sizes small (2):
+    unknown size, the same point with that size small (3), and all unknown sizes 2 and 1:
     the extraction only trades a node of the input for one that is no worse at all of them,
     so size-dependent choices (a product over N or over M?) stay as written."""
     names = sorted(size_names)
@@ -259,6 +287,7 @@ def cost_points(size_names: Iterable[str], sizes: Mapping[str, int] | None) -> l
         points.append({**base, n: 3})
     if free:
         points.append({**base, **{n: 2 for n in free}})
+        points.append({**base, **{n: 1 for n in free}})
     return points
 
 
@@ -469,6 +498,7 @@ class Encoder:
         self._queue: list[tuple[str, tuple[Affine, ...], bool]] = []
         self._lets = itertools.count()
         self._inline_memo: dict[tuple, A.Expr] = {}
+        self.alternatives: list[str] = []         # S-licm unions (after everything else)
         self.inline_nodes = 0
 
     # -- facts ---------------------------------------------------------------------------------
@@ -487,18 +517,24 @@ class Encoder:
 
     def sum_index(self, j: str) -> None:
         size = self.uni.ranges[j]
-        atoms = self.uni.atoms_of(A.Cmp("<=", Affine.lit(1), size)) or frozenset((FALSE,))
+        atoms = self.uni.atoms_of(A.Cmp("<=", Affine.lit(1), size))
+        if atoms is None:
+            atoms = frozenset((FALSE,))
         self._fact(f"(set (ne {G.string(j)}) {self.mask(atoms)})")
 
     # -- terms ---------------------------------------------------------------------------------
 
-    def encode(self, e: A.Expr, mulctx: bool = False, argctx: bool = False) -> str:
-        """The egglog term of a scalar expression (reads of statements queue S-inline)."""
-        key = (e, mulctx, argctx)
+    def encode(self, e: A.Expr, mulctx: bool = False, argctx: bool = False,
+               ctx: frozenset[str] = frozenset()) -> str:
+        """The egglog term of a scalar expression under the brackets `ctx` (atoms).  Like
+        the SSA conversion, every primitive gets the enclosing brackets over its own
+        indices as its mask (on its first operand), so that its class -- and its cost --
+        is masked; reads of statements queue S-inline."""
+        key = (e, mulctx, argctx, ctx)
         hit = self._text.get(key)
         if hit is not None:
             return hit
-        out = self._encode(e, mulctx, argctx)
+        out = self._encode(e, mulctx, argctx, ctx)
         if len(out) > 400:
             name = f"$s{next(self._lets)}"
             self.commands.append(f"(let {name} {out})")
@@ -506,7 +542,10 @@ class Encoder:
         self._text[key] = out
         return out
 
-    def _encode(self, e: A.Expr, mulctx: bool, argctx: bool) -> str:
+    def cfree(self, e: A.Node) -> frozenset[str]:
+        return self.uni.index_vars(A.free_names(e))
+
+    def _encode(self, e: A.Expr, mulctx: bool, argctx: bool, ctx: frozenset[str]) -> str:
         if isinstance(e, Const):
             return f"(Num {G.f64(e.value)})"
         if isinstance(e, (Access, Var, Proj)):
@@ -515,26 +554,47 @@ class Encoder:
             atoms = self.uni.atoms_of(e.pred)
             if atoms is None:
                 return "(Num 0.0)"
-            inner = self.encode(e.e, mulctx, argctx)
+            inner = self.encode(e.e, mulctx, argctx, ctx | atoms)
             return inner if not atoms else f"(Iv {self.mask(atoms)} {inner})"
-        if isinstance(e, Mul):
-            return f"(Mul {self.encode(e.a, True)} {self.encode(e.b, True)})"
-        if isinstance(e, Add):
-            return f"(Add {self.encode(e.a, mulctx)} {self.encode(e.b, mulctx)})"
-        if isinstance(e, Call):
-            folded = fold_call(e)
-            if folded is not e:
-                return self._encode(folded, mulctx, argctx)
-            args = " ".join(self.encode(a, False, True) for a in e.args)
-            op = {1: "Call1", 2: "Call2"}.get(len(e.args))
-            if op is None:
-                raise ValueError(f"builtin {e.fn} with {len(e.args)} arguments")
-            return f"({op} {G.E} {G.string(fn_key(e.fn, e.params))} {args})"
         if isinstance(e, Sum):
             if e.idx not in self.uni.ranges:
                 self.uni.ranges[e.idx] = e.size
             self.sum_index(e.idx)
-            return f"(Sum {G.string(e.idx)} {self.encode(e.body, True)})"
+            return f"(Sum {G.string(e.idx)} {self.encode(e.body, True, False, ctx)})"
+        if isinstance(e, Call):
+            folded = fold_call(e)
+            if folded is not e:
+                return self._encode(folded, mulctx, argctx, ctx)
+        exact = self._primitive(e, mulctx, ctx, ctx)
+        inner = self.uni.restrict(ctx, self.cfree(e))
+        if inner != ctx:   # S-licm alternative: computed over its own indices only
+            inner = inner | self.uni.project(ctx - inner, self.cfree(e))
+            hoisted = self._primitive(e, mulctx, ctx, inner)
+            name = f"$s{next(self._lets)}"
+            self.commands.append(f"(let {name} {exact})")
+            self.alternatives.append(f"(union {name} (Iv {self.mask(ctx)} {hoisted}))")
+            return name
+        return exact
+
+    def _primitive(self, e: A.Expr, mulctx: bool, ctx: frozenset[str],
+                   m: frozenset[str]) -> str:
+        """A product, sum of two terms or call, masked by `m` (on its first operand, on every
+        summand, on the call); its operands are encoded under the brackets `ctx`."""
+        def masked(text: str) -> str:
+            return f"(Iv {self.mask(m)} {text})" if m else text
+
+        if isinstance(e, Mul):
+            return (f"(Mul {masked(self.encode(e.a, True, False, ctx))} "
+                    f"{self.encode(e.b, True, False, ctx)})")
+        if isinstance(e, Add):
+            return (f"(Add {masked(self.encode(e.a, mulctx, False, ctx))} "
+                    f"{masked(self.encode(e.b, mulctx, False, ctx))})")
+        if isinstance(e, Call):
+            args = " ".join(self.encode(a, False, True, ctx) for a in e.args)
+            op = {1: "Call1", 2: "Call2"}.get(len(e.args))
+            if op is None:
+                raise ValueError(f"builtin {e.fn} with {len(e.args)} arguments")
+            return f"({op} {self.mask(m)} {G.string(fn_key(e.fn, e.params))} {args})"
         raise ValueError(f"cannot encode {type(e).__name__} in a scalar body")
 
     def read(self, e: A.Expr, mulctx: bool, argctx: bool) -> str:
@@ -624,7 +684,7 @@ class Encoder:
             for st, b in solve_later:
                 self._solved(st, b)
         self._drain()
-        return base, self.facts + self.commands
+        return base, self.facts + self.commands + self.alternatives
 
     def _solved(self, st: Stmt, b: str) -> None:
         """S-sum-solve on the body with the linear producers read inside its sums inlined
@@ -789,26 +849,14 @@ class Raiser:
         self.ctx = {k: v for k, v in ctx.items() if v is not None}
 
     def order(self, cls: int) -> tuple[str, ...]:
-        """The free indices of a class in order of first appearance in its term."""
+        """The free indices of a class in the order they were created (a statement's
+        generators, then its summation indices), so statements keep the input's layout."""
         hit = self._order.get(cls)
-        if hit is not None:
-            return hit
-        n = self.choice(cls)
-        seq: list[str] = []
-        if n.op == "Get":
-            for a in self.uni.accs[n.args[1]]:
-                seq.extend(v for v, _ in a.terms)
-        else:
-            for k in n.children():
-                if n.op != "Stmt":
-                    seq.extend(self.order(k))
-            if n.op in G.MASKED:
-                for atom in sorted(n.args[0]):
-                    seq.extend(sorted(self.uni.atom_vars[atom]))
-        f = self.free(cls) if n.op not in ("Stmt", "Param") else frozenset()
-        out = tuple(dict.fromkeys(v for v in seq if v in f))
-        self._order[cls] = out
-        return out
+        if hit is None:
+            n = self.choice(cls)
+            f = self.free(cls) if n.op not in ("Stmt", "Param") else frozenset()
+            hit = self._order[cls] = tuple(sorted(f, key=self.uni.index_key))
+        return hit
 
     # -- expressions -------------------------------------------------------------------------
 
@@ -820,7 +868,8 @@ class Raiser:
         if n.op == "Get":
             return self.read_ten(n.args[0], self.uni.accs[n.args[1]])
         if n.op == "Iv":
-            return _iv(self.uni.pred_of(n.args[0]), self.ref(n.args[1]))
+            m = self.uni.box_implied(n.args[0], self.free(cls))
+            return _iv(self.uni.pred_of(m), self.ref(n.args[1]))
         name = self.bind[cls]
         o = self.order(cls)
         return Access(Var(name), tuple(Affine.var(v) for v in o)) if o else Var(name)
@@ -847,10 +896,20 @@ class Raiser:
         bracket, which `to_ssa` hoists into the primitive's mask) or read."""
         if cls in self.fused:
             n = self.choice(cls)
-            m = self.uni.restrict(self.m(cls) | self.ctx.get(cls, frozenset()) | own_mask(n),
-                                  self.free(cls))
-            return _iv(self.uni.pred_of(self._visible(m, cls)), self.op_expr(cls))
+            if n.op == "Sum":   # a nest: the inner sum's mask goes to the innermost body
+                j, body = n.args
+                inner = self.operand(body, support=True)
+                return Sum(j, self.uni.ranges[j], _iv(self.uni.pred_of(self.mask_of(cls)), inner))
+            return _iv(self.uni.pred_of(self.mask_of(cls)), self.op_expr(cls))
         return self.sref(cls) if support else self.ref(cls)
+
+    def mask_of(self, cls: int) -> frozenset[str]:
+        """The mask a chosen operator is computed under: its support, its readers' masks
+        and its own."""
+        n = self.choice(cls)
+        m = self.uni.restrict(self.m(cls) | self.ctx.get(cls, frozenset()) | own_mask(n),
+                              self.free(cls))
+        return self._visible(m, cls)
 
     def op_expr(self, cls: int) -> A.Expr:
         n = self.choice(cls)
@@ -866,15 +925,18 @@ class Raiser:
         return Sum(j, self.uni.ranges[j], self.operand(body, support=True))
 
     def _fusible(self, child: int, parent: int) -> bool:
-        """A product read once by a product or a sum over (at most) the same indices is
-        computed inside it: `to_ssa` makes one contraction of them, at the same cost."""
+        """A product read once by a product over the same indices, or by a sum over them and
+        the summation index, is computed inside it (`to_ssa` makes one contraction of them,
+        at the same cost); a sum read once by a sum joins its nest (SPEC 3 costs a nest
+        jointly).  Over fewer indices it stays a statement of its own: inside, it would be
+        recomputed at every point of the parent."""
         n, p = self.choice(child), self.choice(parent)
-        if n.op != "Mul" or self.uses.get(child, 0) != 1:
+        if n.op not in ("Mul", "Sum") or self.uses.get(child, 0) != 1:
             return False
-        if p.op == "Mul":
-            return self.free(child) <= self.free(parent)
+        if n.op == "Mul" and p.op == "Mul":
+            return self.free(child) == self.free(parent)
         if p.op == "Sum" and p.args[1] == child:
-            return self.free(child) <= self.free(parent) | {p.args[0]}
+            return self.free(child) == self.free(parent) | {p.args[0]}
         return False
 
     def _visible(self, mask: frozenset[str], cls: int) -> frozenset[str]:
@@ -910,9 +972,7 @@ class Raiser:
             if n.op not in OPS or c in self.fused:
                 continue
             name = self._fresh()
-            f = self.free(c)
-            mask = self.uni.restrict(self.m(c) | self.ctx.get(c, frozenset()) | own_mask(n), f)
-            value = _iv(self.uni.pred_of(self._visible(mask, c)), self.op_expr(c))
+            value = _iv(self.uni.pred_of(self.mask_of(c)), self.op_expr(c))
             for v in reversed(self.order(c)):
                 value = Gen(v, self.uni.ranges[v], value)
             self.bind[c] = name
@@ -920,7 +980,7 @@ class Raiser:
         out = self._out(self.low.output)
         body: A.Expr = out
         for name, value in reversed(self.lets):
-            body = Let(name, value, body)
+            body = Let(name, self._tidy(value), body)
         for name in sorted(self._inputs):
             st = self.low.stmts[name]
             val: A.Expr = Var(st.param)
@@ -931,6 +991,23 @@ class Raiser:
 
     def _fresh(self) -> str:
         return f"{self.bprefix}{next(self._n)}"
+
+    def _tidy(self, e: A.Expr, sizes: frozenset = frozenset()) -> A.Expr:
+        """Drop bracket conjuncts `1 <= n` where an enclosing gen or sum ranges over n (no
+        point of the statement fails them)."""
+        if isinstance(e, (Gen, Sum)):
+            inner = sizes | {e.size}
+            return type(e)(e.idx, e.size, self._tidy(e.body, inner))
+        if isinstance(e, Iverson):
+            body = self._tidy(e.e, sizes)
+            keep = [q for q in tssa.conjuncts(e.pred)
+                    if not (isinstance(q, A.Cmp) and q.op == "<=" and q.lhs == Affine.lit(1)
+                            and q.rhs in sizes)]
+            return _iv(A.pred_and(*keep), body)
+        if isinstance(e, (Mul, Add, Call)):
+            return A.map_fields(e, lambda c: self._tidy(c, sizes) if isinstance(c, A.Expr)
+                                else c)
+        return e
 
     def _out(self, out: Any) -> A.Expr:
         if isinstance(out, tuple):

@@ -1,4 +1,4 @@
-"""The Numba CUDA backend (SPEC 8, docs/backends_cuda.md): agreement with the interpreter,
+"""The Numba CUDA backend (SPEC 8, docs/backends.md section 9): agreement with the interpreter,
 no atomics, every kernel writing only its own output element, PTX for the real target.
 
 Kernels run where `numba_cuda.available()`: on a GPU, or under the CUDA simulator, which
