@@ -46,12 +46,14 @@ def griewank_rows(data: dict[str, Any]) -> list[list[str]]:
     rows = []
     for (w, key), recs in groups.items():
         recs = sorted(recs, key=lambda r: r["N"])
-        cells, ratios = [], []
+        cells, ratios, wrong = [], [], False
         for rec in recs:
             m = rec["derivatives"][key]
             r = m.get("ratio")
+            bad = m.get("check") == "mismatch" or rec["f"].get("check") == "mismatch"
+            wrong = wrong or bad
             cells.append(f"{rec['N']}: " + (table.fmt_ratio(r) if r is not None
-                                               else table.fmt_cell(m)))
+                                               else table.fmt_cell(m)) + (" (!)" if bad else ""))
             if r is not None:
                 ratios.append(r)
         cost_r, cost_n, star = None, None, ""
@@ -63,6 +65,7 @@ def griewank_rows(data: dict[str, Any]) -> list[list[str]]:
                 star = "*" if cost.get(key + "_message") else ""
         ok = None if not ratios else max(ratios) <= GRIEWANK_TARGET
         extra = " (materialised Hessian)" if key == "hessian" else ""
+        extra += "; **values disagree with the reference (!)**" if wrong else ""
         rows.append([w, recs[0]["derivatives"][key]["label"], ", ".join(cells),
                      f"{cost_r:.3g}{star} (N={cost_n})" if cost_r is not None else "-",
                      _status_word(ok) + extra])
@@ -87,6 +90,14 @@ def largest_common(data: dict[str, Any], workload: str, key: str | None,
     return best
 
 
+def _disagree(data: dict[str, Any], workload: str, key: str | None, n: int) -> str:
+    """A warning when tensorlang's value behind a time disagreed with the reference."""
+    rec = _by(data, "tensorlang").get((workload, n))
+    m = None if rec is None else (rec["f"] if key is None else rec["derivatives"].get(key))
+    return "; **values disagree with the reference (!)**" if m and \
+        m.get("check") == "mismatch" else ""
+
+
 def largest_n(data: dict[str, Any], workload: str, system: str = "tensorlang") -> int | None:
     ns = [r["N"] for r in data["records"] if r["workload"] == workload and r["system"] == system]
     return max(ns) if ns else None
@@ -108,7 +119,8 @@ def vs_jax_rows(data: dict[str, Any]) -> list[list[str]]:
                 continue
             n, ttl, tjax = got
             rows.append([w, what, str(n), table.fmt_time(ttl), table.fmt_time(tjax),
-                         f"{ttl / tjax:.3g}", _status_word(ttl <= tjax)])
+                         f"{ttl / tjax:.3g}",
+                         _status_word(ttl <= tjax) + _disagree(data, w, key, n)])
     return rows
 
 
@@ -124,7 +136,7 @@ def hessian_rows(data: dict[str, Any]) -> list[list[str]]:
         n, ttl, tjax = got
         speedup = tjax / ttl
         rows.append([w, str(n), table.fmt_time(ttl), table.fmt_time(tjax), f"{speedup:.3g}x",
-                     _status_word(speedup >= HESSIAN_TARGET)])
+                     _status_word(speedup >= HESSIAN_TARGET) + _disagree(data, w, "hessian", n)])
     return rows
 
 
@@ -223,6 +235,17 @@ def _lscpu() -> str:
         if k.strip() in keep:
             parts.append(f"{k.strip()}: {v.strip()}")
     return "; ".join(parts)
+
+
+def _caps_text() -> str:
+    from .tasks import TASKS
+
+    caps = []
+    for t in TASKS.values():
+        if t.max_n is not None:
+            caps.append(f"{t.name} N <= {t.max_n}")
+        caps += [f"{t.name} {d.label} N <= {d.max_n}" for d in t.derivs if d.max_n is not None]
+    return "; ".join(caps) or "none"
 
 
 def _threads_text(threads: int) -> str:
@@ -379,9 +402,10 @@ def render(data: dict[str, Any], doc_path: str, plots: list[str]) -> str:
         "numpy and the interpreter); `r` = peak RSS increase sampled every 0.5 ms from "
         "/proc/self/statm during one call (allocations outside Python: XLA, torch, compiled "
         "kernels; coarse for calls shorter than a millisecond). Both are in results.json.",
-        "- Size caps (to stay within memory and a few minutes): qform2, arap_residuals and "
-        "imgarap stop at N = 300, the logreg Hessian at 200, the matfac Hessian at 100 "
-        "(its output has 25 N^2 entries).",
+        f"- Size caps (to stay within memory and a few minutes): {_caps_text()}. Each "
+        "measurement may also allocate at most the --mem-limit allowance (RLIMIT_DATA; "
+        "beyond it the point is OOM, not a dead machine) and take at most --timeout seconds; "
+        "cost-model counts come from a worker process with its own time limit.",
         "",
     ]
     return "\n".join(parts)

@@ -33,8 +33,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from tensorlang import ast as A
 from tensorlang import tssa
-from tensorlang.ast import TRel, TSize
+from tensorlang.ast import Def, TRel, TSize
 from tensorlang.errors import NotYetSupported
 from tensorlang.tssa import Program
 
@@ -77,8 +78,14 @@ def simplify(p: Program, sizes: Mapping[str, int] | None = None, *,
     report = Report()
     LAST_REPORT = report
     budget = budget or DEFAULT_BUDGET
-    panel = _panel(p, sizes) if verify else []
-    base = [_cost(p, a) for a in panel]
+    panel = []
+    base = []
+    for a in (_panel(p, sizes) if verify else []):
+        try:
+            base.append(_cost(p, a))
+            panel.append(a)
+        except Exception:  # a point the input cannot be costed at is no check
+            continue
     report.before = {_key(a): c for a, c in zip(panel, base)}
     attempts: list[tuple[str, Sequence[str] | None]] = [("full", rules)]
     if rules is None:
@@ -92,7 +99,11 @@ def simplify(p: Program, sizes: Mapping[str, int] | None = None, *,
             report.reason += f"{mode}: {type(err).__name__}: {err}; "
             continue
         for k, q in enumerate(candidates):
-            costs = [_cost(q, a) for a in panel]
+            try:
+                costs = [_cost(q, a) for a in panel]
+            except Exception as err:
+                report.reason += f"{mode}: costing raised {type(err).__name__}: {err}; "
+                continue
             if all(c <= b for c, b in zip(costs, base)):
                 out = q
                 report.mode = mode if k == 0 else mode + "+repaired"
@@ -198,8 +209,9 @@ class PythonRounds:
                     if isinstance(v, Const):
                         P = G.mask_lit(n.args[0])
                         args = " ".join(f"(Num {G.f64(x)})" for x in vals)
+                        num = f"(Num {G.f64(v.value)})"
                         cmds.append(f"(union ({n.op} {P} {G.string(n.args[1])} {args}) "
-                                    f"(Iv {P} (Num {G.f64(v.value)})))")
+                                    f"{num if not n.args[0] else f'(Iv {P} {num})'})")
         if cmds:
             self.eg.add(cmds)
         return bool(cmds)
@@ -246,14 +258,24 @@ def _panel(p: Program, sizes: Mapping[str, int] | None) -> list[dict[str, Any]]:
                 points.append(pt)
     out: list[dict[str, Any]] = []
     seen: set[tuple] = set()
-    for pt in points:
+    dims = [d for q in p.params for d in (q.type.sizes if isinstance(q.type, TRel)
+                                           else A.shape_of(tssa.soa_type(q.type))
+                                           if not isinstance(tssa.soa_type(q.type), A.TPair)
+                                           else _pair_dims(q.type))]
+    for k, pt in enumerate(points):
         key = tuple(sorted(pt.items()))
-        if key in seen:
+        if key in seen or any(d.evaluate(pt) < 0 for d in dims):  # not a valid input
             continue
         seen.add(key)
         variants = _relations(rels, pt)
+        if k == 0 and sizes is None:   # the representative point: one (random) relation
+            variants = variants[-1:]
         out.extend({**pt, **rv} for rv in variants)
     return out
+
+
+def _pair_dims(t: Any) -> list:
+    return [d for path in tssa.leaf_paths(t) for d in A.shape_of(tssa.project_type(t, path))]
 
 
 def _relations(rels: list, sizes: Mapping[str, int]) -> list[dict[str, np.ndarray]]:
@@ -267,4 +289,63 @@ def _relations(rels: list, sizes: Mapping[str, int]) -> list[dict[str, np.ndarra
     return [full, empty, rand]
 
 
-__all__ = ["simplify", "Report", "LAST_REPORT", "DEFAULT_BUDGET"]
+# ---------------------------------------------------------------------------------------------
+# One rule at a time (the proofs/ catalogue)
+
+
+class NotApplicable(ValueError):
+    """The rule found no redex in the program (or the extraction kept the input)."""
+
+
+def apply_rules(d: Def, rules: Sequence[str], *, choose: str = "new",
+                policy: SP.InlinePolicy | None = None, rounds: int = 2) -> Def:
+    """A gen-pushed core `Def` rewritten by the e-graph rules `rules` (names in
+    `simplify_egglog.RULES`; none: only the Python pass of `policy`), as a core Def.
+
+    `choose="new"` extracts the term made of as many nodes the rules created as possible
+    (the rules applied, whatever the cost); `"cost"` extracts by the cost model (for sizes
+    given as literals in the types, exactly the cost).  `NotApplicable` when no rule
+    matched (or, with no rules, the Python pass added no equality)."""
+    policy = policy or SP.InlinePolicy(enabled=False, solve=False, licm=True)
+    low = SP.lower(d)
+    enc = SP.Encoder(low, policy)
+    eg = G.EGraph(rules)
+    base, alternatives = enc.build()
+    eg.add(base)
+    eg.mark()
+    eg.add(alternatives)
+    groups = tuple(g for g in ("clean", "search")
+                   if any(G.RULES[r].group == g for r in rules))
+    python = PythonRounds(eg, low.uni)
+    run = eg.run(G.Budget(rounds=rounds, time_limit=10.0, python_rounds=(0,)), groups=groups,
+                 on_round=python)
+    if python(-1):
+        eg.add(["(run-schedule (saturate g_analysis) (run g_clean) (saturate g_analysis))"])
+    sets = {f":ruleset {G.RULES[r].ruleset}" for r in rules}
+    fired = sum(n for text, n in run.matches.items() if any(s in text for s in sets))
+    if not fired and not (not rules and alternatives):
+        raise NotApplicable(f"{', '.join(rules) or 'the Python pass'} found no redex")
+    return tssa.to_core(_extract_program(d, low, enc, eg, choose))
+
+
+def _extract_program(d: Def, low: SP.Lowered, enc: SP.Encoder, eg: G.EGraph,
+                     choose: str) -> Program:
+    eg.saturate_analyses()
+    graph = eg.freeze()
+    ten_roots = {name: graph.roots[enc._ten[name][1:]] for name in _leaves(low.output)}
+    uni = low.uni
+    if choose == "new":
+        def cost(n: G.ENode, g: G.Graph, free: Mapping) -> tuple[int]:
+            return (0 if (n.op, n.args) not in g.old or n.op == "Param" else 1,)
+        ex = G.extract(graph, list(ten_roots.values()), cost, uni.pfree, uni.accfree,
+                       complete=graph.free)
+    else:
+        ex = G.extract(graph, list(ten_roots.values()),
+                       lambda n, g, free: SP.node_cost(uni, n, g, free), uni.pfree,
+                       uni.accfree, old=graph.old, complete=graph.free)
+    q = to_ssa(SP.Raiser(low, graph, ex, ten_roots).build())
+    return Program(d.name, d.params, q.stmts, q.output, d.ret, q.ix)
+
+
+__all__ = ["simplify", "Report", "LAST_REPORT", "DEFAULT_BUDGET", "apply_rules",
+           "NotApplicable"]

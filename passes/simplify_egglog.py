@@ -11,14 +11,15 @@ tensor.  Sorts and constructors (egglog syntax in `PROGRAM`):
     Ten  = (Param name)        an input statement (a parameter or an input projection)
          | (Stmt name body)    a materialised statement  v = gen I_v. body
     Sc   = (Num c) | (Get t acc)                  a constant; a read of t at an access key
-         | (Mul P a b) | (Add P a b)              [P] * (a * b), [P] * (a + b)
+         | (Mul a b) | (Add a b) | (Sum j a)      a * b, a + b, sum j. a
          | (Call1 P f a) | (Call2 P f a b)        [P] * f(a), [P] * f(a, b)
          | (Iv P a)                               [P] * a
-         | (Sum P j a)                            [P] * sum j. a   (P does not mention j)
+         | (Box P a)                              a, as a tensor also over the indices of
+                                                  P's atoms `0 <= i` (a loop it sits in)
 
-Every operator carries its mask P: a masked operator is one masked Tensor-SSA primitive
-(a statement over the term's free indices that computes only where P holds), which is what
-makes the cost of a node static.  Two analyses (egglog functions with merges) are kept
+Every node is a tensor over its free indices -- the Tensor-SSA statement it becomes -- and
+is computed where its class's mask holds (a call where its own mask holds: f(0) need not
+be 0), which is what makes the cost of a node static.  Two analyses (egglog functions with merges) are kept
 saturated: `free` (the free index names; merge: intersection, since equal terms depend on
 the indices both depend on) and `mask` (a conjunction outside which the class is 0; merge:
 union, since every member is 0 outside its own).  Python supplies `pfree` (free indices of a
@@ -67,6 +68,7 @@ DECLARATIONS = r"""
 (constructor Call1 (Mask String Sc) Sc)
 (constructor Call2 (Mask String Sc Sc) Sc)
 (constructor Iv (Mask Sc) Sc)
+(constructor Box (Mask Sc) Sc)
 (constructor Sum (String Sc) Sc)
 (function free (Sc) Mask :merge (set-intersect old new))
 (function mask (Sc) Mask :merge (set-union old new))
@@ -82,10 +84,11 @@ DECLARATIONS = r"""
 CONSTRUCTORS: dict[str, tuple[str, ...]] = {  # name -> argument sorts
     "Param": ("String",), "Stmt": ("String", "Sc"), "Num": ("f64",), "Get": ("Ten", "String"),
     "Mul": ("Sc", "Sc"), "Add": ("Sc", "Sc"), "Call1": ("Mask", "String", "Sc"),
-    "Call2": ("Mask", "String", "Sc", "Sc"), "Iv": ("Mask", "Sc"), "Sum": ("String", "Sc"),
+    "Call2": ("Mask", "String", "Sc", "Sc"), "Iv": ("Mask", "Sc"), "Box": ("Mask", "Sc"),
+    "Sum": ("String", "Sc"),
 }
 OUT_SORT = {"Param": "Ten", "Stmt": "Ten"}
-MASKED = ("Call1", "Call2", "Iv")     # constructors whose first argument is a mask
+MASKED = ("Call1", "Call2", "Iv", "Box")  # constructors whose first argument is a mask
 
 
 def _marking() -> str:
@@ -139,6 +142,8 @@ _ANALYSIS = [
       ((set (free e) (set-union fp (set-union fa fb)))) :ruleset {rs})
 (rule ((= e (Iv P a)) (= fp (pfree P)) (= fa (free a)))
       ((set (free e) (set-union fp fa))) :ruleset {rs})
+(rule ((= e (Box P a)) (= fp (pfree P)) (= fa (free a)))
+      ((set (free e) (set-union fp fa))) :ruleset {rs})
 (rule ((= e (Sum j a)) (= fa (free a))) ((set (free e) (set-remove fa j))) :ruleset {rs})
 """),
     _r("A-mask", "analysis",
@@ -155,14 +160,12 @@ _ANALYSIS = [
 (rule ((= e (Call1 P f a))) ((set (mask e) P)) :ruleset {rs})
 (rule ((= e (Call2 P f a b))) ((set (mask e) P)) :ruleset {rs})
 (rule ((= e (Iv P a)) (= ma (mask a))) ((set (mask e) (set-union P ma))) :ruleset {rs})
-(rule ((= e (Sum j a))) ((set (mask e) (set-empty))) :ruleset {rs})
+(rule ((= e (Box P a)) (= ma (mask a))) ((set (mask e) ma)) :ruleset {rs})
+(rule ((= e (Sum j a)) (= nj (ne j))) ((set (mask e) nj)) :ruleset {rs})
 """),
 ]
 
 _CLEAN = [
-    _r("S-iv-true", "clean", "[true] * e -> e", r"""
-(rewrite (Iv (set-empty) a) a :ruleset {rs})
-"""),
     _r("S-iv-false", "clean", "[false] * e -> 0  (also: a mask the index solver refutes)", r"""
 (rule ((= m (mask e)) (set-contains m "false")) ((union e (Num 0.0))) :ruleset {rs})
 (rule ((= m (mask e)) (dead m)) ((union e (Num 0.0))) :ruleset {rs})
@@ -197,6 +200,19 @@ _CLEAN = [
 (rule ((= e (Sum j (Iv Q a))) (= fq (pfree Q)) (set-not-contains fq j))
       ((union e (Iv Q (Sum j a)))) :ruleset {rs})
 """),
+    _r("S-box-drop", "clean",
+       "(e pinned to loops I) * b -> e * b  when b is over I (the product is anyway)", r"""
+(rule ((= e (Mul (Box P a) b)) (= fp (pfree P)) (= fb (free b)) (= (set-diff fp fb) (set-empty)))
+      ((union e (Mul a b))) :ruleset {rs})
+(rule ((= e (Mul b (Box P a))) (= fp (pfree P)) (= fb (free b)) (= (set-diff fp fb) (set-empty)))
+      ((union e (Mul b a))) :ruleset {rs})
+(rule ((= e (Add (Box P a) b)) (= fp (pfree P)) (= fb (free b)) (= (set-diff fp fb) (set-empty)))
+      ((union e (Add a b))) :ruleset {rs})
+(rule ((= e (Add b (Box P a))) (= fp (pfree P)) (= fb (free b)) (= (set-diff fp fb) (set-empty)))
+      ((union e (Add b a))) :ruleset {rs})
+(rule ((= e (Box P a)) (= fp (pfree P)) (= fa (free a)) (= (set-diff fp fa) (set-empty)))
+      ((union e a)) :ruleset {rs})
+"""),
     _r("S-mul-zero", "clean", "0 * e -> 0", r"""
 (rewrite (Mul (Num 0.0) a) (Num 0.0) :ruleset {rs})
 (rewrite (Mul a (Num 0.0)) (Num 0.0) :ruleset {rs})
@@ -223,13 +239,19 @@ _SEARCH = [
     _r("S-distribute", "search", "a * (b + c) <-> a * b + a * c", r"""
 (birewrite (Mul a (Add b c)) (Add (Mul a b) (Mul a c)) :ruleset {rs})
 """),
-    _r("S-sum-add", "search", "sum j. (a + b) <-> sum j. a + sum j. b", r"""
-(birewrite (Sum j (Add a b)) (Add (Sum j a) (Sum j b)) :ruleset {rs})
+    _r("S-sum-add", "search",
+       "sum j. (a + b) -> [n_j >= 1] * (sum j. a + sum j. b)", r"""
+(rule ((= e (Sum j (Add a b))) (= nj (ne j)))
+      ((union e (Iv nj (Add (Sum j a) (Sum j b))))) :ruleset {rs})
 """),
     _r("S-sum-factor", "search",
-       "sum j. a * b <-> [n_j >= 1] * a * sum j. b  (j not free in a)", r"""
+       "sum j. a * b -> [n_j >= 1] * a * sum j. b  (j not free in a)", r"""
 (rule ((= e (Sum j (Mul a b))) (= fa (free a)) (set-not-contains fa j) (= nj (ne j)))
       ((union e (Iv nj (Mul a (Sum j b))))) :ruleset {rs})
+(rule ((= e (Sum j (Mul b a))) (= fa (free a)) (set-not-contains fa j) (= nj (ne j)))
+      ((union e (Iv nj (Mul (Sum j b) a)))) :ruleset {rs})
+"""),
+    _r("S-sum-push", "search", "a * sum j. b -> sum j. a * b  (j not free in a)", r"""
 (rule ((= e (Mul a (Sum j b))) (= fa (free a)) (set-not-contains fa j))
       ((union e (Sum j (Mul a b)))) :ruleset {rs})
 """),
@@ -286,10 +308,10 @@ class Budget:
 
     rounds: int = 12
     clean_iters: int = 3
-    match_limit: int = 2000
-    node_limit: int = 12000
-    time_limit: float = 0.3
-    python_rounds: tuple[int, ...] = (0, 2, 5)   # rounds after which the Python pass runs
+    match_limit: int = 1000
+    node_limit: int = 6000
+    time_limit: float = 0.25
+    python_rounds: tuple[int, ...] = (0, 3)   # rounds after which the Python pass runs
 
 
 @dataclass
@@ -314,10 +336,11 @@ class EGraph:
             return []
         return self.eg.run_program(*self.eg.parse_program(text))
 
-    def add(self, commands: Sequence[str]) -> None:
-        """Run egglog commands (terms, facts, unions), in order."""
-        if commands:
-            self._run("\n".join(commands))
+    def add(self, commands: Sequence[str], chunk: int = 40) -> None:
+        """Run egglog commands (terms, facts, unions), in order.  In chunks: parsing one long
+        text is superlinear in egglog."""
+        for k in range(0, len(commands), chunk):
+            self._run("\n".join(commands[k:k + chunk]))
 
     def size(self) -> int:
         (out,) = self._run("(print-size)")

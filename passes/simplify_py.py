@@ -42,7 +42,7 @@ from tensorlang.ast import (Access, Add, Affine, Call, Const, Def, Gen, Iverson,
 from tensorlang.interp import Env, eval_pred
 
 from . import simplify_egglog as G
-from .indexsolve import eliminate_sums
+from .indexsolve import eliminate_sums, fourier_motzkin
 
 FALSE = "false"
 DEFAULT_REP = 16          # representative size for every size parameter (docs/simplifier.md)
@@ -73,6 +73,9 @@ class Universe:
         self.ranges: dict[str, Affine] = {}
         self.atoms: dict[str, Pred] = {FALSE: PFalse()}
         self.atom_vars: dict[str, frozenset[str]] = {FALSE: frozenset()}
+        self.atom_size: dict[str, int] = {FALSE: 1}
+        self._keys: dict[Pred, str] = {}
+        self.boxes: set[str] = set()
         self.accs: dict[str, tuple[Affine, ...]] = {}
         self.acc_vars: dict[str, frozenset[str]] = {}
         self.points = cost_points(self.size_names, reps)
@@ -80,6 +83,7 @@ class Universe:
         self._rels: dict[int, dict[str, np.ndarray]] = {}
         self._counts: dict[tuple, tuple[int, ...]] = {}
         self._pfree: dict[frozenset, frozenset[str]] = {}
+        self._refuted: dict[frozenset, bool] = {}
 
     # -- names -----------------------------------------------------------------------------
 
@@ -94,6 +98,12 @@ class Universe:
         for n in A.walk(e):
             if isinstance(n, Sum) and n.idx not in self.ranges:
                 self.ranges[n.idx] = n.size
+
+    def renaming(self, gens: Sequence[tuple[str, Affine]], idx: Sequence[Affine]) -> bool:
+        """`idx` reads every dimension with a distinct index of the same range."""
+        names = [a.as_var() for a in idx]
+        return (len(set(names)) == len(names) and None not in names
+                and all(self.ranges.get(v) == n for v, (_, n) in zip(names, gens)))
 
     def index_key(self, name: str) -> tuple:
         """Creation order of the universe's own names; other (solver-made) names after."""
@@ -117,14 +127,24 @@ class Universe:
         c = self.canon(p)
         if isinstance(c, PFalse):
             return None
-        out = []
-        for q in tssa.conjuncts(c):
-            key = tssa.fmt_pred(q)
-            if key not in self.atoms:
-                self.atoms[key] = q
-                self.atom_vars[key] = self.index_vars(A.free_names(q))
-            out.append(key)
-        return frozenset(out)
+        return frozenset(self.atom(q) for q in tssa.conjuncts(c))
+
+    def atom(self, q: Pred) -> str:
+        """The key of a canonical atom (short: egglog parses and compares them often)."""
+        key = self._keys.get(q)
+        if key is None:
+            key = self._keys[q] = f"a{len(self._keys)}"
+            self.atoms[key] = q
+            self.atom_vars[key] = self.index_vars(A.free_names(q))
+            self.atom_size[key] = sum(1 for _ in A.walk(q))
+        return key
+
+    def box(self, name: str) -> str:
+        """The atom `0 <= i` of an index (true on its range, and not canonicalised away): in
+        a primitive's mask it keeps the primitive over that loop, as the input computes it."""
+        key = self.atom(A.Cmp("<=", Affine.lit(0), Affine.var(name)))
+        self.boxes.add(key)
+        return key
 
     def pred_of(self, mask: Iterable[str]) -> Pred:
         atoms = sorted(set(mask))
@@ -149,24 +169,34 @@ class Universe:
         over that index has no point where they fail)."""
         drop = set()
         for i in free:
-            key = tssa.fmt_pred(self.canon(A.Cmp("<=", Affine.lit(1), self.ranges[i])))
-            drop.add(key)
+            q = self.canon(A.Cmp("<=", Affine.lit(1), self.ranges[i]))
+            if q in self._keys:
+                drop.add(self._keys[q])
         return frozenset(a for a in mask if a not in drop)
 
-    def project(self, atoms: frozenset[str], keep: frozenset[str]) -> frozenset[str]:
-        """The data-dependent part of `exists (the other indices). atoms` over `keep`: the
-        atoms that read a relation are kept under an `exists` (so a hoisted statement is
-        computed exactly where some point of the loop it leaves needs it); comparisons of
-        indices are dropped (their effect is the same at every data, which the cost points
-        of the extraction see)."""
-        data = [a for a in atoms if any(isinstance(n, A.RelCall) for n in A.walk(self.atoms[a]))]
-        if not data:
-            return frozenset()
-        body = self.pred_of(data)
-        out = [n for n in sorted(self.pfree(data) - keep, key=self.index_key)]
-        for v in reversed(out):
-            body = A.Exists(v, self.ranges[v], body)
-        return self.atoms_of(body) or frozenset()
+    def project(self, atoms: frozenset[str], keep: frozenset[str],
+                loops: Iterable[str] = ()) -> frozenset[str]:
+        """Where a statement hoisted over the indices `keep` is needed: `exists` (the other
+        indices). atoms`, and the loops it leaves (`loops`) non-empty.  So the hoisted
+        statement computes no point the loops it leaves would not have computed."""
+        out: set[str] = set()
+        gone = set(loops)
+        if atoms:
+            body = self.pred_of(atoms)
+            drop = sorted(self.pfree(atoms) - keep, key=self.index_key)
+            for v in reversed(drop):
+                body = A.Exists(v, self.ranges[v], body)
+            gone -= set(drop)
+            got = self.atoms_of(body)
+            if got is None:
+                return frozenset((FALSE,))
+            out |= got
+        for v in gone:
+            got = self.atoms_of(A.Cmp("<=", Affine.lit(1), self.ranges[v]))
+            if got is None:
+                return frozenset((FALSE,))
+            out |= got
+        return frozenset(out)
 
     def disjunction(self, a: frozenset[str], b: frozenset[str]) -> frozenset[str]:
         """Atoms of `A or B` for conjunctions A, B: the common atoms and, when neither side
@@ -179,15 +209,34 @@ class Universe:
         ra, rb = a - common, b - common
         if not ra or not rb:
             return common
+        if sum(self.atom_size[x] for x in ra | rb) > 60:   # keep supports small
+            return common
         atoms = self.atoms_of(A.Or(self.pred_of(ra), self.pred_of(rb)))
         return common | (atoms or frozenset())
 
     def refuted(self, mask: frozenset[str]) -> bool:
+        """The index solver refutes the conjunction: Fourier-Motzkin (integer-tightened) on
+        its comparisons and the ranges of their indices.  (Relation calls, `or` and `exists`
+        are not used: they rarely make a conjunction contradictory on their own.)"""
         if FALSE in mask:
             return True
-        if len(mask) < 2:
+        cmps = frozenset(a for a in mask if isinstance(self.atoms[a], A.Cmp))
+        if len(cmps) < 2:
             return False
-        return isinstance(self.canon(self.pred_of(mask)), PFalse)
+        hit = self._refuted.get(cmps)
+        if hit is None:
+            cons: list[Affine] = []
+            for a in cmps:
+                q = self.atoms[a]
+                d = q.rhs - q.lhs
+                cons.append(d if q.op != "<" else d - 1)
+                if q.op == "==":
+                    cons.append(-d)
+            names = sorted(self.pfree(cmps), key=self.index_key)
+            for v in names:
+                cons += [Affine.var(v), self.ranges[v] - 1 - Affine.var(v)]
+            hit = self._refuted[cmps] = not fourier_motzkin(cons, names).feasible
+        return hit
 
     # -- accesses ----------------------------------------------------------------------------
 
@@ -429,6 +478,8 @@ def inline_read(st: Stmt, idx: Sequence[Affine], uni: Universe) -> A.Expr:
     assert st.body is not None
     m = {g: a for (g, _), a in zip(st.gens, idx)}
     e = A.subst(st.body, m) if m else st.body
+    if uni.renaming(st.gens, idx):
+        return e
     guard = A.pred_and(*(A.in_range(a, n) for a, (_, n) in zip(idx, st.gens)))
     atoms = uni.atoms_of(guard)
     if atoms is None:
@@ -458,6 +509,116 @@ def fold_call(e: Call) -> A.Expr:
 
 
 # ---------------------------------------------------------------------------------------------
+# The Python rules on core programs (the proofs/ catalogue applies them one at a time)
+
+
+def _map_bodies(d: Def, f: Any) -> Def:
+    """`d` with `f(value, uni)` applied to every binding's value (gens kept)."""
+    low_uni = Universe(d.params)
+    out: list[tuple[str, A.Expr]] = []
+    body = d.body
+    while isinstance(body, Let):
+        value = body.value
+        gens: list[tuple[str, Affine]] = []
+        while isinstance(value, Gen):
+            gens.append((value.idx, value.size))
+            low_uni.ranges[value.idx] = value.size
+            value = value.body
+        low_uni.register(value)
+        value = f(value, low_uni)
+        for name, size in reversed(gens):
+            value = Gen(name, size, value)
+        out.append((body.name, value))
+        body = body.body
+    for name, value in reversed(out):
+        body = Let(name, value, body)
+    return Def(d.name, d.params, d.ret, body)
+
+
+def canon_brackets(d: Def) -> Def:
+    """S-pred-canon on a gen-pushed core Def: every bracket canonical against the ranges of
+    the indices in scope (implied comparisons dropped; a refuted bracket is 0)."""
+    def go(e: A.Expr, uni: Universe) -> A.Expr:
+        if isinstance(e, Iverson):
+            inner = go(e.e, uni)
+            atoms = uni.atoms_of(e.pred)
+            if atoms is None:
+                return Const(0.0)
+            return _iv(uni.pred_of(atoms), inner)
+        if isinstance(e, (Affine, Pred)):
+            return e
+        return A.map_fields(e, lambda c: go(c, uni) if isinstance(c, A.Expr) else c)
+    return _map_bodies(d, go)
+
+
+def fold_calls(d: Def) -> Def:
+    """S-fold-call on a core Def: calls of constants evaluated."""
+    def go(e: A.Expr, uni: Universe) -> A.Expr:
+        if isinstance(e, (Affine, Pred)):
+            return e
+        e = A.map_fields(e, lambda c: go(c, uni) if isinstance(c, A.Expr) else c)
+        return fold_call(e) if isinstance(e, Call) else e
+    return _map_bodies(d, go)
+
+
+def solve_sums(d: Def) -> Def:
+    """S-sum-solve on a core Def: the index solver on every sum."""
+    return _map_bodies(d, lambda e, uni: eliminate_sums(e))
+
+
+def inline_single_use(d: Def) -> Def:
+    """S-inline on a core Def: the first (non-input) binding read by exactly one other
+    binding, and not returned, is substituted into it (with the reads' zero-extension
+    guards) and dropped.  `ValueError` if there is none."""
+    low = lower(d)
+    readers: dict[str, list[str]] = {}
+    for name in low.order:
+        st = low.stmts[name]
+        if st.body is not None:
+            for n in A.walk(st.body):
+                if isinstance(n, Var) and n.name in low.stmts and n.name != name:
+                    readers.setdefault(n.name, []).append(name)
+    outs = set(_leaves(low.output))
+    target = next((v for v in low.order if not low.stmts[v].is_input and v not in outs
+                   and len(set(readers.get(v, ()))) == 1), None)
+    if target is None:
+        raise ValueError("no binding is read by exactly one other")
+    st = low.stmts[target]
+
+    def sub(e: A.Expr) -> A.Expr:
+        if isinstance(e, Access) and isinstance(e.e, Var) and e.e.name == target:
+            return inline_read(st, e.idx, low.uni)
+        if isinstance(e, Var) and e.name == target:
+            return inline_read(st, (), low.uni)
+        if isinstance(e, (Affine, Pred)):
+            return e
+        return A.map_fields(e, lambda c: sub(c) if isinstance(c, A.Expr) else c)
+
+    out: list[tuple[str, A.Expr]] = []
+    body = d.body
+    while isinstance(body, Let):
+        if body.name != target:
+            value = body.value
+            if body.name in readers.get(target, ()):
+                gens = []
+                while isinstance(value, Gen):
+                    gens.append((value.idx, value.size))
+                    value = value.body
+                cur = low.stmts[body.name]
+                # the lowered body uses global names: read back through them
+                ren = {g: Affine.var(n) for (g, _), (n, _) in zip(cur.gens, gens)}
+                assert cur.body is not None
+                value = A.subst(sub(cur.body), ren)
+                for name, size in reversed(gens):
+                    value = Gen(name, size, value)
+            out.append((body.name, value))
+        body = body.body
+    for name, value in reversed(out):
+        body = Let(name, value, body)
+    return Def(d.name, d.params, d.ret, body)
+
+
+# ---------------------------------------------------------------------------------------------
 # Encoding into egglog
 
 
@@ -472,11 +633,13 @@ def parse_fn_key(key: str) -> tuple[str, tuple[float, ...]]:
 
 @dataclass
 class InlinePolicy:
-    """Which reads get an S-inline equality (the e-graph's size is the budget)."""
+    """Which Python-made equalities the encoding adds: S-inline (which reads, within what
+    budget), S-sum-solve, S-licm."""
 
     enabled: bool = True
     max_nodes: int = 4000        # core nodes encoded through inlining, per program
     solve: bool = True           # S-sum-solve alternatives of statement bodies
+    licm: bool = True            # S-licm alternatives (a primitive over its own indices)
 
 
 class Encoder:
@@ -499,6 +662,7 @@ class Encoder:
         self._lets = itertools.count()
         self._inline_memo: dict[tuple, A.Expr] = {}
         self.alternatives: list[str] = []         # S-licm unions (after everything else)
+        self._supports: dict[tuple, frozenset[str]] = {}
         self.inline_nodes = 0
 
     # -- facts ---------------------------------------------------------------------------------
@@ -556,32 +720,47 @@ class Encoder:
                 return "(Num 0.0)"
             inner = self.encode(e.e, mulctx, argctx, ctx | atoms)
             return inner if not atoms else f"(Iv {self.mask(atoms)} {inner})"
-        if isinstance(e, Sum):
-            if e.idx not in self.uni.ranges:
-                self.uni.ranges[e.idx] = e.size
-            self.sum_index(e.idx)
-            return f"(Sum {G.string(e.idx)} {self.encode(e.body, True, False, ctx)})"
         if isinstance(e, Call):
             folded = fold_call(e)
             if folded is not e:
                 return self._encode(folded, mulctx, argctx, ctx)
-        exact = self._primitive(e, mulctx, ctx, ctx)
-        inner = self.uni.restrict(ctx, self.cfree(e))
-        if inner != ctx:   # S-licm alternative: computed over its own indices only
-            inner = inner | self.uni.project(ctx - inner, self.cfree(e))
-            hoisted = self._primitive(e, mulctx, ctx, inner)
+        if isinstance(e, Sum) and e.idx not in self.uni.ranges:
+            self.uni.ranges[e.idx] = e.size
+        # The input's primitive: under the brackets around it, and pinned (Box) to the loops
+        # it sits in but does not use, as the input computes it.  Constants are not pinned:
+        # they fold.
+        used = self.cfree(e)
+        real = frozenset(a for a in ctx if a not in self.uni.boxes)
+        pins = frozenset(a for a in ctx if a in self.uni.boxes
+                         and not self.uni.atom_vars[a] <= used)
+        if not used and not any(isinstance(n, (Access, Var)) for n in A.walk(e)):
+            pins = frozenset()
+        exact = self._primitive(e, mulctx, ctx, real, pins)
+        inner = self.uni.restrict(real, used)
+        if (inner != real or pins) and self.policy.licm:
+            # S-licm: computed over its own indices only, where some point of the loops and
+            # brackets it leaves needs it (so never more often than the input), then
+            # broadcast; its operands are encoded in that smaller context too
+            left = [next(iter(self.uni.atom_vars[a])) for a in pins]
+            proj = self.uni.project(real - inner, used, left)
+            small = frozenset(a for a in ctx if self.uni.atom_vars[a] <= used)
+            hoisted = self._primitive(e, mulctx, small, inner | proj, frozenset())
+            alt = f"(Iv {self.mask(real)} {hoisted})" if real else hoisted
+            alt = f"(Box {self.mask(pins)} {alt})" if pins else alt
             name = f"$s{next(self._lets)}"
             self.commands.append(f"(let {name} {exact})")
-            self.alternatives.append(f"(union {name} (Iv {self.mask(ctx)} {hoisted}))")
+            self.alternatives.append(f"(union {name} {alt})")
             return name
         return exact
 
-    def _primitive(self, e: A.Expr, mulctx: bool, ctx: frozenset[str],
-                   m: frozenset[str]) -> str:
-        """A product, sum of two terms or call, masked by `m` (on its first operand, on every
-        summand, on the call); its operands are encoded under the brackets `ctx`."""
+    def _primitive(self, e: A.Expr, mulctx: bool, ctx: frozenset[str], m: frozenset[str],
+                   pins: frozenset[str]) -> str:
+        """A product, sum of two terms, call or summation, masked by `m` and pinned to the
+        loops of `pins` (on its first operand, on every summand, on a call's arguments, on a
+        summation's body); its operands are encoded under the brackets `ctx`."""
         def masked(text: str) -> str:
-            return f"(Iv {self.mask(m)} {text})" if m else text
+            text = f"(Iv {self.mask(m)} {text})" if m else text
+            return f"(Box {self.mask(pins)} {text})" if pins else text
 
         if isinstance(e, Mul):
             return (f"(Mul {masked(self.encode(e.a, True, False, ctx))} "
@@ -589,12 +768,19 @@ class Encoder:
         if isinstance(e, Add):
             return (f"(Add {masked(self.encode(e.a, mulctx, False, ctx))} "
                     f"{masked(self.encode(e.b, mulctx, False, ctx))})")
+        if isinstance(e, Sum):
+            self.sum_index(e.idx)
+            body = self.encode(e.body, True, False, ctx | {self.uni.box(e.idx)})
+            return f"(Sum {G.string(e.idx)} {masked(body)})"
         if isinstance(e, Call):
-            args = " ".join(self.encode(a, False, True, ctx) for a in e.args)
+            args = [self.encode(a, False, True, ctx) for a in e.args]
+            if pins:
+                args = [f"(Box {self.mask(pins)} {a})" for a in args]
             op = {1: "Call1", 2: "Call2"}.get(len(e.args))
             if op is None:
                 raise ValueError(f"builtin {e.fn} with {len(e.args)} arguments")
-            return f"({op} {self.mask(m)} {G.string(fn_key(e.fn, e.params))} {args})"
+            return (f"({op} {self.mask(m)} {G.string(fn_key(e.fn, e.params))} "
+                    f"{' '.join(args)})")
         raise ValueError(f"cannot encode {type(e).__name__} in a scalar body")
 
     def read(self, e: A.Expr, mulctx: bool, argctx: bool) -> str:
@@ -628,8 +814,22 @@ class Encoder:
         access's range (zero extension)."""
         if st.is_input or not st.gens:
             return frozenset()
+        key = (st.var, tuple(idx))
+        hit = self._supports.get(key)
+        if hit is None:
+            hit = self._supports[key] = self._read_support(st, idx)
+        return hit
+
+    def _read_support(self, st: Stmt, idx: Sequence[Affine]) -> frozenset[str]:
         m = {g: a for (g, _), a in zip(st.gens, idx)}
-        preds = [A.subst(self.uni.atoms[a], m) for a in st.support if a != FALSE]
+        if FALSE in st.support:
+            return frozenset((FALSE,))
+        if self.uni.renaming(st.gens, idx):   # same ranges: canonical atoms stay canonical
+            return frozenset(self.uni.atom(A.subst(self.uni.atoms[a], m)) for a in st.support)
+        # a shifted or partial read: re-canonicalise (large disjunctions are left out: a
+        # weaker support is still a support, and canonicalising them is slow)
+        preds = [A.subst(self.uni.atoms[a], m) for a in st.support
+                 if self.uni.atom_size[a] <= 30]
         preds += [A.in_range(a, n) for a, (_, n) in zip(idx, st.gens)]
         if FALSE in st.support:
             return frozenset((FALSE,))
@@ -670,7 +870,7 @@ class Encoder:
                 self._ten[name] = t
                 continue
             assert st.body is not None
-            body = self.encode(st.body)
+            body = self.encode(st.body, ctx=frozenset(self.uni.box(g) for g, _ in st.gens))
             b = f"$B{k}"
             self.commands.append(f"(let {b} {body})")
             self._body[name] = b
@@ -748,7 +948,8 @@ OPS = ("Mul", "Add", "Call1", "Call2", "Sum")
 
 
 def own_mask(n: G.ENode) -> frozenset[str]:
-    return n.args[0] if n.op in G.MASKED else frozenset()
+    """The mask an e-node computes under (a Box's atoms are loop pins, true everywhere)."""
+    return n.args[0] if n.op in G.MASKED and n.op != "Box" else frozenset()
 
 
 def node_cost(uni: Universe, n: G.ENode, g: G.Graph,
@@ -760,8 +961,7 @@ def node_cost(uni: Universe, n: G.ENode, g: G.Graph,
     if op not in OPS:
         return (0,) * len(uni.points)
     f = free[n.cls]
-    own = n.args[0] if op in G.MASKED else frozenset()
-    m = uni.restrict(g.mask.get(n.cls, frozenset()) | own, f)
+    m = uni.restrict(g.mask.get(n.cls, frozenset()) | own_mask(n), f)
     if op in ("Mul", "Call1", "Call2"):
         return uni.count(f, m)
     if op == "Add":
@@ -840,10 +1040,15 @@ class Raiser:
                 continue
             if n.op in ("Param", "Num", "Get"):
                 continue
-            here = (ctx.get(c) or frozenset()) | self.m(c) | own_mask(n)
+            here = (ctx.get(c) or frozenset()) | self.m(c)
+            if n.op != "Box":
+                here = here | own_mask(n)
+            box = self.free(c) | ({n.args[0]} if n.op == "Sum" else set())
             for k in n.children():
                 self.uses[k] = self.uses.get(k, 0) + 1
-                mine = self.uni.restrict(here, self.free(k))
+                # needed where the reader is, and only if the loops it leaves are not empty
+                mine = self.uni.restrict(here, self.free(k)) | self.uni.project(
+                    frozenset(), self.free(k), box - self.free(k))
                 prev = ctx.get(k)
                 ctx[k] = mine if prev is None else (prev & mine)
         self.ctx = {k: v for k, v in ctx.items() if v is not None}
@@ -870,6 +1075,8 @@ class Raiser:
         if n.op == "Iv":
             m = self.uni.box_implied(n.args[0], self.free(cls))
             return _iv(self.uni.pred_of(m), self.ref(n.args[1]))
+        if n.op == "Box":
+            return self.ref(n.args[1])
         name = self.bind[cls]
         o = self.order(cls)
         return Access(Var(name), tuple(Affine.var(v) for v in o)) if o else Var(name)
@@ -940,14 +1147,10 @@ class Raiser:
         return False
 
     def _visible(self, mask: frozenset[str], cls: int) -> frozenset[str]:
-        """Atoms worth writing in a statement's mask: without the size conditions a node
-        only inherits from its operands (its own mask keeps them) or that its indices imply."""
+        """Atoms worth writing in a statement's mask: without those its indices imply."""
         n = self.choice(cls)
-        own = own_mask(n)
-        f = self.free(cls)
-        box = f | ({n.args[0]} if n.op == "Sum" else set())
-        keep = frozenset(a for a in mask if a in own or self.uni.atom_vars[a])
-        return self.uni.box_implied(keep, frozenset(box))
+        box = self.free(cls) | ({n.args[0]} if n.op == "Sum" else set())
+        return self.uni.box_implied(mask, frozenset(box))
 
     # -- the Def ---------------------------------------------------------------------------------
 
@@ -1025,5 +1228,6 @@ def _iv(p: Pred, e: A.Expr) -> A.Expr:
 
 
 __all__ = ["Universe", "Stmt", "Lowered", "lower", "inline_read", "solve", "fold_call",
+           "canon_brackets", "fold_calls", "solve_sums", "inline_single_use",
            "Encoder", "InlinePolicy", "node_cost", "Raiser", "support_atoms", "FALSE",
            "DEFAULT_REP", "fn_key", "parse_fn_key"]

@@ -603,12 +603,21 @@ def test_derived_name_clash_and_order():
     assert info.value.loc.line == 12
 
 
-def test_derived_functions_cannot_be_called_yet():
-    from tensorlang.errors import NotYetSupported
+def test_derived_functions_are_inlined_like_defs():
     g = DerivedDef("g", "grad", "loss", ("s",))
-    user = Def("u", (P("z", REAL),), None, DefCall("g", (Var("z"),)))
-    with pytest.raises(NotYetSupported, match="derived function g"):
-        check_module([loss_def(), g, user])
+    bad = Def("u", (P("z", REAL),), None, DefCall("g", (Var("z"),)))
+    with pytest.raises(TypeCheckError, match="g takes 6 argument"):
+        check_module([loss_def(), g, bad])
+    m = check_text("""
+def f(x: R) -> R:
+    return x * x * x
+def df = grad(f, x)
+def u(z: R) -> R:
+    return df(z) + 1
+""")
+    from tensorlang.interp import interpret
+
+    assert interpret(m.defs["u"], {"z": 2.0}) == pytest.approx(13.0)
 
 
 # ---------------------------------------------------------------------------------------------
