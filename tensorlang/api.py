@@ -23,9 +23,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from . import pipeline
+from . import interp, parser, pipeline, typecheck
 from .ast import Affine, Def, DerivedDef, Param, TArr, TPair, TReal, TRel, TSize, Type
-from .errors import Loc, NotYetSupported, ShapeError, TLError
+from .errors import Loc, ShapeError, TLError
 
 __all__ = [
     "load", "parse", "from_def", "Module", "Function", "DerivedFunction", "Compiled",
@@ -42,17 +42,11 @@ BACKENDS: tuple[str, ...] = ("interp", "numba", "cuda")
 
 def format_type(t: Type | None) -> str:
     """A type in `.tl` syntax (`R[N, M]`, `(R, R[N])`, `size`, `rel(N)`); `?` when unknown."""
-    return "?" if t is None else _tc().format_type(t)
+    return "?" if t is None else typecheck.format_type(t)
 
 
 def format_affine(a: Affine) -> str:
-    return _tc().format_affine(a)
-
-
-def _tc() -> Any:
-    from . import typecheck
-
-    return typecheck
+    return typecheck.format_affine(a)
 
 
 def signature(name: str, params: Sequence[Param], ret: Type | None) -> str:
@@ -65,8 +59,6 @@ def signature(name: str, params: Sequence[Param], ret: Type | None) -> str:
 
 
 def _is_real_valued(t: Type) -> bool:
-    from .ast import TArr, TPair, TReal
-
     if isinstance(t, TArr):
         return _is_real_valued(t.elem)
     if isinstance(t, TPair):
@@ -464,7 +456,7 @@ class Function:
     def interpret(self, *args: Any, **kwargs: Any) -> Any:
         """Run the reference interpreter on the program as written."""
         core = self.core()
-        return to_python(_interp().interpret(core, self.bind(*args, **kwargs)))
+        return to_python(interp.interpret(core, self.bind(*args, **kwargs)))
 
     def compile(self, backend: str = "numba") -> "Compiled":
         """A callable running this function on `backend` ("numba", "cuda" or "interp").
@@ -478,7 +470,7 @@ class Function:
             return hit
         core = self.core()
         if backend == "interp":
-            run = _interp().interpret
+            run = interp.interpret
             out = Compiled(self, backend, lambda args: run(core, args))
         else:
             out = Compiled(self, backend, _backend_module(backend).compile_program(
@@ -551,14 +543,6 @@ def _backend_module(backend: str) -> Any:
                           "before numba is imported, for the simulator)")
         return numba_cuda
     raise TLError(f"backend '{backend}' generates no source (backends: numba, cuda)")
-
-
-def _interp() -> Any:
-    try:
-        from . import interp
-    except ImportError as err:
-        raise NotYetSupported(f"the interpreter is not available yet ({err})") from None
-    return interp
 
 
 # ---------------------------------------------------------------------------------------------
@@ -645,7 +629,7 @@ def _derive(kind: str, f: "Function | Def", wrt: Sequence[str], name: str | None
     if fn.ret_type is None:
         raise TLError(f"{kind}({fn.name}): the return type of {fn.name} is unknown")
     src = DerivedDef(name or f"{fn.name}_{kind}", kind, fn.name, tuple(wrt))
-    params, ret = _tc().derived_signature(src, fn.params, fn.ret_type)
+    params, ret = typecheck.derived_signature(src, fn.params, fn.ret_type)
     return DerivedFunction(src, fn, params, ret, fn.module)
 
 
@@ -745,17 +729,8 @@ class Module(Mapping):
         return f"<tensorlang module {self.filename}: {', '.join(self._functions)}>"
 
 
-def _front_end() -> tuple[Any, Any]:
-    try:
-        from . import parser, typecheck
-    except ImportError as err:
-        raise NotYetSupported(f"the front end is not available yet ({err})") from None
-    return parser, typecheck
-
-
 def check_source(text: str, filename: str = "<string>") -> Any:
     """Parse and type-check `text`: the checker's `CheckedModule`."""
-    parser, typecheck = _front_end()
     return typecheck.check_module(parser.parse_module(text, filename), filename)
 
 
@@ -789,7 +764,7 @@ def _derived_from_checked(dd: DerivedDef, functions: Mapping[str, Function],
     if base is None:  # the checker guarantees the base is earlier; be explicit if not
         raise TLError(f"{dd.name}: {dd.fn} is not defined before it", dd.loc)
     if sig is None:
-        sig = _tc().derived_signature(dd, base.params, base.ret_type)
+        sig = typecheck.derived_signature(dd, base.params, base.ret_type)
     params, ret = sig
     return DerivedFunction(dd, base, params, ret)
 
@@ -817,7 +792,6 @@ def from_def(d: Def, earlier: Sequence["Def | Function"] = ()) -> Function:
     `earlier`: the defs (or Functions) it calls."""
     if not isinstance(d, Def):
         raise TLError(f"from_def expects a tensorlang Def, got {type(d).__name__}")
-    _, typecheck = _front_end()
     defs = [e.source if isinstance(e, Function) else e for e in earlier]
     checked = typecheck.check_module([*defs, d], "<dsl>")
     return module_from_checked(checked, "<dsl>")[d.name]

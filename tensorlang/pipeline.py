@@ -9,20 +9,19 @@ Each stage is a pure function from the previous stage's program to its own:
     ssa         passes/ssa.py       Def -> tssa.Program
     simplified  passes/simplify.py  tssa.Program -> tssa.Program
 
-A stage's module is imported only when the stage is first needed, so the front end works while
-later passes are still being built; asking for a stage whose module cannot be imported raises
-`NotYetSupported` naming the stage.  Results are memoised per `Def`: Defs are hash-consed, so
-a structurally equal program reuses the work already done.
+A stage's module is imported only when the stage is first needed (the simplifier loads egglog,
+which is slow to import).  Results are memoised per `Def`: Defs are hash-consed, so a
+structurally equal program reuses the work already done.
 """
 from __future__ import annotations
 
 import importlib
-import inspect
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from . import ast
+from . import ast, printer, tssa
+from .cost import cost_def
 from .errors import NotYetSupported, TLError
 
 
@@ -34,26 +33,10 @@ class Stage:
     doc: str
 
     def load(self) -> Callable[[Any], Any]:
-        """The pass function; `NotYetSupported` when its module is not importable (yet)."""
+        """The pass function."""
         if not self.module:
             return _identity
-        try:
-            mod = importlib.import_module(self.module)
-        except ImportError as err:
-            raise NotYetSupported(
-                f"stage '{self.name}' is not available yet ({self.module}: {err})") from None
-        fn = getattr(mod, self.func, None)
-        if not callable(fn):
-            raise NotYetSupported(
-                f"stage '{self.name}' is not available yet ({self.module} has no {self.func})")
-        return fn
-
-    def available(self) -> bool:
-        try:
-            self.load()
-        except NotYetSupported:
-            return False
-        return True
+        return getattr(importlib.import_module(self.module), self.func)
 
 
 def _identity(d: Any) -> Any:
@@ -85,22 +68,6 @@ def stage(name: str) -> Stage:
     return st
 
 
-def available_stages() -> list[str]:
-    """The prefix of the pipeline whose modules all import."""
-    out: list[str] = []
-    for st in STAGES:
-        if not st.available():
-            break
-        out.append(st.name)
-    return out
-
-
-def last_available() -> str:
-    """The furthest stage whose modules (and all before it) import; a given program may stop
-    earlier (`furthest`)."""
-    return available_stages()[-1]
-
-
 def furthest(d: ast.Def) -> str:
     """The last stage `d` gets through: the program as it will run.  A pass that does not
     support some construct yet (`NotYetSupported`) ends the pipeline there for this program."""
@@ -127,7 +94,7 @@ def run_to(d: ast.Def, name: str) -> Any:
     if st.name in memo:
         return memo[st.name]
     idx = STAGE_NAMES.index(st.name)
-    fn = st.load()  # fails before doing earlier work when the stage is missing
+    fn = st.load()
     prev = run_to(d, STAGE_NAMES[idx - 1])
     out = fn(prev)
     memo[st.name] = out
@@ -141,42 +108,18 @@ def is_program(x: Any) -> bool:
 
 def as_core(x: Any) -> ast.Def:
     """A core Def with the meaning and cost of `x` (SSA programs go through `tssa.to_core`)."""
-    if isinstance(x, ast.Def):
-        return x
-    tssa = _import("tensorlang.tssa", "Tensor SSA")
-    return tssa.to_core(x)
+    return x if isinstance(x, ast.Def) else tssa.to_core(x)
 
 
 def show(d: ast.Def, name: str = "parsed", unicode: bool = False) -> str:
     """The program at stage `name` as text: `.tl` source, or the SSA listing."""
     prog = run_to(d, name)
     if isinstance(prog, ast.Def):
-        printer = _import("tensorlang.printer", "printing")
         return printer.to_unicode(prog) if unicode else printer.to_tl(prog)
-    tssa = _import("tensorlang.tssa", "Tensor SSA")
-    if "unicode" in _kwargs_of(tssa.to_text):
-        return tssa.to_text(prog, unicode=unicode)
-    if unicode:  # the SSA listing is a .tl def: its core form in Unicode notation
-        return _import("tensorlang.printer", "printing").to_unicode(tssa.to_core(prog))
-    return tssa.to_text(prog)
+    return tssa.to_text(prog, unicode=unicode)
 
 
 def cost(d: ast.Def, name: str, args: Mapping[str, Any]) -> Any:
-    """The exact SPEC 3 cost of `d` at stage `name` for the sizes and relations in `args`."""
-    core = as_core(run_to(d, name))
-    cost_mod = _import("tensorlang.cost", "the cost model")
-    return cost_mod.cost_def(core, dict(args))
-
-
-def _import(module: str, what: str) -> Any:
-    try:
-        return importlib.import_module(module)
-    except ImportError as err:
-        raise NotYetSupported(f"{what} is not available yet ({module}: {err})") from None
-
-
-def _kwargs_of(fn: Callable[..., Any]) -> set[str]:
-    try:
-        return set(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return set()
+    """The exact cost (SPEC 3, docs/cost-model.md) of `d` at stage `name` for the sizes and
+    relations in `args`."""
+    return cost_def(as_core(run_to(d, name)), dict(args))
