@@ -17,15 +17,9 @@ from .tasks import EXAMPLES
 NAME = "tensorlang"
 
 
-def default_backend() -> str:
-    """The backend a plain `f(...)` call uses."""
-    best = getattr(api, "_best_backend", None)
-    return best() if callable(best) else "interp"
-
-
 class System:
     def __init__(self, backend: str | None = None) -> None:
-        self.backend = backend or default_backend()
+        self.backend = backend or api.default_backend()
         self.name = NAME
         self.label = f"{NAME}[{self.backend}]"
         # The interpreter and anything else in-process allocate through numpy (tracemalloc

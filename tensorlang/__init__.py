@@ -13,7 +13,7 @@ from .errors import NotYetSupported, ParseError, ShapeError, TLError, TypeCheckE
 # The user-facing API (SPEC 9), imported on first use: `import tensorlang.ast` from inside the
 # compiler must not pull in the API (and its imports) or create import cycles.
 _API = ("load", "parse", "from_def", "Module", "Function", "grad", "jvp", "vjp", "hvp",
-        "hessian", "jacobian")
+        "hessian", "jacobian", "default_backend")
 _SUBMODULES = ("dsl", "api", "pipeline")
 
 __all__ = ["TLError", "ParseError", "TypeCheckError", "ShapeError", "NotYetSupported",

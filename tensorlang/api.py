@@ -451,7 +451,7 @@ class Function:
         return self._def
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.compile(_best_backend())(*args, **kwargs)
+        return self.compile(default_backend())(*args, **kwargs)
 
     def interpret(self, *args: Any, **kwargs: Any) -> Any:
         """Run the reference interpreter on the program as written."""
@@ -525,7 +525,8 @@ class Compiled:
         return f"<{self.function.name} compiled for {self.backend}>"
 
 
-def _best_backend() -> str:
+def default_backend() -> str:
+    """The backend a call of a Function uses (SPEC 9: Numba CPU)."""
     return "numba"
 
 

@@ -127,7 +127,7 @@ class Repl:
     # -- definitions -----------------------------------------------------------------------
 
     def _define(self, text: str, filename: str, verb: str = "defined") -> str:
-        parser, typecheck = api._front_end()
+        from . import parser, typecheck
         new = parser.parse_module(text, filename)
         names = {d.name for d in new}
         combined = [d for d in self.defs if d.name not in names] + list(new)
@@ -147,7 +147,7 @@ class Repl:
 
     def _expr_function(self, text: str) -> tuple[api.Function, dict[str, Any]]:
         """The expression as a function of the bound names it uses, and their values."""
-        parser, typecheck = api._front_end()
+        from . import parser, typecheck
         e = _parse_expr(parser, text, "<repl>")
         free = ast.free_names(e)
         var_names = ast.free_vars(e)
