@@ -19,7 +19,7 @@ name used nowhere else, so lets can move past other terms without capture and on
 table holds the type of every program variable.
 
 Types here are *struct-of-arrays* types (`soa`): `[n](t1, t2)` is `([n]t1, [n]t2)`, which is
-how tuples of tensors are represented at run time (docs/CONTRACTS.md).  Under this
+how tuples of tensors are represented at run time (docs/architecture.md).  Under this
 isomorphism the intermediate terms of pair elimination (`(e.k)[a]` for `e : [n](t1, t2)`) are
 well typed.
 """

@@ -12,7 +12,7 @@ g = tl.grad(m.qform, "x")
 A `Function` wraps one elaborated core `Def`.  Arguments are bound to parameters by name or
 position; size parameters may always be omitted: they are inferred by unifying each
 parameter's type with the shape of the value given (`bind_args`).  Values follow the
-argument contract of docs/CONTRACTS.md.  Derived functions (`grad`, `jvp`, ...) have their
+argument contract of docs/architecture.md.  Derived functions (`grad`, `jvp`, ...) have their
 signatures from the type checker; computing them is the derivative passes' work.
 """
 from __future__ import annotations

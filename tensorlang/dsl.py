@@ -35,7 +35,7 @@ Pieces:
   spine) if the result uses it.  A binding made inside a `gen`/`sum` body that reads the
   binder's index becomes a `let` inside that body.
 
-Nodes are the parser's (docs/CONTRACTS.md sugar list): `a - b` is `a + (-1.0) * b`, `-a` is
+Nodes are the parser's (docs/architecture.md sugar list): `a - b` is `a + (-1.0) * b`, `-a` is
 `(-1.0) * a` (`-c` of a constant is `Const(-c)`), `a / b` is `a * recip(b)`, `e ** c` is
 `pow(e, c)`, `i != j` is `i < j or j < i`, `i > j` is `j < i`, several sizes in one binder
 nest (`dsl.sum(N, M, lambda i, j: ...)` is `sum i:N. sum j:M. ...`).  Differences: a guard

@@ -4,7 +4,7 @@ Parsing is two steps.  Lark (LALR, contextual lexer, Python-like indentation) pa
 generic expression grammar (`grammar.lark`); this module then converts each generic tree in
 one of three modes:
 
-* expression -- `Expr` nodes, with the sugar lowering of docs/CONTRACTS.md;
+* expression -- `Expr` nodes, with the sugar lowering of docs/architecture.md;
 * predicate  -- inside `[...]` and under `exists`: comparisons, relation calls, and/or;
 * affine     -- access indices, binder sizes, type sizes and relation-call arguments:
                 integer combinations of index and size variables, kept as `Affine`.

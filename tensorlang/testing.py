@@ -3,7 +3,7 @@
 Every pass, backend and proof of the project is tested on these programs (SPEC 10).
 
 * `programs()` draws `(Def, args)`: a core `Def` (SPEC 2.1 constructs only, every one of
-  them) and an argument dict in the format of docs/CONTRACTS.md.
+  them) and an argument dict in the format of docs/architecture.md.
 * `differentiable_programs()` draws `(Def, args, wrt)` whose programs are smooth in their
   real inputs, with a non-empty list of real-valued parameters to differentiate.
 * `scopes()`, `types()`, `expressions()`, `typed_expressions()`, `predicates()`,
@@ -804,7 +804,7 @@ def random_args(d: Def, sizes: Mapping[str, int],
                 rng: np.random.Generator | int | None = None, *, low: float = -1.0,
                 high: float = 1.0, density: float = 0.4,
                 rel_encoding: str = "mixed") -> dict[str, Any]:
-    """Random inputs for `d` in the argument format of docs/CONTRACTS.md.
+    """Random inputs for `d` in the argument format of docs/architecture.md.
 
     `sizes` gives every size parameter; reals are uniform in [low, high]; relations hold
     each tuple with probability `density`, as a boolean array (`rel_encoding="bool"`), a

@@ -1,4 +1,4 @@
-"""The .tl parser (SPEC 2.3-2.5, docs/CONTRACTS.md "Sugar lowering done by the parser")."""
+"""The .tl parser (SPEC 2.3-2.5, docs/architecture.md "Sugar lowering done by the parser")."""
 from __future__ import annotations
 
 import math
@@ -131,7 +131,7 @@ def test_chained_comparisons_are_rejected():
 
 
 # ---------------------------------------------------------------------------------------------
-# Sugar lowering (docs/CONTRACTS.md)
+# Sugar lowering (docs/architecture.md)
 
 
 def test_subtraction_negation_division_power():
