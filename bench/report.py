@@ -201,28 +201,6 @@ def machine_text(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _cli_passes_options() -> bool:
-    """Whether `tl bench` hands options (not only workload names) to bench.main."""
-    import contextlib
-    import io
-
-    try:
-        from tensorlang import cli
-
-        with contextlib.redirect_stderr(io.StringIO()):  # argparse's complaint, if any
-            ns = cli.build_parser().parse_args(["bench", "qform", "--quick"])
-    except (SystemExit, Exception):  # noqa: BLE001 -- argparse rejects unknown options
-        return False
-    return "--quick" in list(getattr(ns, "names", []) or [])
-
-
-def _cli_note() -> str:
-    if _cli_passes_options():
-        return "`tl bench ...` and `python -m bench ...` are the same command."
-    return ("Today `tl bench` accepts workload names only (its argument parser rejects the "
-            "options); use `python -m bench ...` (same program) for options.")
-
-
 def _lscpu() -> str:
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
@@ -292,7 +270,7 @@ def render(data: dict[str, Any], doc_path: str, plots: list[str]) -> str:
         "python bench/gpu.py                       # on a CUDA machine: equivalence + --backend cuda",
         "```",
         "",
-        _cli_note(),
+        "`tl bench ...` and `python -m bench ...` are the same command.",
         "",
         "Options: `--systems numpy,tensorlang,jax,torch`, `--backend interp|numba|cuda`, "
         "`--budget S` (timing seconds per measurement), `--max-n`, `--no-memory`, `--startup`, "
