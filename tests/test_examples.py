@@ -48,3 +48,26 @@ def test_interpreter_runs_examples_at_n200(name):
     fn = tl.load(str(EXAMPLES / w.file))[w.func]
     got = fn.interpret(**args)   # how long this takes is measured by `tl bench`, not here
     assert_close(got, w.ref(args), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_example_through_the_whole_pipeline(name):
+    """Every stage keeps the meaning; SSA is in normal form and costs what the source costs."""
+    from tensorlang import pipeline
+    from tensorlang.cost import cost_def
+    from tensorlang.interp import interpret
+    from tensorlang.proofs.normal_forms_ssa import is_tensor_ssa
+
+    w = WORKLOADS[name]
+    args = w.inputs(w.sizes(4), np.random.default_rng(4))
+    fn = tl.load(str(EXAMPLES / w.file))[w.func]
+    core, bound = fn.core(), fn.bind(**args)
+    want = interpret(core, bound)
+    for stage in pipeline.STAGE_NAMES[1:]:
+        assert_close(interpret(pipeline.as_core(fn.run_to(stage)), bound), want,
+                     rtol=1e-9, atol=1e-12)
+    ssa = fn.run_to("ssa")
+    assert is_tensor_ssa(ssa) is None
+    assert cost_def(pipeline.as_core(ssa), bound).total <= cost_def(core, bound).total
+    assert (cost_def(pipeline.as_core(fn.run_to("simplified")), bound).total
+            <= cost_def(pipeline.as_core(ssa), bound).total)
