@@ -25,7 +25,6 @@ See docs/simplifier.md for the rules, their proof status and the budgets.
 """
 from __future__ import annotations
 
-import itertools
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -36,7 +35,6 @@ import numpy as np
 from tensorlang import ast as A
 from tensorlang import tssa
 from tensorlang.ast import Def, TRel, TSize
-from tensorlang.errors import NotYetSupported
 from tensorlang.tssa import Program
 
 from . import simplify_egglog as G
@@ -195,7 +193,7 @@ class PythonRounds:
         nums = {cls: n.args[0] for cls, ns in g.nodes.items() for n in ns if n.op == "Num"}
         for ns in g.nodes.values():
             for n in ns:
-                if n.op in ("Call1", "Call2"):
+                if n.op in G.CALLS:
                     vals = [nums.get(c) for c in n.args[2:]]
                     if any(v is None for v in vals):
                         continue
@@ -347,5 +345,31 @@ def _extract_program(d: Def, low: SP.Lowered, enc: SP.Encoder, eg: G.EGraph,
     return Program(d.name, d.params, q.stmts, q.output, d.ret, q.ix)
 
 
+def roundtrip(p: Program, sizes: Mapping[str, int] | None = None
+              ) -> tuple[Program, tuple[int, ...], list[dict[str, int]]]:
+    """No rules: `p` lowered into the e-graph, its own term extracted and converted back.
+    Returns the program, the model's cost of it at the cost points, and those points (the
+    model is the SPEC 3 cost: at a point, `tssa.cost` of the program is the model's cost,
+    or less where `to_ssa` shares equal statements)."""
+    low = SP.lower(tssa.to_core(p), sizes, ex=p.ix[2])
+    enc = SP.Encoder(low, SP.InlinePolicy(enabled=False, solve=False, licm=False))
+    eg = G.EGraph([])
+    base, _ = enc.build()
+    eg.add(base)
+    eg.mark()
+    eg.saturate_analyses()
+    PythonRounds(eg, low.uni)(0)      # supports of additions, refuted masks
+    eg.saturate_analyses()
+    graph = eg.freeze()
+    ten_roots = {name: graph.roots[enc._ten[name][1:]] for name in _leaves(low.output)}
+    uni = low.uni
+    ex = G.extract(graph, list(ten_roots.values()),
+                   lambda n, g, free: SP.node_cost(uni, n, g, free), uni.pfree, uni.accfree,
+                   old=graph.old, complete=graph.free)
+    q = to_ssa(SP.Raiser(low, graph, ex, ten_roots).build())
+    return (Program(p.name, p.params, q.stmts, q.output, p.ret, q.ix), ex.cost,
+            [dict(pt) for pt in uni.points])
+
+
 __all__ = ["simplify", "Report", "LAST_REPORT", "DEFAULT_BUDGET", "apply_rules",
-           "NotApplicable"]
+           "NotApplicable", "roundtrip"]

@@ -4,7 +4,7 @@ rewrite rules, the saturation schedule with its budget, and extraction by the co
 Encoding.  A right-hand side is a scalar term over *named* index variables: every
 generator and summation index of the program gets a globally unique name with a fixed range
 (`passes.simplify_py.Universe`), so a term's free indices say over which indices it is a
-tensor.  Sorts and constructors (egglog syntax in `PROGRAM`):
+tensor.  Sorts and constructors (egglog syntax in `DECLARATIONS`):
 
     Mask = (Set String)        a conjunction of canonical predicate atoms (keys into the
                                universe's atom table; "false" is the atom that never holds)
@@ -12,19 +12,20 @@ tensor.  Sorts and constructors (egglog syntax in `PROGRAM`):
          | (Stmt name body)    a materialised statement  v = gen I_v. body
     Sc   = (Num c) | (Get t acc)                  a constant; a read of t at an access key
          | (Mul a b) | (Add a b) | (Sum j a)      a * b, a + b, sum j. a
-         | (Call1 P f a) | (Call2 P f a b)        [P] * f(a), [P] * f(a, b)
+         | (Call1 P f a) .. (Call4 P f a b c d)   [P] * f(a), .., [P] * f(a, b, c, d)
          | (Iv P a)                               [P] * a
          | (Box P a)                              a, as a tensor also over the indices of
                                                   P's atoms `0 <= i` (a loop it sits in)
 
 Every node is a tensor over its free indices -- the Tensor-SSA statement it becomes -- and
 is computed where its class's mask holds (a call where its own mask holds: f(0) need not
-be 0), which is what makes the cost of a node static.  Two analyses (egglog functions with merges) are kept
-saturated: `free` (the free index names; merge: intersection, since equal terms depend on
-the indices both depend on) and `mask` (a conjunction outside which the class is 0; merge:
-union, since every member is 0 outside its own).  Python supplies `pfree` (free indices of a
-mask), `accfree` (of an access key), `ne` (the mask `n_j >= 1` of a summation index) and the
-relation `dead` (masks the index solver found contradictory).
+be 0), which is what makes the cost of a node static.  Two analyses (egglog functions with
+merges) are kept saturated: `free` (the free index names; merge: intersection, since equal
+terms depend on the indices both depend on) and `mask` (a conjunction outside which the
+class is 0; merge: union, since every member is 0 outside its own).  Python supplies `pfree`
+(free indices of a mask), `accfree` (of an access key), `ne` (the mask `n_j >= 1` of a
+summation index), and the relations `dead` (masks the index solver refutes) and `orm` (the
+disjunction of two masks, for the support of an addition).
 
 Rules (`RULES`, one egglog ruleset each) come in three groups: `clean` (Iverson algebra,
 zero/one elimination, constant folding: they never raise the cost), `search` (the
@@ -67,6 +68,8 @@ DECLARATIONS = r"""
 (constructor Add (Sc Sc) Sc)
 (constructor Call1 (Mask String Sc) Sc)
 (constructor Call2 (Mask String Sc Sc) Sc)
+(constructor Call3 (Mask String Sc Sc Sc) Sc)
+(constructor Call4 (Mask String Sc Sc Sc Sc) Sc)
 (constructor Iv (Mask Sc) Sc)
 (constructor Box (Mask Sc) Sc)
 (constructor Sum (String Sc) Sc)
@@ -81,14 +84,17 @@ DECLARATIONS = r"""
 (set (pfree (set-of "false")) (set-empty))
 """
 
+MAX_ARGS = 4     # the most arguments a builtin takes (sel_ge)
+CALLS = tuple(f"Call{k}" for k in range(1, MAX_ARGS + 1))
 CONSTRUCTORS: dict[str, tuple[str, ...]] = {  # name -> argument sorts
     "Param": ("String",), "Stmt": ("String", "Sc"), "Num": ("f64",), "Get": ("Ten", "String"),
-    "Mul": ("Sc", "Sc"), "Add": ("Sc", "Sc"), "Call1": ("Mask", "String", "Sc"),
-    "Call2": ("Mask", "String", "Sc", "Sc"), "Iv": ("Mask", "Sc"), "Box": ("Mask", "Sc"),
+    "Mul": ("Sc", "Sc"), "Add": ("Sc", "Sc"),
+    **{f"Call{k}": ("Mask", "String") + ("Sc",) * k for k in range(1, MAX_ARGS + 1)},
+    "Iv": ("Mask", "Sc"), "Box": ("Mask", "Sc"),
     "Sum": ("String", "Sc"),
 }
 OUT_SORT = {"Param": "Ten", "Stmt": "Ten"}
-MASKED = ("Call1", "Call2", "Iv", "Box")  # constructors whose first argument is a mask
+MASKED = CALLS + ("Iv", "Box")  # constructors whose first argument is a mask
 
 
 def _marking() -> str:
@@ -108,6 +114,30 @@ E = "(set-empty)"
 def _pf(p: str, q: str, fp: str, fq: str) -> str:
     """The action recording the free indices of the union of two masks."""
     return f"(set (pfree (set-union {p} {q})) (set-union {fp} {fq}))"
+
+
+def _call_rules(kind: str) -> str:
+    """The rules of `kind` ("free", "mask", "push") for the calls of 1..MAX_ARGS arguments."""
+    out = []
+    for k in range(1, MAX_ARGS + 1):
+        vs = [f"a{n}" for n in range(k)]
+        args = " ".join(vs)
+        if kind == "free":
+            conds = " ".join(f"(= f{v} (free {v}))" for v in vs)
+            acc = "fp"
+            for v in vs:
+                acc = f"(set-union {acc} f{v})"
+            out.append(f"(rule ((= e (Call{k} P f {args})) (= fp (pfree P)) {conds})\n"
+                       f"      ((set (free e) {acc})) :ruleset {{rs}})")
+        elif kind == "mask":
+            out.append(f"(rule ((= e (Call{k} P f {args}))) ((set (mask e) P)) :ruleset {{rs}})")
+        else:
+            pushed = " ".join(f"(Iv P {v})" for v in vs)
+            out.append(f"(rule ((= e (Iv P (Call{k} Q f {args}))) (= fp (pfree P)) "
+                       f"(= fq (pfree Q)))\n"
+                       f"      ((union e (Call{k} (set-union P Q) f {pushed})) "
+                       f"{_pf('P', 'Q', 'fp', 'fq')}) :ruleset {{rs}})")
+    return "\n".join(out)
 
 
 @dataclass(frozen=True)
@@ -136,10 +166,7 @@ _ANALYSIS = [
       ((set (free e) (set-union fa fb))) :ruleset {rs})
 (rule ((= e (Add a b)) (= fa (free a)) (= fb (free b)))
       ((set (free e) (set-union fa fb))) :ruleset {rs})
-(rule ((= e (Call1 P f a)) (= fp (pfree P)) (= fa (free a)))
-      ((set (free e) (set-union fp fa))) :ruleset {rs})
-(rule ((= e (Call2 P f a b)) (= fp (pfree P)) (= fa (free a)) (= fb (free b)))
-      ((set (free e) (set-union fp (set-union fa fb)))) :ruleset {rs})
+""" + _call_rules("free") + r"""
 (rule ((= e (Iv P a)) (= fp (pfree P)) (= fa (free a)))
       ((set (free e) (set-union fp fa))) :ruleset {rs})
 (rule ((= e (Box P a)) (= fp (pfree P)) (= fa (free a)))
@@ -157,8 +184,7 @@ _ANALYSIS = [
       ((set (mask e) (set-intersect ma mb))) :ruleset {rs})
 (rule ((= e (Add a b)) (= ma (mask a)) (= mb (mask b)) (orm ma mb r))
       ((set (mask e) r)) :ruleset {rs})
-(rule ((= e (Call1 P f a))) ((set (mask e) P)) :ruleset {rs})
-(rule ((= e (Call2 P f a b))) ((set (mask e) P)) :ruleset {rs})
+""" + _call_rules("mask") + r"""
 (rule ((= e (Iv P a)) (= ma (mask a))) ((set (mask e) (set-union P ma))) :ruleset {rs})
 (rule ((= e (Box P a)) (= ma (mask a))) ((set (mask e) ma)) :ruleset {rs})
 (rule ((= e (Sum j a)) (= nj (ne j))) ((set (mask e) nj)) :ruleset {rs})
@@ -187,12 +213,7 @@ _CLEAN = [
       ((union e (Mul (Iv P a) b))) :ruleset {rs})
 (rule ((= e (Iv P (Add a b))))
       ((union e (Add (Iv P a) (Iv P b)))) :ruleset {rs})
-(rule ((= e (Iv P (Call1 Q f a))) (= fp (pfree P)) (= fq (pfree Q)))
-      ((union e (Call1 (set-union P Q) f (Iv P a))) """ + _pf("P", "Q", "fp", "fq") + r""")
-      :ruleset {rs})
-(rule ((= e (Iv P (Call2 Q f a b))) (= fp (pfree P)) (= fq (pfree Q)))
-      ((union e (Call2 (set-union P Q) f (Iv P a) (Iv P b))) """ + _pf("P", "Q", "fp", "fq")
-       + r""") :ruleset {rs})
+""" + _call_rules("push") + r"""
 (rule ((= e (Iv P (Sum j a))) (= fp (pfree P)) (set-not-contains fp j))
       ((union e (Sum j (Iv P a)))) :ruleset {rs})
 """),
@@ -309,9 +330,9 @@ class Budget:
     rounds: int = 12
     clean_iters: int = 3
     match_limit: int = 1000
-    node_limit: int = 6000
-    time_limit: float = 0.25
-    python_rounds: tuple[int, ...] = (0, 3)   # rounds after which the Python pass runs
+    node_limit: int = 5000
+    time_limit: float = 0.15
+    python_rounds: tuple[int, ...] = (0,)   # rounds after which the Python pass runs
 
 
 @dataclass

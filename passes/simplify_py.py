@@ -28,8 +28,7 @@ from __future__ import annotations
 import itertools
 import math
 import zlib
-from dataclasses import dataclass, field
-from functools import lru_cache
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -84,6 +83,7 @@ class Universe:
         self._counts: dict[tuple, tuple[int, ...]] = {}
         self._pfree: dict[frozenset, frozenset[str]] = {}
         self._refuted: dict[frozenset, bool] = {}
+        self._atom_grids: dict[tuple, np.ndarray] = {}
 
     # -- names -----------------------------------------------------------------------------
 
@@ -145,6 +145,9 @@ class Universe:
         key = self.atom(A.Cmp("<=", Affine.lit(0), Affine.var(name)))
         self.boxes.add(key)
         return key
+
+    def quantified(self, atom: str) -> bool:
+        return isinstance(self.atoms[atom], A.Exists)
 
     def pred_of(self, mask: Iterable[str]) -> Pred:
         atoms = sorted(set(mask))
@@ -268,14 +271,34 @@ class Universe:
                 rels[name] = rng.random(shape) < 0.5
         return rels
 
-    def _grid(self, names: Sequence[str], pred: Pred, k: int) -> np.ndarray:
-        env = Env(sizes=self.points[k], rels=self._relations(k))
-        shape = []
-        for n in names:
-            m = self.extent(self.ranges[n], k)
-            env = env.bind_index(n, m)
-            shape.append(m)
-        return np.broadcast_to(eval_pred(pred, env), tuple(shape))
+    def _atom_grid(self, atom: str, k: int) -> np.ndarray:
+        """The atom on the grid of its own indices (in `index_key` order), at point k."""
+        key = (atom, k)
+        hit = self._atom_grids.get(key)
+        if hit is None:
+            names = sorted(self.atom_vars[atom], key=self.index_key)
+            env = Env(sizes=self.points[k], rels=self._relations(k))
+            shape = []
+            for n in names:
+                m = self.extent(self.ranges[n], k)
+                env = env.bind_index(n, m)
+                shape.append(m)
+            hit = np.broadcast_to(eval_pred(self.atoms[atom], env), tuple(shape))
+            self._atom_grids[key] = hit
+        return hit
+
+    def _grid(self, names: Sequence[str], mask: frozenset[str], k: int) -> np.ndarray:
+        """The conjunction `mask` on the grid of `names` (in `index_key` order)."""
+        shape = tuple(self.extent(self.ranges[n], k) for n in names)
+        out = np.ones(shape, dtype=bool)
+        pos = {n: d for d, n in enumerate(names)}
+        for a in mask:
+            g = self._atom_grid(a, k)
+            view = [1] * len(names)
+            for n, m in zip(sorted(self.atom_vars[a], key=self.index_key), g.shape):
+                view[pos[n]] = m
+            out = out & g.reshape(view)
+        return out
 
     def count(self, free: frozenset[str], mask: frozenset[str]) -> tuple[int, ...]:
         """Points of the box of `free` where the atoms `mask` hold, at each cost point;
@@ -284,14 +307,13 @@ class Universe:
         hit = self._counts.get(key)
         if hit is None:
             out = []
-            names = sorted(self.pfree(mask) & free)
-            pred = self.pred_of(mask)
+            names = sorted(self.pfree(mask) & free, key=self.index_key)
             for k in range(len(self.points)):
                 if FALSE in mask:
                     out.append(0)
                     continue
                 rest = math.prod(self.extent(self.ranges[n], k) for n in free if n not in names)
-                out.append(rest * int(np.count_nonzero(self._grid(names, pred, k))) if rest
+                out.append(rest * int(np.count_nonzero(self._grid(names, mask, k))) if rest
                            else 0)
             hit = self._counts[key] = tuple(out)
         return hit
@@ -304,18 +326,19 @@ class Universe:
         hit = self._counts.get(key)
         if hit is None:
             allm = mask | body
-            outer = sorted((self.pfree(allm) & free) - {j})
-            pred = self.pred_of(allm)
+            names = sorted(((self.pfree(allm) & free) - {j}) | {j}, key=self.index_key)
             out = []
             for k in range(len(self.points)):
                 if FALSE in allm:
                     out.append(0)
                     continue
-                rest = math.prod(self.extent(self.ranges[n], k) for n in free if n not in outer)
+                rest = math.prod(self.extent(self.ranges[n], k) for n in free
+                                 if n not in names)
                 if not rest:
                     out.append(0)
                     continue
-                live = self._grid(outer + [j], pred, k).sum(axis=-1)
+                grid = np.moveaxis(self._grid(names, allm, k), names.index(j), -1)
+                live = grid.sum(axis=-1)
                 out.append(rest * int(np.maximum(live - 1, 0).sum()))
             hit = self._counts[key] = tuple(out)
         return hit
@@ -656,7 +679,6 @@ class Encoder:
         self._done_facts: set[str] = set()
         self._text: dict[tuple, str] = {}
         self._ten: dict[str, str] = {}           # statement -> $T name
-        self._body: dict[str, str] = {}          # statement -> $B name (its body class)
         self._inlined: set[tuple[str, str]] = set()
         self._queue: list[tuple[str, tuple[Affine, ...], bool]] = []
         self._lets = itertools.count()
@@ -776,9 +798,9 @@ class Encoder:
             args = [self.encode(a, False, True, ctx) for a in e.args]
             if pins:
                 args = [f"(Box {self.mask(pins)} {a})" for a in args]
-            op = {1: "Call1", 2: "Call2"}.get(len(e.args))
-            if op is None:
+            if not 1 <= len(e.args) <= G.MAX_ARGS:
                 raise ValueError(f"builtin {e.fn} with {len(e.args)} arguments")
+            op = f"Call{len(e.args)}"
             return (f"({op} {self.mask(m)} {G.string(fn_key(e.fn, e.params))} "
                     f"{' '.join(args)})")
         raise ValueError(f"cannot encode {type(e).__name__} in a scalar body")
@@ -873,7 +895,6 @@ class Encoder:
             body = self.encode(st.body, ctx=frozenset(self.uni.box(g) for g, _ in st.gens))
             b = f"$B{k}"
             self.commands.append(f"(let {b} {body})")
-            self._body[name] = b
             t = f"$T{k}"
             self.commands.append(f"(let {t} (Stmt {G.string(name)} {b}))")
             self._ten[name] = t
@@ -944,7 +965,7 @@ class Encoder:
 # ---------------------------------------------------------------------------------------------
 # The cost of an e-node (SPEC 3 at representative sizes)
 
-OPS = ("Mul", "Add", "Call1", "Call2", "Sum")
+OPS = ("Mul", "Add", "Sum") + G.CALLS
 
 
 def own_mask(n: G.ENode) -> frozenset[str]:
@@ -962,7 +983,7 @@ def node_cost(uni: Universe, n: G.ENode, g: G.Graph,
         return (0,) * len(uni.points)
     f = free[n.cls]
     m = uni.restrict(g.mask.get(n.cls, frozenset()) | own_mask(n), f)
-    if op in ("Mul", "Call1", "Call2"):
+    if op == "Mul" or op in G.CALLS:
         return uni.count(f, m)
     if op == "Add":
         a, b = n.args
@@ -980,8 +1001,9 @@ def node_cost(uni: Universe, n: G.ENode, g: G.Graph,
 
 
 class Raiser:
-    """Builds the core Def of an extraction: a binding per chosen operator, over its free
-    indices (in order of first use), masked by its support and its readers' masks."""
+    """Builds the core Def of an extraction: a binding per chosen operator (unless fused into
+    its only reader), over its free indices in creation order, masked by its support and its
+    readers' masks; a binding per statement the output reads."""
 
     def __init__(self, low: Lowered, g: G.Graph, ex: G.Extraction, ten_roots: Mapping[str, int]):
         self.low, self.uni, self.g, self.x = low, low.uni, g, ex
@@ -1035,8 +1057,8 @@ class Raiser:
         ctx: dict[int, frozenset[str] | None] = {}
         for c in order:
             n = self.choice(c)
-            if n.op == "Stmt":
-                ctx[n.args[1]] = frozenset() if n.args[1] not in ctx else frozenset()
+            if n.op == "Stmt":      # a statement is materialised whole
+                ctx[n.args[1]] = frozenset()
                 continue
             if n.op in ("Param", "Num", "Get"):
                 continue
@@ -1125,7 +1147,7 @@ class Raiser:
             return Mul(self.operand(n.args[0]), self.operand(n.args[1]))
         if op == "Add":
             return Add(self.sref(n.args[0]), self.sref(n.args[1]))
-        if op in ("Call1", "Call2"):
+        if op in G.CALLS:
             fn, params = parse_fn_key(n.args[1])
             return Call(fn, tuple(self.ref(k) for k in n.args[2:]), params)
         j, body = n.args
@@ -1147,10 +1169,14 @@ class Raiser:
         return False
 
     def _visible(self, mask: frozenset[str], cls: int) -> frozenset[str]:
-        """Atoms worth writing in a statement's mask: without those its indices imply."""
+        """Atoms worth writing in a statement's mask: without those its indices imply, and
+        without the `exists` an operand's support brings along (it costs a loop to test and
+        the operand's own statement has it)."""
         n = self.choice(cls)
         box = self.free(cls) | ({n.args[0]} if n.op == "Sum" else set())
-        return self.uni.box_implied(mask, frozenset(box))
+        mine = own_mask(n) | self.ctx.get(cls, frozenset())
+        keep = frozenset(a for a in mask if a in mine or not self.uni.quantified(a))
+        return self.uni.box_implied(keep, frozenset(box))
 
     # -- the Def ---------------------------------------------------------------------------------
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import numpy as np
 from hypothesis import strategies as st
 
 from tensorlang import ast as A
@@ -42,6 +41,10 @@ from tensorlang.passes.ssa import to_ssa
 N, M = Affine.var("N"), Affine.var("M")
 
 
+def _aff(n: Affine | int) -> Affine:
+    return n if isinstance(n, Affine) else Affine.lit(n)
+
+
 def params(n: Affine | int, m: Affine | int, sizes: bool = True) -> tuple[Param, ...]:
     """s: R, x, z: R[n], y: R[m], B, C: R[n, m], E: rel(n, m) (with size parameters N, M
     when the dimensions are symbolic)."""
@@ -50,7 +53,7 @@ def params(n: Affine | int, m: Affine | int, sizes: bool = True) -> tuple[Param,
         out += [Param("N", TSize()), Param("M", TSize())]
     out += [Param("s", A.REAL), Param("x", tensor([n])), Param("z", tensor([n])),
             Param("y", tensor([m])), Param("B", tensor([n, m])), Param("C", tensor([n, m])),
-            Param("E", TRel((A._as_affine(n), A._as_affine(m))))]
+            Param("E", TRel((_aff(n), _aff(m))))]
     return tuple(out)
 
 
