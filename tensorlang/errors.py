@@ -46,6 +46,15 @@ class Loc:
         return f"    {text}\n    {' ' * (self.col - 1)}{'^' * width}"
 
 
+def diagnostic(kind: str, message: str, loc: Loc | None) -> str:
+    """`file:line:col: kind: message`, then the source line with a caret under the place."""
+    if loc is None:
+        return f"{kind}: {message}"
+    caret = loc.caret()
+    head = f"{loc}: {kind}: {message}"
+    return f"{head}\n{caret}" if caret else head
+
+
 class TLError(Exception):
     """Base class of every error tensorlang reports to a user."""
 
@@ -57,11 +66,7 @@ class TLError(Exception):
         self.loc = loc
 
     def __str__(self) -> str:
-        if self.loc is None:
-            return f"{self.kind}: {self.message}"
-        caret = self.loc.caret()
-        head = f"{self.loc}: {self.kind}: {self.message}"
-        return f"{head}\n{caret}" if caret else head
+        return diagnostic(self.kind, self.message, self.loc)
 
 
 class ParseError(TLError):

@@ -56,7 +56,7 @@ from .ast import (
     free_names,
     scalar_of, shape_of, subst, tensor,
 )
-from .errors import Loc, Source, TLError, TypeCheckError
+from .errors import Loc, Source, TLError, TypeCheckError, diagnostic
 
 __all__ = [
     "TypeEnv", "type_of", "check_pred", "check_affine", "check_size", "check_type",
@@ -146,11 +146,7 @@ class TLWarning:
     kind: str = "warning"
 
     def __str__(self) -> str:
-        if self.loc is None:
-            return f"{self.kind}: {self.message}"
-        caret = self.loc.caret()
-        head = f"{self.loc}: {self.kind}: {self.message}"
-        return f"{head}\n{caret}" if caret else head
+        return diagnostic(self.kind, self.message, self.loc)
 
 
 def _err(message: str, loc: Loc | None) -> TypeCheckError:
