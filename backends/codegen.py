@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Mapping, Sequence
 
-from tensorlang import ast as A
-from tensorlang import tssa
-from tensorlang.ast import Affine, Cmp, PFalse, Pred, PTrue, TRel, TSize
-from tensorlang.tssa import (AddRhs, ConstRhs, ContractRhs, Input, MapRhs, Operand, Program,
+from tensorlang.ir import ast as A
+from tensorlang.ir import tssa
+from tensorlang.ir.ast import Affine, Cmp, PFalse, Pred, PTrue, TRel, TSize
+from tensorlang.ir.tssa import (AddRhs, ConstRhs, ContractRhs, Input, MapRhs, Operand, Program,
                              ReduceRhs, Rhs)
 
 from .codegen_nest import Facts, Part, RelNames, in_bounds, plan_alternatives, pred_code

@@ -27,8 +27,8 @@ import functools
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
-from tensorlang import tssa
-from tensorlang.ast import (Affine, And, Cmp, Or, PFalse, Pred, PTrue, RelCall, free_names,
+from tensorlang.ir import tssa
+from tensorlang.ir.ast import (Affine, And, Cmp, Or, PFalse, Pred, PTrue, RelCall, free_names,
                             pred_and, pred_or)
 from tensorlang.passes.indexsolve import LoopNest, fourier_motzkin, loop_nest, pred_to_python
 from tensorlang.passes.indexsolve_fm import affine_to_python

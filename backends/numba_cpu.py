@@ -33,11 +33,12 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from tensorlang import ast as A
-from tensorlang import interp, tssa
-from tensorlang.ast import Affine
-from tensorlang.errors import NotYetSupported
-from tensorlang.tssa import Program
+from tensorlang.ir import ast as A
+from tensorlang.semantics import interp
+from tensorlang.ir import tssa
+from tensorlang.ir.ast import Affine
+from tensorlang.syntax.errors import NotYetSupported
+from tensorlang.ir.tssa import Program
 
 from . import kernel_cache
 from .codegen import (MASK, SIZE, VALUE, BlasPlan, ExprPrinter, Namer, ProgramPlan, StmtPlan,

@@ -64,10 +64,11 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
-from tensorlang import ast as A
-from tensorlang import interp, tssa
-from tensorlang.ast import TRel
-from tensorlang.tssa import Program
+from tensorlang.ir import ast as A
+from tensorlang.semantics import interp
+from tensorlang.ir import tssa
+from tensorlang.ir.ast import TRel
+from tensorlang.ir.tssa import Program
 
 from . import kernel_cache
 from .codegen import MASK, SIZE, ProgramPlan, StmtPlan, plan_program, safe_comment
@@ -274,7 +275,7 @@ def _imin(a: int, b: int) -> int:
     return a if a < b else b
 
 
-# Helpers generated code may import: the builtins (float semantics of tensorlang.builtins)
+# Helpers generated code may import: the builtins (float semantics of tensorlang.semantics.builtins)
 # and integer max/min for loop bounds.
 HELPERS: dict[str, Callable[..., Any]] = {f"tl_{fn}": f for fn, f in FUNCS.items()}
 HELPERS.update(tl_imax=_imax, tl_imin=_imin)
@@ -308,7 +309,7 @@ def device_function(name: str) -> Any:
 def _ieee(py: Callable[..., float], fn: str) -> Callable[..., float]:
     """For the simulator: Python's `math` raises where the GPU returns inf/nan; then take
     the value from the interpreter's numpy implementation."""
-    from tensorlang import builtins as B
+    from tensorlang.semantics import builtins as B
     nargs = A.BUILTINS[fn][0]
 
     def run(*args: float) -> float:

@@ -42,7 +42,7 @@ python_prange = range
 def _python_builtin(name: str) -> object:
     import numpy as np
 
-    from tensorlang import builtins as B
+    from tensorlang.semantics import builtins as B
 
     def fn(*xs: float) -> float:
         f = B.lookup(name)

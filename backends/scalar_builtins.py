@@ -1,4 +1,4 @@
-"""The builtin functions of `tensorlang.builtins` as scalar Python functions.
+"""The builtin functions of `tensorlang.semantics.builtins` as scalar Python functions.
 
 Plain Python on floats, written so that Numba compiles them (CPU `njit`, and CUDA device
 functions later; no calls between them), and so that they agree with the numpy
@@ -8,7 +8,7 @@ implementations the interpreter uses, special values included: `tl_relu(-0.0)` i
 kernels compile with `error_model="numpy"`).
 
 `FUNCS` maps each builtin name to its function; `tests/test_numba_cpu.py` compares every
-one with `tensorlang.builtins.apply` on ordinary and special values.
+one with `tensorlang.semantics.builtins.apply` on ordinary and special values.
 """
 from __future__ import annotations
 

@@ -33,11 +33,11 @@ import functools
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from tensorlang import ast as A
-from tensorlang import tssa
-from tensorlang.ast import Affine, Cmp, PFalse, Pred, PTrue
-from tensorlang.builtins import INDICATOR_PARTIALS, deriv_expr, select_call
-from tensorlang.tssa import (AddRhs, Builder, ConstRhs, Input, MapRhs, Operand, ReduceRhs,
+from tensorlang.ir import ast as A
+from tensorlang.ir import tssa
+from tensorlang.ir.ast import Affine, Cmp, PFalse, Pred, PTrue
+from tensorlang.semantics.builtins import INDICATOR_PARTIALS, deriv_expr, select_call
+from tensorlang.ir.tssa import (AddRhs, Builder, ConstRhs, Input, MapRhs, Operand, ReduceRhs,
                              Rhs)
 
 from .indexsolve import eliminate_sum

@@ -32,11 +32,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Sequence
 
-from tensorlang import ast as A
-from tensorlang import tssa
-from tensorlang.ast import Affine, Cmp, Param, Pred, Type
-from tensorlang.errors import TLError
-from tensorlang.tssa import (AddRhs, ConstRhs, ContractRhs, Input, MapRhs, Operand, Program,
+from tensorlang.ir import ast as A
+from tensorlang.ir import tssa
+from tensorlang.ir.ast import Affine, Cmp, Param, Pred, Type
+from tensorlang.syntax.errors import TLError
+from tensorlang.ir.tssa import (AddRhs, ConstRhs, ContractRhs, Input, MapRhs, Operand, Program,
                              ReduceRhs, Rhs)
 
 from .ademit import Emitter, builtin_partial, builtin_select, has_select_rule, ids

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from tensorlang import ast as A
-from tensorlang import tssa
-from tensorlang.ast import Def, DerivedDef, Type
-from tensorlang.errors import TLError
-from tensorlang.tssa import Program
+from tensorlang.ir import ast as A
+from tensorlang.ir import tssa
+from tensorlang.ir.ast import Def, DerivedDef, Type
+from tensorlang.syntax.errors import TLError
+from tensorlang.ir.tssa import Program
 
 from .adjoint import vjp_program
 from .fwd import jvp_program, wrt_params
@@ -50,7 +50,7 @@ def to_program(d: Def | Program) -> Program:
 
 def _signature(p: Program, kind: str, wrt: Sequence[str]) -> tuple[tuple[A.Param, ...], Type]:
     """Parameters and return type exactly as the type checker states them (SPEC 2.5)."""
-    from tensorlang.typecheck import derived_signature
+    from tensorlang.check.typecheck import derived_signature
     if p.ret is None:
         raise TLError(f"{kind}({p.name}): the return type of {p.name} is unknown")
     sig = derived_signature(DerivedDef(f"{p.name}_{kind}", kind, p.name, tuple(wrt)),

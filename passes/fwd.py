@@ -33,11 +33,11 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from tensorlang import ast as A
-from tensorlang import tssa
-from tensorlang.ast import Affine, Param, Type
-from tensorlang.errors import TLError
-from tensorlang.tssa import (AddRhs, ConstRhs, ContractRhs, Input, MapRhs, Operand, Program,
+from tensorlang.ir import ast as A
+from tensorlang.ir import tssa
+from tensorlang.ir.ast import Affine, Param, Type
+from tensorlang.syntax.errors import TLError
+from tensorlang.ir.tssa import (AddRhs, ConstRhs, ContractRhs, Input, MapRhs, Operand, Program,
                              ReduceRhs, Rhs)
 
 from .ademit import Emitter, builtin_partial, builtin_select, has_select_rule, ids

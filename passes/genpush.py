@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Mapping
 
-from tensorlang.ast import (
+from tensorlang.ir.ast import (
     Access, Affine, Cmp, Def, Expr, Gen, Iverson, TArr, free_names, pred_and, subst,
 )
 

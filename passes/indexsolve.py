@@ -15,7 +15,7 @@ Motzkin, bound printing), `indexsolve_core` (equality systems, parametrisation) 
 """
 from __future__ import annotations
 
-from tensorlang.ast import (
+from tensorlang.ir.ast import (
     Affine, Cmp, Const, Expr, Iverson, Node, Pred, PTrue, Sum, binder_name, fresh, free_names,
     map_fields, pred_and, rename_index, subst, walk,
 )

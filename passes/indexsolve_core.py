@@ -11,7 +11,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from tensorlang.ast import (
+from tensorlang.ir.ast import (
     Affine, And, Cmp, Exists, Or, PFalse, Pred, PTrue, RelCall, fresh, free_names, pred_and,
 )
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from math import gcd
 from typing import Callable, Iterable, Iterator, Mapping
 
-from tensorlang.ast import Affine, Cmp, Pred, pred_and
+from tensorlang.ir.ast import Affine, Cmp, Pred, pred_and
 
 NameFn = Callable[[str], str]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from tensorlang.ast import (
+from tensorlang.ir.ast import (
     Affine, And, Cmp, Exists, Or, PFalse, Pred, PTrue, RelCall, binder_name, free_names, walk,
 )
 

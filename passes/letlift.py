@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from tensorlang.ast import (
+from tensorlang.ir.ast import (
     Access, Add, Affine, Call, Cmp, Def, Expr, Gen, Iverson, Let, Mul, Pair, Proj, Sum, TArr,
     free_names, pred_and, subst, Var,
 )

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from tensorlang.ast import (
+from tensorlang.ir.ast import (
     Access, Def, Expr, Gen, Iverson, Let, Pair, Proj, TPair, Var, map_fields, subst,
 )
 

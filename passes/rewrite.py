@@ -30,12 +30,12 @@ from collections import Counter
 from contextlib import contextmanager
 from typing import Callable, Iterator, Mapping, Sequence
 
-from tensorlang.ast import (
+from tensorlang.ir.ast import (
     REAL, Access, Add, Affine, And, Call, Cmp, Const, Def, DefCall, Exists, Expr, Gen,
     Iverson, Let, Mul, Node, Or, Pair, PFalse, Pred, Proj, PTrue, RelCall, Sum, TArr,
     TPair, TRel, TSize, Type, Var, free_names, walk,
 )
-from tensorlang.errors import TLError
+from tensorlang.syntax.errors import TLError
 
 
 class PassError(TLError):

@@ -32,10 +32,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from tensorlang import ast as A
-from tensorlang import tssa
-from tensorlang.ast import Def, TRel, TSize
-from tensorlang.tssa import Program
+from tensorlang.ir import ast as A
+from tensorlang.ir import tssa
+from tensorlang.ir.ast import Def, TRel, TSize
+from tensorlang.ir.tssa import Program
 
 from . import simplify_egglog as G
 from . import simplify_py as SP
@@ -202,7 +202,7 @@ class PythonRounds:
                         continue
                     self.folded.add(key)
                     fn, params = SP.parse_fn_key(n.args[1])
-                    from tensorlang.ast import Call, Const
+                    from tensorlang.ir.ast import Call, Const
                     v = SP.fold_call(Call(fn, tuple(Const(x) for x in vals), params))
                     if isinstance(v, Const):
                         P = G.mask_lit(n.args[0])

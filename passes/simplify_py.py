@@ -33,12 +33,12 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from tensorlang import ast as A
-from tensorlang import builtins as BI
-from tensorlang import tssa
-from tensorlang.ast import (Access, Add, Affine, Call, Const, Def, Gen, Iverson, Let, Mul, Param,
+from tensorlang.ir import ast as A
+from tensorlang.semantics import builtins as BI
+from tensorlang.ir import tssa
+from tensorlang.ir.ast import (Access, Add, Affine, Call, Const, Def, Gen, Iverson, Let, Mul, Param,
                             Pred, PFalse, Proj, PTrue, Sum, TRel, TSize, Var)
-from tensorlang.interp import Env, eval_pred
+from tensorlang.semantics.interp import Env, eval_pred
 
 from . import simplify_egglog as G
 from .indexsolve import eliminate_sums, fourier_motzkin

@@ -40,11 +40,11 @@ import itertools
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from tensorlang import ast as A
-from tensorlang import tssa
-from tensorlang.ast import Affine, Pred, PFalse, PTrue
-from tensorlang.errors import NotYetSupported
-from tensorlang.tssa import Builder, Operand, Program
+from tensorlang.ir import ast as A
+from tensorlang.ir import tssa
+from tensorlang.ir.ast import Affine, Pred, PFalse, PTrue
+from tensorlang.syntax.errors import NotYetSupported
+from tensorlang.ir.tssa import Builder, Operand, Program
 
 
 @dataclass(frozen=True)

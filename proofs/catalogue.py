@@ -27,7 +27,7 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.strategies import SearchStrategy
 
-from tensorlang.ast import Def
+from tensorlang.ir.ast import Def
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ def values_close(a: Any, b: Any, rtol: float = 1e-9) -> bool:
 
 def _show(d: Def) -> str:
     try:
-        from tensorlang.printer import to_tl
+        from tensorlang.syntax.printer import to_tl
         return to_tl(d)
     except Exception:  # the printer is optional here: fall back to the AST
         return repr(d)
@@ -134,8 +134,8 @@ def compare(lhs: Def, rhs: Def, args: Mapping[str, Any]
 
     Returns (meaning ok, cost ok, cost ratio rhs/lhs or None, failure description or None).
     """
-    from tensorlang.cost import cost_def
-    from tensorlang.interp import interpret
+    from tensorlang.semantics.cost import cost_def
+    from tensorlang.semantics.interp import interpret
 
     try:
         vl, vr = interpret(lhs, dict(args)), interpret(rhs, dict(args))

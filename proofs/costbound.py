@@ -28,15 +28,15 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from tensorlang import ast as A
-from tensorlang import tssa
-from tensorlang.ast import Def, TReal, TSize
-from tensorlang.cost import cost_def
-from tensorlang.interp import interpret
+from tensorlang.ir import ast as A
+from tensorlang.ir import tssa
+from tensorlang.ir.ast import Def, TReal, TSize
+from tensorlang.semantics.cost import cost_def
+from tensorlang.semantics.interp import interpret
 from tensorlang.passes.adjoint import vjp_program
 from tensorlang.passes.derived import to_program
 from tensorlang.passes.fwd import jvp_program, wrt_params
-from tensorlang.tssa import Program
+from tensorlang.ir.tssa import Program
 
 JVP_FACTOR = 3      # tangent part, Theorem 6.1
 VJP_FACTOR = 4      # whole vjp program, Theorem 6.55

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from tensorlang.ast import (
+from tensorlang.ir.ast import (
     Access, Def, Expr, Gen, Let, Pair, Proj, TArr, TPair, TReal, Type, Var, children, walk,
 )
-from tensorlang.errors import TLError
+from tensorlang.syntax.errors import TLError
 from tensorlang.passes.rewrite import Ctx, deep_recursion, let_chain, rename_unique
 
 

@@ -1,7 +1,7 @@
 """The Tensor-SSA normal form (SPEC 5): `is_tensor_ssa(p)` returns None when `p` is in it,
 otherwise a message naming the first violation.
 
-The form: every statement is one masked primitive (`tensorlang.tssa` right-hand sides) in
+The form: every statement is one masked primitive (`tensorlang.ir.tssa` right-hand sides) in
 canonical form (rebuilding it gives the same interned node), statements are in dependency
 order with distinct variables, operands are read with one index per dimension, affine
 expressions use only the statement's generator/summation indices (and `exists`-bound ones)
@@ -11,10 +11,10 @@ is clean: no two statements have equal right-hand sides (CSE), no statement is t
 """
 from __future__ import annotations
 
-from tensorlang import ast as A
-from tensorlang import tssa
-from tensorlang.ast import TRel, TSize
-from tensorlang.tssa import Input, Program, ReduceRhs, Rhs
+from tensorlang.ir import ast as A
+from tensorlang.ir import tssa
+from tensorlang.ir.ast import TRel, TSize
+from tensorlang.ir.tssa import Input, Program, ReduceRhs, Rhs
 
 
 def _affines(rhs: Rhs) -> list[tuple[str, A.Affine, frozenset[str]]]:

@@ -22,7 +22,7 @@ from typing import Any, Callable
 from hypothesis import strategies as st
 
 from tensorlang import testing as T
-from tensorlang.ast import (
+from tensorlang.ir.ast import (
     REAL, Access, Add, Affine, Call, Def, Expr, Gen, Iverson, Let, Mul, Pair, Param, Proj,
     Sum, TArr, TPair, Type, Var,
 )

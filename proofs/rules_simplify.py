@@ -29,9 +29,9 @@ from typing import Any, Callable
 
 from hypothesis import strategies as st
 
-from tensorlang import ast as A
-from tensorlang import tssa
-from tensorlang.ast import (Access, Add, Affine, Call, Cmp, Const, Def, Gen, Iverson, Let, Mul,
+from tensorlang.ir import ast as A
+from tensorlang.ir import tssa
+from tensorlang.ir.ast import (Access, Add, Affine, Call, Cmp, Const, Def, Gen, Iverson, Let, Mul,
                             Param, Sum, TRel, TSize, Var, tensor)
 from tensorlang.passes import simplify_egglog as G
 from tensorlang.passes import simplify_py as SP

@@ -16,9 +16,9 @@ from typing import Any, Callable
 import numpy as np
 from hypothesis import strategies as st
 
-from tensorlang import ast as A
-from tensorlang import tssa
-from tensorlang.ast import Affine, Cmp, Param, tensor
+from tensorlang.ir import ast as A
+from tensorlang.ir import tssa
+from tensorlang.ir.ast import Affine, Cmp, Param, tensor
 from tensorlang.passes.ssa import bindings, to_ssa
 
 # ---------------------------------------------------------------------------------------------

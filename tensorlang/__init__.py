@@ -8,9 +8,9 @@ _root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
 if _os.path.isfile(_os.path.join(_root, "passes", "__init__.py")) and _root not in __path__:
     __path__.append(_root)
 
-from .errors import NotYetSupported, ParseError, ShapeError, TLError, TypeCheckError  # noqa: E402
+from tensorlang.syntax.errors import NotYetSupported, ParseError, ShapeError, TLError, TypeCheckError  # noqa: E402
 
-# The user-facing API (SPEC 9), imported on first use: `import tensorlang.ast` from inside the
+# The user-facing API (SPEC 9), imported on first use: `import tensorlang.ir.ast` from inside the
 # compiler must not pull in the API (and its imports) or create import cycles.
 _API = ("load", "parse", "from_def", "Module", "Function", "grad", "jvp", "vjp", "hvp",
         "hessian", "jacobian", "default_backend")

@@ -1,6 +1,6 @@
 """`python -m tensorlang ...` is the `tl` command."""
 import sys
 
-from .cli import main
+from tensorlang.cli import main
 
 sys.exit(main())

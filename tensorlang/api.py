@@ -23,9 +23,12 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from . import interp, parser, pipeline, typecheck
-from .ast import Affine, Def, DerivedDef, Param, TArr, TPair, TReal, TRel, TSize, Type
-from .errors import Loc, ShapeError, TLError
+from tensorlang.semantics import interp
+from tensorlang.syntax import parser
+from tensorlang import pipeline
+from tensorlang.check import typecheck
+from tensorlang.ir.ast import Affine, Def, DerivedDef, Param, TArr, TPair, TReal, TRel, TSize, Type
+from tensorlang.syntax.errors import Loc, ShapeError, TLError
 
 __all__ = [
     "load", "parse", "from_def", "Module", "Function", "DerivedFunction", "Compiled",
@@ -533,11 +536,11 @@ def default_backend() -> str:
 def _backend_module(backend: str) -> Any:
     """The code generator of a compiled backend (imported on first use: numba is slow to load)."""
     if backend == "numba":
-        from .backends import numba_cpu
+        from tensorlang.backends import numba_cpu
 
         return numba_cpu
     if backend == "cuda":
-        from .backends import numba_cuda
+        from tensorlang.backends import numba_cuda
 
         if not numba_cuda.available():
             raise TLError("the cuda backend needs a CUDA GPU (or NUMBA_ENABLE_CUDASIM=1 set "
@@ -595,7 +598,7 @@ class DerivedFunction(Function):
     def core(self) -> Def:
         """The derivative program (passes/derived.py) as a core Def, built once."""
         if self._core is None:
-            from .passes.derived import derive_def
+            from tensorlang.passes.derived import derive_def
 
             self._core = derive_def(self.base.core(), self.kind, self.wrt, self.name)
         return self._core
@@ -603,7 +606,7 @@ class DerivedFunction(Function):
     def cost_bound(self, **args: Any) -> tuple[int, int | None, str]:
         """(C(f) of the base function, the theorem's bound on this function's cost or None,
         the bound's formula) for the given sizes and relations (SPEC 6)."""
-        from .proofs.costbound import JVP_FACTOR, VJP_FACTOR, type_size
+        from tensorlang.proofs.costbound import JVP_FACTOR, VJP_FACTOR, type_size
 
         cf = self.base.cost(**args).total
         sizes = {p.name: int(args[p.name]) for p in self.base.params

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .errors import TLError
+from tensorlang.syntax.errors import TLError
 
 _INT = re.compile(r"[+-]?\d+")
 _FLOAT = re.compile(r"[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?|inf|nan)",
@@ -176,7 +176,7 @@ def load_array(name: str, path: str) -> Any:
 
 def random_value(t: Any, sizes: Mapping[str, int], rng: np.random.Generator) -> Any:
     """Random input of type `t`: standard normal reals, sparse (10%) boolean relations."""
-    from . import ast
+    from tensorlang.ir import ast
 
     if isinstance(t, ast.TRel):
         shape = tuple(int(a.evaluate(sizes)) for a in t.sizes)
@@ -186,7 +186,7 @@ def random_value(t: Any, sizes: Mapping[str, int], rng: np.random.Generator) -> 
 
 def _random_real(t: Any, outer: tuple[int, ...], sizes: Mapping[str, int],
                  rng: np.random.Generator) -> Any:
-    from . import ast
+    from tensorlang.ir import ast
 
     dims = list(outer)
     while isinstance(t, ast.TArr):
@@ -201,7 +201,8 @@ def _random_real(t: Any, outer: tuple[int, ...], sizes: Mapping[str, int],
 def build_args(fn: Any, given: Mapping[str, Any], random_sizes: Mapping[str, int],
                seed: int) -> dict[str, Any]:
     """Complete keyword arguments for `fn`: given values, sizes, and random inputs."""
-    from . import api, ast
+    from tensorlang import api
+    from tensorlang.ir import ast
 
     params = {p.name: p for p in fn.params}
     for name in list(given) + list(random_sizes):
@@ -241,7 +242,7 @@ def _random_args(fn: Any, sizes: Mapping[str, int], rng: np.random.Generator) ->
     if fn.is_derived:
         return {}
     try:
-        from . import testing
+        from tensorlang import testing
     except ImportError:
         return {}
     make = getattr(testing, "random_args", None)
@@ -253,7 +254,7 @@ def _random_args(fn: Any, sizes: Mapping[str, int], rng: np.random.Generator) ->
 
 
 def _load(path: str) -> Any:
-    from . import api
+    from tensorlang import api
 
     module = api.load(path)
     if module.warnings:
@@ -306,7 +307,7 @@ def save_result(path: str, result: Any) -> None:
 
 
 def cmd_check(ns: argparse.Namespace) -> int:
-    from . import api
+    from tensorlang import api
 
     try:
         text = open(ns.file, encoding="utf-8").read()
@@ -335,7 +336,9 @@ def _all_errors(text: str, filename: str) -> list[TLError]:
     """Every definition's first error: check the defs one by one, leaving out failed ones and
     the defs that use them (whose errors would only repeat); a parse error stops everything,
     so it is the only one."""
-    from . import ast, parser, typecheck
+    from tensorlang.ir import ast
+    from tensorlang.syntax import parser
+    from tensorlang.check import typecheck
 
     try:
         defs = parser.parse_module(text, filename)
@@ -392,13 +395,13 @@ def cmd_cost(ns: argparse.Namespace) -> int:
 
 
 def cmd_repl(ns: argparse.Namespace) -> int:
-    from . import repl
+    from tensorlang import repl
 
     return repl.run(ns.file)
 
 
 def cmd_prove(ns: argparse.Namespace) -> int:
-    from .proofs import catalogue
+    from tensorlang.proofs import catalogue
 
     reports = catalogue.check_all(ns.examples)
     print(catalogue.format_table(reports))

@@ -49,7 +49,7 @@ clashes with a parameter or statement of the def is renamed by `function`.
 
 Elaboration: the DSL does no type inference.  Arithmetic on tensor-valued operands
 (`x + y` with `x, y : R[N]`, `2.0 * A`) and `dsl.call` build surface nodes (`Add`/`Mul` of
-tensors, `DefCall`) that `tensorlang.elaborate` turns into core `gen`s and inlined bodies.
+tensors, `DefCall`) that `tensorlang.check.elaborate` turns into core `gen`s and inlined bodies.
 `function` returns the def as built (`elaborate.is_core` tells whether it needs
 elaboration); `dsl.core(d)` (or `tl.from_def(d)`) type-checks and elaborates it.
 """
@@ -62,9 +62,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
-from . import ast as A
-from .ast import REAL, Affine, Param, Type
-from .errors import TypeCheckError
+from tensorlang.ir import ast as A
+from tensorlang.ir.ast import REAL, Affine, Param, Type
+from tensorlang.syntax.errors import TypeCheckError
 
 __all__ = [
     "DSLError", "Expr", "Index", "Size", "Pred", "Relation", "Variable", "R", "array", "rel",
@@ -538,7 +538,7 @@ def _negate(e: Expr, literal: bool) -> Expr:
 
 def _show(node: A.Node) -> str:
     try:
-        from .printer import to_tl
+        from tensorlang.syntax.printer import to_tl
         return to_tl(node)
     except Exception:  # the printer is optional here; never fail in a repr
         return repr(node)
@@ -909,6 +909,6 @@ def function(name: str, params: Sequence[Any], body: Any, ret: Any = None) -> A.
 
 def core(d: A.Def, earlier: Sequence[A.Def] = ()) -> A.Def:
     """`d` type-checked and elaborated to the core (the defs it calls go in `earlier`)."""
-    from .typecheck import check_module
+    from tensorlang.check.typecheck import check_module
 
     return check_module([*earlier, d], "<dsl>").defs[d.name]

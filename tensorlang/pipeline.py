@@ -20,9 +20,10 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from . import ast, printer, tssa
-from .cost import cost_def
-from .errors import NotYetSupported, TLError
+from tensorlang.ir import ast, tssa
+from tensorlang.syntax import printer
+from tensorlang.semantics.cost import cost_def
+from tensorlang.syntax.errors import NotYetSupported, TLError
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,10 @@ from typing import Any, Iterable, TextIO
 
 import numpy as np
 
-from . import api, ast, pipeline
-from .ast import Affine, Param, TRel, TSize, Type
-from .errors import TLError
+from tensorlang import api, pipeline
+from tensorlang.ir import ast
+from tensorlang.ir.ast import Affine, Param, TRel, TSize, Type
+from tensorlang.syntax.errors import TLError
 
 COMMANDS = (":load", ":set", ":type", ":show", ":cost", ":vars", ":help", ":quit")
 KEYWORDS = ("def", "return", "gen", "sum", "let", "in", "and", "or", "exists", "size", "rel",
@@ -127,7 +128,8 @@ class Repl:
     # -- definitions -----------------------------------------------------------------------
 
     def _define(self, text: str, filename: str, verb: str = "defined") -> str:
-        from . import parser, typecheck
+        from tensorlang.syntax import parser
+        from tensorlang.check import typecheck
         new = parser.parse_module(text, filename)
         names = {d.name for d in new}
         combined = [d for d in self.defs if d.name not in names] + list(new)
@@ -147,7 +149,8 @@ class Repl:
 
     def _expr_function(self, text: str) -> tuple[api.Function, dict[str, Any]]:
         """The expression as a function of the bound names it uses, and their values."""
-        from . import parser, typecheck
+        from tensorlang.syntax import parser
+        from tensorlang.check import typecheck
         e = _parse_expr(parser, text, "<repl>")
         free = ast.free_names(e)
         var_names = ast.free_vars(e)
@@ -304,7 +307,7 @@ class Repl:
                                               unicode=unicode)
 
     def _cmd_cost(self, rest: str) -> str:
-        from .cli import format_cost
+        from tensorlang.cli import format_cost
 
         words = rest.split()
         if not words:
@@ -354,7 +357,7 @@ class Repl:
 
 
 def api_format(value: Any) -> str:
-    from .cli import format_value
+    from tensorlang.cli import format_value
 
     return format_value(value)
 
@@ -389,7 +392,7 @@ def _literal_type(value: Any) -> Type:
 
 
 def _load_binding(path: str) -> Binding:
-    from .cli import load_array
+    from tensorlang.cli import load_array
 
     arr = np.asarray(load_array(os.path.splitext(os.path.basename(path))[0], path))
     if arr.dtype == np.bool_:
@@ -425,7 +428,7 @@ def _in_text(w: Any, text: str) -> bool:
 
 
 def _warning_text(w: Any) -> str:
-    from .cli import format_warnings
+    from tensorlang.cli import format_warnings
 
     return format_warnings([w])
 

@@ -51,12 +51,12 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from .ast import (
+from tensorlang.ir.ast import (
     BUILTINS, REAL, Access, Add, Affine, And, Call, Cmp, Const, Def, Exists, Expr, Gen, Iverson,
     Let, Mul, Or, Pair, Param, PFalse, Pred, Proj, PTrue, RelCall, Sum, TArr, TPair, TReal, TRel,
     TSize, Type, Var, scalar_of, shape_of, tensor,
 )
-from .errors import ShapeError, TLError
+from tensorlang.syntax.errors import ShapeError, TLError
 
 __all__ = [
     "programs", "differentiable_programs", "scopes", "types", "expressions",

@@ -9,7 +9,7 @@ from hypothesis import given
 
 import tensorlang as tl
 from examples_util import EXAMPLES, WORKLOADS
-from tensorlang import tssa
+from tensorlang.ir import tssa
 from tensorlang.passes.adjoint import vjp_program
 from tensorlang.passes.derived import to_program
 from tensorlang.passes.fwd import jvp_program

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 import tensorlang as tl
-from tensorlang import api, ast, pipeline
-from tensorlang.ast import Affine, Param, TSize
+from tensorlang import api, pipeline
+from tensorlang.ir import ast
+from tensorlang.ir.ast import Affine, Param, TSize
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -243,7 +244,7 @@ def test_pipeline_stages_keep_meaning(m, rng):
     x, w = rng.standard_normal(6), rng.standard_normal(2)
     want = m.conv(x, w)
     args = m.conv.bind(x, w)
-    from tensorlang.interp import interpret
+    from tensorlang.semantics.interp import interpret
     for stage in pipeline.STAGE_NAMES:
         got = interpret(pipeline.as_core(m.conv.run_to(stage)), args)
         np.testing.assert_allclose(got, want, rtol=1e-9)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from tensorlang.ast import Access, Gen, Iverson, Let, subst
+from tensorlang.ir.ast import Access, Gen, Iverson, Let, subst
 from tensorlang.passes import letlift as letlift_mod
 from tensorlang.proofs.catalogue import (
     PASSES, RULES, Rule, RuleReport, all_ok, check_all, check_pass, check_rule,

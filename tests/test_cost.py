@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensorlang import ast as A
-from tensorlang.cost import Cost, cost_def, cost_expr, cost_scalar_reference
-from tensorlang.errors import TLError
-from tensorlang.interp import bind_args
+from tensorlang.ir import ast as A
+from tensorlang.semantics.cost import Cost, cost_def, cost_expr, cost_scalar_reference
+from tensorlang.syntax.errors import TLError
+from tensorlang.semantics.interp import bind_args
 from test_interp import R, SIZE, V, acc, aff, call, mat, mk, random_program, vec
 
 ZERO = A.Const(0.0)

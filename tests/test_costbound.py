@@ -9,7 +9,7 @@ from hypothesis import given
 
 import tensorlang as tl
 from examples_util import EXAMPLES, WORKLOADS
-from tensorlang import ast as A
+from tensorlang.ir import ast as A
 from tensorlang.passes.adjoint import vjp_program
 from tensorlang.passes.derived import derive, to_program
 from tensorlang.passes.fwd import is_real_valued, jvp_program

@@ -10,15 +10,15 @@ from hypothesis import given
 
 import tensorlang as tl
 from examples_util import EXAMPLES, WORKLOADS
-from tensorlang import ast, tssa
-from tensorlang.ast import DerivedDef
-from tensorlang.cost import cost_def
-from tensorlang.errors import TLError
+from tensorlang.ir import ast, tssa
+from tensorlang.ir.ast import DerivedDef
+from tensorlang.semantics.cost import cost_def
+from tensorlang.syntax.errors import TLError
 from tensorlang.passes.derived import derive, derive_def, to_program
 from tensorlang.proofs.costbound import flat, program_cost, run
 from tensorlang.proofs.normal_forms_ssa import is_tensor_ssa
 from tensorlang.testing import differentiable_programs, random_value
-from tensorlang.typecheck import derived_signature
+from tensorlang.check.typecheck import derived_signature
 from test_adjoint import fd_grad
 from test_fwd import fd_jvp
 

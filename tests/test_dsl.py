@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tensorlang import ast as A
+from tensorlang.ir import ast as A
 from tensorlang import dsl
 from tensorlang.dsl import DSLError
-from tensorlang.errors import TLError
+from tensorlang.syntax.errors import TLError
 
 V, L = A.Affine.var, A.Affine.lit
 R = A.REAL
@@ -19,12 +19,12 @@ def acc(name: str, *idx: A.Affine) -> A.Expr:
 
 
 def parse_one(text: str) -> list:
-    parser = pytest.importorskip("tensorlang.parser")
+    parser = pytest.importorskip("tensorlang.syntax.parser")
     return parser.parse_module(text)
 
 
 def interpret(d: A.Def, args: dict) -> object:
-    interp = pytest.importorskip("tensorlang.interp")
+    interp = pytest.importorskip("tensorlang.semantics.interp")
     return interp.interpret(d, args)
 
 
@@ -222,7 +222,7 @@ def test_binders_named_like_parameters_are_renamed() -> None:
     y = dsl.param("y", dsl.R)
     d = dsl.function("f", [N, x, y], dsl.sum(N, lambda y: x[y]))   # y is a parameter
     assert d.body.idx != "y" and d.body.body is A.Access(A.Var("x"), (V(d.body.idx),))
-    typecheck = pytest.importorskip("tensorlang.typecheck")
+    typecheck = pytest.importorskip("tensorlang.check.typecheck")
     typecheck.check_module([d])
 
 
@@ -253,7 +253,7 @@ def test_statements_and_lets() -> None:
 
 
 def test_tensor_arithmetic_and_calls_need_elaboration() -> None:
-    elaborate = pytest.importorskip("tensorlang.elaborate")
+    elaborate = pytest.importorskip("tensorlang.check.elaborate")
     N = dsl.size("N")
     x, y = dsl.param("x", dsl.R[N]), dsl.param("y", dsl.R[N])
     a = dsl.param("a", dsl.R)

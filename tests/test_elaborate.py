@@ -6,14 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tensorlang.ast import (
+from tensorlang.ir.ast import (
     REAL, Access, Add, Affine, Call, Cmp, Const, Def, DefCall, Gen, Iverson, Let, Mul, Pair,
     Proj, RelCall, Sum, TPair, TRel, Var, walk,
 )
-from tensorlang.elaborate import elaborate_def, elaborate_expr, is_core
-from tensorlang.errors import TypeCheckError
-from tensorlang.interp import interpret
-from tensorlang.typecheck import TypeEnv, check_def, check_module
+from tensorlang.check.elaborate import elaborate_def, elaborate_expr, is_core
+from tensorlang.syntax.errors import TypeCheckError
+from tensorlang.semantics.interp import interpret
+from tensorlang.check.typecheck import TypeEnv, check_def, check_module
 
 from test_typecheck import conv_def, qform_def, L, P, R, acc, aff, canon, gen, lt, size, sum_
 
@@ -377,7 +377,7 @@ def test_elaboration_keeps_core_programs_unchanged():
 
 from hypothesis import given, strategies as st  # noqa: E402
 
-from tensorlang.ast import shape_of, tensor  # noqa: E402
+from tensorlang.ir.ast import shape_of, tensor  # noqa: E402
 from tensorlang.testing import expressions, random_args, scopes, types  # noqa: E402
 
 
@@ -414,7 +414,7 @@ def test_sugar_means_its_naive_expansion(data):
 
 
 def text_module(text: str):
-    parser = pytest.importorskip("tensorlang.parser")
+    parser = pytest.importorskip("tensorlang.syntax.parser")
     return check_module(parser.parse_module(text, "e.tl"), "e.tl")
 
 
@@ -468,7 +468,7 @@ def test_text_conv_example_with_and_without_sizes():
 
 
 def test_text_call_errors_with_locations():
-    parser = pytest.importorskip("tensorlang.parser")
+    parser = pytest.importorskip("tensorlang.syntax.parser")
     text = ("def f(N: size, x: R[N]) -> R[N]:\n    return x\n\n"
             "def g(M: size, y: R[M], s: R) -> R[M]:\n    return f(M, s)\n")
     with pytest.raises(TypeCheckError) as info:

@@ -54,8 +54,8 @@ def test_interpreter_runs_examples_at_n200(name):
 def test_example_through_the_whole_pipeline(name):
     """Every stage keeps the meaning; SSA is in normal form and costs what the source costs."""
     from tensorlang import pipeline
-    from tensorlang.cost import cost_def
-    from tensorlang.interp import interpret
+    from tensorlang.semantics.cost import cost_def
+    from tensorlang.semantics.interp import interpret
     from tensorlang.proofs.normal_forms_ssa import is_tensor_ssa
 
     w = WORKLOADS[name]

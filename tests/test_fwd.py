@@ -9,8 +9,8 @@ from hypothesis import given
 
 import tensorlang as tl
 from examples_util import EXAMPLES, WORKLOADS
-from tensorlang import tssa
-from tensorlang.errors import TLError
+from tensorlang.ir import tssa
+from tensorlang.syntax.errors import TLError
 from tensorlang.passes.derived import to_program
 from tensorlang.passes.fwd import jvp_program
 from tensorlang.proofs.normal_forms_ssa import is_tensor_ssa

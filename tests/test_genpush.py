@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from hypothesis import given
 
-from tensorlang.ast import (
+from tensorlang.ir.ast import (
     Access, Affine, Cmp, Def, Gen, Iverson, TSize, Var, walk,
 )
-from tensorlang.cost import cost_def
-from tensorlang.interp import interpret
-from tensorlang.parser import parse_module
+from tensorlang.semantics.cost import cost_def
+from tensorlang.semantics.interp import interpret
+from tensorlang.syntax.parser import parse_module
 from tensorlang.passes.genpush import genpush, range_guard
 from tensorlang.passes.letlift import letlift
 from tensorlang.passes.pairelim import pairelim
@@ -22,7 +22,7 @@ from tensorlang.passes.rewrite import RuleNotApplicable, apply_rule, let_chain
 from tensorlang.proofs.catalogue import compare
 from tensorlang.proofs.normal_forms import is_gen_pushed
 from tensorlang.testing import programs, random_args
-from tensorlang.typecheck import check_module
+from tensorlang.check.typecheck import check_module
 
 from test_letlift import assert_equivalent, core
 

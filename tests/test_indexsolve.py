@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tensorlang.ast import (
+from tensorlang.ir.ast import (
     Access, Affine, And, Call, Cmp, Const, Exists, Expr, Gen, Iverson, Mul, Or, PFalse, PTrue,
     RelCall, Sum, Var, walk,
 )
-from tensorlang.cost import cost_expr
-from tensorlang.interp import eval_expr, eval_scalar_reference
+from tensorlang.semantics.cost import cost_expr
+from tensorlang.semantics.interp import eval_expr, eval_scalar_reference
 from tensorlang.passes.indexsolve import (
     Bound, LoopBound, affine_to_python, determinant, eliminate_sum, eliminate_sums, eval_pred,
     ext_gcd, fourier_motzkin, loop_nest, smith_normal_form, solve_equalities, solve_for,
@@ -398,9 +398,9 @@ def adj_snf(N: size, M: size, W: R[N, M]) -> R[2*N + 3*M]:
 
 
 def test_whole_defs_stay_well_typed() -> None:
-    from tensorlang.interp import interpret
-    from tensorlang.parser import parse_module
-    from tensorlang.typecheck import check_def, check_module
+    from tensorlang.semantics.interp import interpret
+    from tensorlang.syntax.parser import parse_module
+    from tensorlang.check.typecheck import check_def, check_module
 
     m = check_module(parse_module(ADJOINTS_TL))
     args = {"adj_f5": {"N": 4, "dg": rng.normal(size=(4, 3)), "x": rng.normal(size=12)},

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensorlang import ast as A
-from tensorlang import builtins as B
-from tensorlang.errors import ShapeError, TLError
-from tensorlang.interp import eval_expr, interpret, interpret_reference
+from tensorlang.ir import ast as A
+from tensorlang.semantics import builtins as B
+from tensorlang.syntax.errors import ShapeError, TLError
+from tensorlang.semantics.interp import eval_expr, interpret, interpret_reference
 
 V = A.Affine.var
 R = A.REAL

@@ -9,18 +9,18 @@ from typing import Any
 import pytest
 from hypothesis import given
 
-from tensorlang.ast import (
+from tensorlang.ir.ast import (
     REAL, Access, Add, Affine, Cmp, Const, Def, Gen, Iverson, Let, Mul, Param, Sum, TSize, Var,
     tensor, walk,
 )
-from tensorlang.cost import cost_def
-from tensorlang.parser import parse_module
+from tensorlang.semantics.cost import cost_def
+from tensorlang.syntax.parser import parse_module
 from tensorlang.passes.letlift import letlift
 from tensorlang.passes.rewrite import RuleNotApplicable, apply_rule, rename_unique
 from tensorlang.proofs.catalogue import compare
 from tensorlang.proofs.normal_forms import is_let_lifted
 from tensorlang.testing import programs, random_args
-from tensorlang.typecheck import check_module
+from tensorlang.check.typecheck import check_module
 
 
 def core(src: str, name: str | None = None) -> Def:

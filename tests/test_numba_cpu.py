@@ -23,11 +23,11 @@ from hypothesis import strategies as st
 
 import tensorlang as tl
 from examples_util import EXAMPLES, ROOT, WORKLOADS
-from tensorlang import ast as A
-from tensorlang import tssa
-from tensorlang.cost import cost_def
-from tensorlang.errors import ShapeError, TLError
-from tensorlang.interp import interpret
+from tensorlang.ir import ast as A
+from tensorlang.ir import tssa
+from tensorlang.semantics.cost import cost_def
+from tensorlang.syntax.errors import ShapeError, TLError
+from tensorlang.semantics.interp import interpret
 from tensorlang.testing import differentiable_programs, programs, random_args
 
 numba_cpu = pytest.importorskip("tensorlang.backends.numba_cpu")
@@ -106,7 +106,7 @@ def test_builtins_match_the_interpreter_on_special_values():
     `njit` function: much cheaper to compile than a kernel with a loop per builtin.)"""
     from numba import njit
 
-    from tensorlang import builtins as B
+    from tensorlang.semantics import builtins as B
     from tensorlang.backends import numba_rt
     from tensorlang.backends.scalar_builtins import FUNCS
     rows = [(name, (c,)) for name in sorted(FUNCS) if B.lookup(name).nparams
@@ -138,7 +138,7 @@ def test_builtins_in_a_kernel():
 
 
 def test_every_builtin_has_a_scalar_implementation():
-    from tensorlang import builtins as B
+    from tensorlang.semantics import builtins as B
     from tensorlang.backends.scalar_builtins import FUNCS
     assert set(FUNCS) == set(B.BUILTIN_FUNCS)
     rng = np.random.default_rng(0)

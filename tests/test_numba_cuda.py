@@ -27,9 +27,9 @@ from hypothesis import HealthCheck, given, settings
 
 import tensorlang as tl
 from examples_util import EXAMPLE_FILES, EXAMPLES, ROOT, WORKLOADS
-from tensorlang import ast as A
-from tensorlang import tssa
-from tensorlang.interp import interpret
+from tensorlang.ir import ast as A
+from tensorlang.ir import tssa
+from tensorlang.semantics.interp import interpret
 from tensorlang.testing import programs, random_args
 
 try:  # the CPU backend's loop-nest feature program (relations, strides, exists, ...)

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from hypothesis import given
 
-from tensorlang.ast import Access, Affine, Def, Pair, Proj, Var, walk
-from tensorlang.cost import cost_def
+from tensorlang.ir.ast import Access, Affine, Def, Pair, Proj, Var, walk
+from tensorlang.semantics.cost import cost_def
 from tensorlang.passes.letlift import letlift
 from tensorlang.passes.pairelim import apply_p8_pushed, pairelim
 from tensorlang.passes.rewrite import RuleNotApplicable, apply_rule, let_chain

@@ -8,13 +8,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from examples_util import EXAMPLE_FILES
-from tensorlang.ast import (
+from tensorlang.ir.ast import (
     BUILTINS, DERIVED_KINDS, Access, Add, Affine, And, Call, Cmp, Const, Def, DefCall,
     DerivedDef, Exists, Gen, Iverson, Let, Mul, Or, Pair, Param, PFalse, Proj, PTrue, RelCall,
     Sum, TArr, TPair, TReal, TRel, TSize, Var, tensor,
 )
-from tensorlang.errors import ParseError, TLError
-from tensorlang.parser import (
+from tensorlang.syntax.errors import ParseError, TLError
+from tensorlang.syntax.parser import (
     AFFINE_MSG, KEYWORDS, parse_affine, parse_expr, parse_module, parse_pred, parse_type,
 )
 

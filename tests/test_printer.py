@@ -8,15 +8,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from examples_util import EXAMPLE_FILES
-from tensorlang.ast import (
+from tensorlang.ir.ast import (
     BUILTINS, DERIVED_KINDS, Access, Add, Affine, And, Call, Cmp, Const, Def, DefCall,
     DerivedDef, Exists, Gen, Iverson, Let, Mul, Or, Pair, Param, PFalse, Proj, PTrue, RelCall,
     Sum, TArr, TPair, TReal, TRel, TSize, Var, tensor,
 )
-from tensorlang.parser import (
+from tensorlang.syntax.parser import (
     parse_affine, parse_expr, parse_module, parse_pred, parse_type,
 )
-from tensorlang.printer import to_tl, to_unicode
+from tensorlang.syntax.printer import to_tl, to_unicode
 from tensorlang.testing import programs
 
 a, b, c, x = (Var(n) for n in "abcx")

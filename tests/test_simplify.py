@@ -13,11 +13,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import tensorlang as tl
-from tensorlang import ast as A
-from tensorlang import pipeline, tssa
-from tensorlang.ast import (Access, Add, Affine, Call, Cmp, Const, Def, Gen, Iverson, Let, Mul,
+from tensorlang.ir import ast as A
+from tensorlang import pipeline
+from tensorlang.ir import tssa
+from tensorlang.ir.ast import (Access, Add, Affine, Call, Cmp, Const, Def, Gen, Iverson, Let, Mul,
                             Param, Sum, TRel, TSize, Var, tensor)
-from tensorlang.interp import interpret
+from tensorlang.semantics.interp import interpret
 from tensorlang.passes import simplify as S
 from tensorlang.passes import simplify_egglog as G
 from tensorlang.passes.derived import derive

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from tensorlang import ast as A
-from tensorlang import tssa
-from tensorlang.ast import (Access, Add, Affine, Call, Cmp, Const, Def, Gen, Iverson, Let, Mul,
+from tensorlang.ir import ast as A
+from tensorlang.ir import tssa
+from tensorlang.ir.ast import (Access, Add, Affine, Call, Cmp, Const, Def, Gen, Iverson, Let, Mul,
                             Param, Sum, Var, tensor)
-from tensorlang.cost import cost_def
-from tensorlang.errors import NotYetSupported
-from tensorlang.interp import interpret
+from tensorlang.semantics.cost import cost_def
+from tensorlang.syntax.errors import NotYetSupported
+from tensorlang.semantics.interp import interpret
 from tensorlang.passes.ssa import CASES, to_ssa
 from tensorlang.proofs.catalogue import values_close
 from tensorlang.proofs.normal_forms_ssa import is_tensor_ssa

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
-from tensorlang import ast as A
+from tensorlang.ir import ast as A
 from tensorlang import testing as T
-from tensorlang.errors import ShapeError, TLError
+from tensorlang.syntax.errors import ShapeError, TLError
 
-typecheck = pytest.importorskip("tensorlang.typecheck")
-interp = pytest.importorskip("tensorlang.interp")
+typecheck = pytest.importorskip("tensorlang.check.typecheck")
+interp = pytest.importorskip("tensorlang.semantics.interp")
 
 N_COVER = 400      # draws for the coverage statistics (about a second)
 

@@ -1,4 +1,4 @@
-"""Tensor SSA IR (tensorlang/tssa.py): primitives, canonical forms, to_core, cost, printer,
+"""Tensor SSA IR (tensorlang/ir/tssa.py): primitives, canonical forms, to_core, cost, printer,
 helpers.  Every evaluation is compared with the interpreter on `to_core`."""
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from tensorlang import ast as A
-from tensorlang import tssa
-from tensorlang.ast import Affine, And, Cmp, Exists, Or, Param, PFalse, PTrue, RelCall, tensor
-from tensorlang.cost import cost_def
-from tensorlang.interp import interpret
+from tensorlang.ir import ast as A
+from tensorlang.ir import tssa
+from tensorlang.ir.ast import Affine, And, Cmp, Exists, Or, Param, PFalse, PTrue, RelCall, tensor
+from tensorlang.semantics.cost import cost_def
+from tensorlang.semantics.interp import interpret
 from tensorlang.proofs.catalogue import values_close
 from tensorlang.proofs.normal_forms_ssa import is_tensor_ssa
-from tensorlang.tssa import Builder
+from tensorlang.ir.tssa import Builder
 
 N, M = Affine.var("N"), Affine.var("M")
 i, j, k = Affine.var("i"), Affine.var("j"), Affine.var("k")

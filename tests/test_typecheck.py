@@ -7,13 +7,13 @@ import pathlib
 import re
 
 import pytest
-from tensorlang.ast import (
+from tensorlang.ir.ast import (
     REAL, Access, Add, Affine, And, Call, Cmp, Const, Def, DefCall, DerivedDef, Exists, Gen,
     Iverson, Let, Mul, Node, Or, Pair, Param, Proj, RelCall, Sum, TArr, TPair, TRel, TSize, Var,
     binder_name, map_fields, tensor,
 )
-from tensorlang.errors import Loc, Source, TypeCheckError
-from tensorlang.typecheck import (
+from tensorlang.syntax.errors import Loc, Source, TypeCheckError
+from tensorlang.check.typecheck import (
     CheckedModule, Signature, TLWarning, TypeEnv, bounds_warnings, check_def, check_module,
     format_affine, format_type, prove_nonneg, provably_in_range, type_of,
 )
@@ -615,7 +615,7 @@ def df = grad(f, x)
 def u(z: R) -> R:
     return df(z) + 1
 """)
-    from tensorlang.interp import interpret
+    from tensorlang.semantics.interp import interpret
 
     assert interpret(m.defs["u"], {"z": 2.0}) == pytest.approx(13.0)
 
@@ -625,7 +625,7 @@ def u(z: R) -> R:
 
 
 def check_text(text: str, filename: str = "t.tl") -> CheckedModule:
-    parser = pytest.importorskip("tensorlang.parser")
+    parser = pytest.importorskip("tensorlang.syntax.parser")
     return check_module(parser.parse_module(text, filename), filename)
 
 

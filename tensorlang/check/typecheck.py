@@ -1,7 +1,7 @@
 """Type checking of tensorlang programs (SPEC 2.1, 2.4, 2.5) and bounds warnings (SPEC 2.2).
 
 `check_module` takes the parser's surface definitions, checks the name rules below, hands
-each `def` to `tensorlang.elaborate` (tensor sugar to `gen`, inlining of earlier defs; the
+each `def` to `tensorlang.check.elaborate` (tensor sugar to `gen`, inlining of earlier defs; the
 elaborator reports type errors of the surface program as it goes), re-checks the resulting
 core body with `type_of`, compares it with the declared return type (or records the inferred
 one), and computes the signatures of derived defs (`grad`, `jvp`, ...).  Nothing here
@@ -49,14 +49,14 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
-from .ast import (
+from tensorlang.ir.ast import (
     BUILTINS, DERIVED_KINDS, REAL, Access, Add, Affine, And, Call, Cmp, Const, Def, DefCall,
     DerivedDef, Exists, Expr, Gen, Iverson, Let, Mul, Node, Or, Pair, Param, PFalse, Pred,
     Proj, PTrue, RelCall, Sum, TArr, TPair, TReal, TRel, TSize, Type, Var, children, fresh,
     free_names,
     scalar_of, shape_of, subst, tensor,
 )
-from .errors import Loc, Source, TLError, TypeCheckError, diagnostic
+from tensorlang.syntax.errors import Loc, Source, TLError, TypeCheckError, diagnostic
 
 __all__ = [
     "TypeEnv", "type_of", "check_pred", "check_affine", "check_size", "check_type",
@@ -106,7 +106,7 @@ def _local_format_type(t: Type) -> str:
 def format_type(t: Type) -> str:
     """A type in `.tl` syntax (`R[N, M]`); uses `printer.to_tl` when that module exists."""
     try:
-        from .printer import to_tl
+        from tensorlang.syntax.printer import to_tl
     except ImportError:
         return _local_format_type(t)
     try:
@@ -275,12 +275,12 @@ class TypeEnv:
 
 def builtin_arity(fn: str) -> tuple[int, int] | None:
     """(args, constant params) of a builtin: the grammar's, plus the derivative helpers of
-    `tensorlang.builtins` (derivative programs call them and must type-check too)."""
+    `tensorlang.semantics.builtins` (derivative programs call them and must type-check too)."""
     hit = BUILTINS.get(fn)
     if hit is not None:
         return hit
     try:
-        from .builtins import EXTRA_BUILTINS
+        from tensorlang.semantics.builtins import EXTRA_BUILTINS
     except ImportError:
         return None
     return EXTRA_BUILTINS.get(fn)
@@ -817,7 +817,7 @@ def check_def(d: Def, earlier: Mapping[str, Def] | None = None, *,
 
 def _check_def(d: Def, earlier: Mapping[str, Def] | None, later: Iterable[str],
                derived: Mapping[str, DerivedDef] | None) -> CheckedDef:
-    from .elaborate import elaborate_def  # elaborate imports this module
+    from tensorlang.check.elaborate import elaborate_def  # elaborate imports this module
 
     check_names(d)
     env = param_env(d)

@@ -38,8 +38,8 @@ from typing import Callable, Sequence, TypeVar
 import numpy as np
 from scipy import special
 
-from . import ast as A
-from .errors import TLError
+from tensorlang.ir import ast as A
+from tensorlang.syntax.errors import TLError
 
 ArrayFn = Callable[..., np.ndarray]
 T = TypeVar("T")

@@ -1,4 +1,4 @@
-"""The `.tl` surface syntax (SPEC 2.3-2.5): text -> surface AST of `tensorlang.ast`.
+"""The `.tl` surface syntax (SPEC 2.3-2.5): text -> surface AST of `tensorlang.ir.ast`.
 
 Parsing is two steps.  Lark (LALR, contextual lexer, Python-like indentation) parses ONE
 generic expression grammar (`grammar.lark`); this module then converts each generic tree in
@@ -38,13 +38,13 @@ from lark import Lark, Token, Tree
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 from lark.lark import PostLex
 
-from . import ast
-from .ast import (
+from tensorlang.ir import ast
+from tensorlang.ir.ast import (
     BUILTINS, DERIVED_KINDS, Access, Add, Affine, And, Call, Cmp, Const, Def, DefCall,
     DerivedDef, Exists, Expr, Gen, Iverson, Let, Mul, Or, Pair, Param, PFalse, Pred, Proj,
     PTrue, RelCall, Sum, TPair, TRel, TSize, Type, Var,
 )
-from .errors import Loc, ParseError, Source
+from tensorlang.syntax.errors import Loc, ParseError, Source
 
 __all__ = ["parse_module", "parse_expr", "parse_type", "parse_pred", "parse_affine",
            "KEYWORDS"]
@@ -700,7 +700,7 @@ def _convert(src: Source, fn: Callable[[_Converter], object]) -> object:
 
 
 def parse_module(text: str, filename: str = "<input>") -> list[Def | DerivedDef]:
-    """The definitions of a `.tl` file, as surface AST (see `tensorlang.elaborate`)."""
+    """The definitions of a `.tl` file, as surface AST (see `tensorlang.check.elaborate`)."""
     src, tree = _run(text, filename, "module")
     return _convert(src, lambda c: c.module(tree))  # type: ignore[return-value]
 

@@ -13,7 +13,7 @@ another role within a scope):
   * relations          -- `rel(...)` parameters, used by `RelCall`.
 
 Surface-only constructs (`DefCall`, and `Add`/`Mul` with tensor operands) exist only between
-the parser and `tensorlang.elaborate`; every later stage sees the core grammar only.
+the parser and `tensorlang.check.elaborate`; every later stage sees the core grammar only.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import itertools
 import weakref
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping
 
-from .errors import Loc
+from tensorlang.syntax.errors import Loc
 
 _TABLE: "weakref.WeakValueDictionary[tuple, Node]" = weakref.WeakValueDictionary()
 
@@ -420,7 +420,7 @@ class Let(Expr):
 
 
 class DefCall(Expr):
-    """Surface only: a call of an earlier `def`; `tensorlang.elaborate` inlines it."""
+    """Surface only: a call of an earlier `def`; `tensorlang.check.elaborate` inlines it."""
 
     __slots__ = ("name", "args")
     _fields = ("name", "args")

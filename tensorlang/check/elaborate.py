@@ -32,14 +32,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Union
 
-from .ast import (
+from tensorlang.ir.ast import (
     REAL, Access, Add, Affine, Call, Cmp, Const, Def, DefCall, DerivedDef, Exists, Expr, Gen, Iverson,
     Let, Mul, Node, Pair, Param, Pred, Proj, PTrue, RelCall, Sum, TArr, TPair, TReal, TRel, TSize,
     Type, Var, binder_name, fresh, map_fields, pred_and, scalar_of, shape_of, subst, tensor,
     walk,
 )
-from .errors import Loc, TypeCheckError
-from .typecheck import (
+from tensorlang.syntax.errors import Loc, TypeCheckError
+from tensorlang.check.typecheck import (
     TLWarning, TypeEnv, role_text, access_result, access_warning, builtin_arity, check_affine,
     check_pred, check_size, format_type, param_env, pick_loc, prove_nonneg, type_of,
 )
@@ -490,7 +490,7 @@ class _Elaborator:
     # -- calls of earlier defs
     def derived_core(self, name: str) -> Def:
         """The program of an earlier derived definition (SPEC 2.5), as a core Def."""
-        from .passes.derived import derive_def   # the derivative passes sit on the front end
+        from tensorlang.passes.derived import derive_def   # the derivative passes sit on the front end
 
         dd = self.derived[name]
         base = self.earlier.get(dd.fn)

@@ -46,9 +46,9 @@ from typing import Any, Callable, ClassVar, Iterable, Mapping, Sequence, Union
 
 import numpy as np
 
-from . import ast as A
-from . import builtins as B
-from .ast import (Affine, And, Cmp, Exists, Node, Or, Param, PFalse, Pred, PTrue, RelCall,
+from tensorlang.ir import ast as A
+from tensorlang.semantics import builtins as B
+from tensorlang.ir.ast import (Affine, And, Cmp, Exists, Node, Or, Param, PFalse, Pred, PTrue, RelCall,
                   TArr, TPair, TReal, TRel, TSize, Type)
 
 IX: tuple[str, str, str] = ("i", "j", "k")

@@ -2,7 +2,7 @@
 
 `to_tl(node)` prints any core node (and the surface `DefCall`) so that parsing the text gives
 the identical (hash-consed) node.  It parenthesises only where the grammar needs it, which is
-subtle in three places (see `tensorlang.parser`):
+subtle in three places (see `tensorlang.syntax.parser`):
 
 * binders (`gen`, `sum`, `exists`, `let`) extend as far right as possible, so they print
   bare only where nothing follows them at their level (the `tail` flag below);
@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .ast import (
+from tensorlang.ir.ast import (
     Access, Add, Affine, And, Call, Cmp, Const, Def, DefCall, DerivedDef, Exists, Gen,
     Iverson, Let, Mul, Node, Or, Pair, Param, PFalse, Pred, Proj, PTrue, RelCall, Sum, TArr,
     TPair, TReal, TRel, TSize, Var,

@@ -28,9 +28,9 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from . import ast as A
-from . import builtins as B
-from .errors import ShapeError, TLError
+from tensorlang.ir import ast as A
+from tensorlang.semantics import builtins as B
+from tensorlang.syntax.errors import ShapeError, TLError
 
 Value = Any   # np.ndarray leaf, or a tuple of Values (pair)
 

@@ -34,9 +34,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from . import ast as A
-from .errors import TLError
-from .interp import Env, bind_args, eval_pred, eval_pred_scalar, extent
+from tensorlang.ir import ast as A
+from tensorlang.syntax.errors import TLError
+from tensorlang.semantics.interp import Env, bind_args, eval_pred, eval_pred_scalar, extent
 
 _ADD, _MUL, _CALL = np.eye(3, dtype=np.int64)
 

@@ -1,0 +1,1 @@
+"""tensorlang.syntax"""
