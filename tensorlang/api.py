@@ -512,6 +512,15 @@ class Function:
         """The stage `cost` uses by default: the furthest this program gets through."""
         return pipeline.furthest(self.core())
 
+    def cost_formula(self, stage: str | None = None) -> Any:
+        """The exact cost at `stage` (default: as it will run) as formulas in the sizes: a
+        `CostFormula` (tensorlang/semantics/cost_formula.py; `str()` is the total as a Python
+        expression, `.adds/.muls/.calls/.total`, `.domain`).  Relations raise a TLError."""
+        from tensorlang.semantics.cost_formula import cost_formula
+
+        name = pipeline.stage(stage).name if stage else self.default_stage()
+        return cost_formula(pipeline.as_core(self.run_to(name)), self.name, name)
+
 
 class Compiled:
     """A function bound to a backend: call it with the same arguments as the `Function`."""
