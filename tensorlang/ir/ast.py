@@ -464,37 +464,64 @@ class Param(Node):
     type: Type
 
 
-class Def(Node):
-    """`def name(params) -> ret: body`; statements are nested `Let`s around the return."""
+class Contract(Node):
+    """`requires MEASURE OP BOUND` on a def (docs/testing.md): MEASURE is `cost`, `adds`,
+    `muls` or `calls` of the def, OP `<=` or `<`, BOUND an expression in integers, the size
+    names and `cost(f)` (`adds(f)`, ...) of other functions (surface `DefCall`s)."""
 
-    __slots__ = ("name", "params", "ret", "body")
-    _fields = ("name", "params", "ret", "body")
+    __slots__ = ("measure", "op", "bound")
+    _fields = ("measure", "op", "bound")
+    measure: str
+    op: str
+    bound: Expr
+    MEASURES: ClassVar[tuple[str, ...]] = ("cost", "adds", "muls", "calls")
+    OPS: ClassVar[tuple[str, ...]] = ("<=", "<")
+
+
+class Def(Node):
+    """`def name(params) -> ret [requires ...]: body`; statements are nested `Let`s around
+    the return.  `requires` (optional, last) is the def's cost contract."""
+
+    __slots__ = ("name", "params", "ret", "body", "requires")
+    _fields = ("name", "params", "ret", "body", "requires")
     name: str
     params: tuple[Param, ...]
     ret: Type | None
     body: Expr
+    requires: Contract | None
+
+    def __new__(cls, name: str, params: Iterable[Param], ret: Type | None, body: Expr,
+                requires: Contract | None = None, *, loc: Loc | None = None) -> Any:
+        return super().__new__(cls, name, params, ret, body, requires, loc=loc)
 
     @classmethod
-    def _norm(cls, name: str, params: Iterable[Param], ret: Type | None, body: Expr) -> tuple:
-        return (name, tuple(params), ret, body)
+    def _norm(cls, name: str, params: Iterable[Param], ret: Type | None, body: Expr,
+              requires: Contract | None = None) -> tuple:
+        return (name, tuple(params), ret, body, requires)
 
 
 DERIVED_KINDS = ("grad", "jvp", "vjp", "hvp", "hessian", "jacobian")
 
 
 class DerivedDef(Node):
-    """`def name = kind(fn, wrt...)` (SPEC 2.5)."""
+    """`def name = kind(fn, wrt...) [requires ...]` (SPEC 2.5)."""
 
-    __slots__ = ("name", "kind", "fn", "wrt")
-    _fields = ("name", "kind", "fn", "wrt")
+    __slots__ = ("name", "kind", "fn", "wrt", "requires")
+    _fields = ("name", "kind", "fn", "wrt", "requires")
     name: str
     kind: str
     fn: str
     wrt: tuple[str, ...]
+    requires: Contract | None
+
+    def __new__(cls, name: str, kind: str, fn: str, wrt: Iterable[str],
+                requires: Contract | None = None, *, loc: Loc | None = None) -> Any:
+        return super().__new__(cls, name, kind, fn, wrt, requires, loc=loc)
 
     @classmethod
-    def _norm(cls, name: str, kind: str, fn: str, wrt: Iterable[str]) -> tuple:
-        return (name, kind, fn, tuple(wrt))
+    def _norm(cls, name: str, kind: str, fn: str, wrt: Iterable[str],
+              requires: Contract | None = None) -> tuple:
+        return (name, kind, fn, tuple(wrt), requires)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ from lark.lark import PostLex
 
 from tensorlang.ir import ast
 from tensorlang.ir.ast import (
-    BUILTINS, DERIVED_KINDS, Access, Add, Affine, And, Call, Cmp, Const, Def, DefCall,
+    BUILTINS, DERIVED_KINDS, Access, Add, Affine, And, Call, Cmp, Const, Contract, Def, DefCall,
     DerivedDef, Exists, Expr, Gen, Iverson, Let, Mul, Or, Pair, Param, PFalse, Pred, Proj,
     PTrue, RelCall, Sum, TPair, TRel, TSize, Type, Var,
 )
@@ -649,7 +649,7 @@ class _Converter:
         return out
 
     def fundef(self, t: Tree) -> Def:
-        name_tok, params_t, ret_t, body_t = t.children
+        name_tok, params_t, ret_t, requires_t, body_t = t.children
         params = []
         if isinstance(params_t, Tree):
             for p in params_t.children:
@@ -663,8 +663,29 @@ class _Converter:
         body = self.expr(ret_stmt.children[0])
         for s in reversed(stmts):
             body = self.statement(s, body)
-        return Def(self.name(name_tok), tuple(params), ret, body,
+        return Def(self.name(name_tok), tuple(params), ret, body, self.contract(requires_t),
                    loc=self.loc(t)).with_loc(self.loc(t))
+
+    def contract(self, t: Item | None) -> Contract | None:
+        """`requires cost <= BOUND` (also `adds`, `muls`, `calls`; `<`): see docs/testing.md."""
+        if t is None:
+            return None
+        assert isinstance(t, Tree)
+        clause = _unparen(t.children[0])
+        if not _is(clause, "cmp"):
+            self.fail("a contract reads `requires cost <= BOUND` (cost, adds, muls or calls; "
+                      "<= or <)", clause)
+        assert isinstance(clause, Tree)
+        lhs, op, rhs = clause.children
+        lhs = _unparen(lhs)
+        measure = str(lhs.children[0]) if _is(lhs, "name") else ""
+        if measure not in Contract.MEASURES:
+            self.fail(f"a contract bounds one of {', '.join(Contract.MEASURES)} (the def's own "
+                      "cost): write `requires cost <= BOUND`", lhs)
+        if str(op) not in Contract.OPS:
+            self.fail(f"a contract is an upper bound: use <= or <, not {str(op)!r}", op)
+        loc = self.loc(t)
+        return Contract(measure, str(op), self.expr(rhs), loc=loc).with_loc(loc)
 
     def statement(self, s: Item, body: Expr) -> Expr:
         """`name = e` or `name[i:n, j:m] = e` (`let name = gen i:n. gen j:m. e`)."""
@@ -679,13 +700,14 @@ class _Converter:
         return Let(self.name(name), value, body, loc=loc).with_loc(loc)
 
     def derived(self, t: Tree) -> DerivedDef:
-        name, kind, fn, *wrt = t.children
+        name, kind, fn, *wrt, requires_t = t.children
         if kind not in DERIVED_KINDS:
             self.fail(f"unknown derived function {str(kind)!r}: expected one of "
                       f"{', '.join(DERIVED_KINDS)}", kind)
         loc = self.loc(t)
         return DerivedDef(self.name(name), str(kind), self.name(fn),
-                          tuple(self.name(w) for w in wrt), loc=loc).with_loc(loc)
+                          tuple(self.name(w) for w in wrt), self.contract(requires_t),
+                          loc=loc).with_loc(loc)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import math
 from typing import Any
 
 from tensorlang.ir.ast import (
-    Access, Add, Affine, And, Call, Cmp, Const, Def, DefCall, DerivedDef, Exists, Gen,
+    Access, Add, Affine, And, Call, Cmp, Const, Contract, Def, DefCall, DerivedDef, Exists, Gen,
     Iverson, Let, Mul, Node, Or, Pair, Param, PFalse, Pred, Proj, PTrue, RelCall, Sum, TArr,
     TPair, TReal, TRel, TSize, Var,
 )
@@ -66,7 +66,9 @@ class _Printer:
             return self.define(n)
         if isinstance(n, DerivedDef):
             wrt = "".join(f", {w}" for w in n.wrt)
-            return f"def {n.name} = {n.kind}({n.fn}{wrt})\n"
+            return f"def {n.name} = {n.kind}({n.fn}{wrt}){self.contract(n.requires)}\n"
+        if isinstance(n, Contract):
+            return self.contract(n).lstrip()
         if isinstance(n, Param):
             return f"{n.name}: {self.type(n.type)}"
         if isinstance(n, Affine):
@@ -84,13 +86,19 @@ class _Printer:
     def define(self, d: Def) -> str:
         params = ", ".join(self.node(p) for p in d.params)
         ret = f" -> {self.type(d.ret)}" if d.ret is not None else ""
-        lines = [f"def {d.name}({params}){ret}:"]
+        lines = [f"def {d.name}({params}){ret}{self.contract(d.requires)}:"]
         body = d.body
         while isinstance(body, Let):
             lines.append(INDENT + self.statement(body.name, body.value))
             body = body.body
         lines.append(f"{INDENT}return {self.expr(body, LOWEST, True)}")
         return "\n".join(lines) + "\n"
+
+    def contract(self, c: Contract | None) -> str:
+        """` requires cost <= BOUND` (empty without a contract)."""
+        if c is None:
+            return ""
+        return f" requires {c.measure} {c.op} {self.expr(c.bound, LOWEST, True)}"
 
     def statement(self, name: str, value: Node) -> str:
         """`name = e`, or `name[i:n, j:m] = e` for a generated tensor."""
