@@ -308,6 +308,7 @@ def save_result(path: str, result: Any) -> None:
 
 def cmd_check(ns: argparse.Namespace) -> int:
     from tensorlang import api
+    from tensorlang.check import contracts
 
     try:
         text = open(ns.file, encoding="utf-8").read()
@@ -326,6 +327,15 @@ def cmd_check(ns: argparse.Namespace) -> int:
     for fn in module.functions:
         extra = f" = {fn.describe()}" if fn.is_derived else ""
         print(f"  {fn.signature()}{extra}")
+    results = contracts.check_module(module)
+    for res in results:
+        print(f"  contract {res.describe()}")
+    broken = [res.error for res in results if res.error is not None]
+    if broken:
+        print("\n".join(str(e) for e in broken), file=sys.stderr)
+        n = len(broken)
+        print(f"{ns.file}: {n} contract{'s' if n > 1 else ''} broken", file=sys.stderr)
+        return 1
     nw = len(module.warnings)
     print(f"{ns.file}: ok, {len(module)} function{'s' if len(module) != 1 else ''}, "
           f"{nw} warning{'s' if nw != 1 else ''}")
