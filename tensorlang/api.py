@@ -519,7 +519,11 @@ class Function:
         from tensorlang.semantics.cost_formula import cost_formula
 
         name = pipeline.stage(stage).name if stage else self.default_stage()
-        return cost_formula(pipeline.as_core(self.run_to(name)), self.name, name)
+        try:
+            return cost_formula(pipeline.as_core(self.run_to(name)), self.name, name)
+        except TLError as err:
+            err.loc = err.loc or self.source.loc  # the staged program has no locations
+            raise
 
 
 class Compiled:

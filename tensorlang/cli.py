@@ -384,6 +384,9 @@ def cmd_show(ns: argparse.Namespace) -> int:
 
 def cmd_cost(ns: argparse.Namespace) -> int:
     fn = _function(_load(ns.file), ns.func)
+    if ns.symbolic:
+        print(format_cost_formula(fn, ns.stage))
+        return 0
     args = {name: parse_value(name, text) for name, text in ns.assign}
     if any(v is RAND for v in args.values()):
         raise TLError("tl cost takes sizes (and relation files), not '@rand'")
@@ -402,6 +405,25 @@ def cmd_cost(ns: argparse.Namespace) -> int:
             verdict = "ok" if cost.total <= bound else "VIOLATED"
             print(f"bound: {formula} = {bound} ({verdict})")
     return 0
+
+
+def format_cost_formula(fn: Any, stage: str | None) -> str:
+    """`tl cost --symbolic`: the formulas, the leading term and, for a derived function, the
+    ratio to the original as a formula."""
+    formula = fn.cost_formula(stage=stage)
+    lines = [formula.describe()]
+    if fn.is_derived:
+        base = fn.base.cost_formula(stage=stage)
+        lines.append(f"original {fn.base.name}: {base} (for {base.domain_text()}), "
+                     f"leading term {base.leading_term()}")
+        lines.append(f"ratio: ({formula}) / ({base})")
+        lead, base_lead = formula.leading_term(), base.leading_term()
+        c = lead.constant_ratio(base_lead)
+        if c is not None:
+            lines.append(f"ratio as sizes grow: {c}")
+        else:
+            lines.append(f"ratio of leading terms: ({lead}) / ({base_lead})")
+    return "\n".join(lines)
 
 
 def cmd_repl(ns: argparse.Namespace) -> int:
@@ -479,6 +501,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="sizes (and relations as .npy files)")
     cost.add_argument("--stage", choices=STAGE_CHOICES, default=None,
                       help="default: the program as it will run (last stage available)")
+    cost.add_argument("--symbolic", action="store_true",
+                      help="exact formulas in the sizes instead of counts (no sizes needed)")
     cost.set_defaults(handler=cmd_cost)
 
     repl = sub.add_parser("repl", help="interactive session")
