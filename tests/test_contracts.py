@@ -92,7 +92,7 @@ def test_relations_are_checked_on_a_grid() -> None:
 def masked(N: size, E: rel(N, N), A: R[N, N]) -> R requires cost <= 2 * N**2:
     return sum i:N, j:N. [E(i, j) and i != j] * A[i, j] ** 2
 
-def tight(N: size, E: rel(N, N), A: R[N, N]) -> R requires muls <= N:
+def tight(N: size, E: rel(N, N), A: R[N, N]) -> R requires calls <= N:
     return sum i:N, j:N. [E(i, j) and i != j] * A[i, j] ** 2
 """
     ok, broken = _results(text)
