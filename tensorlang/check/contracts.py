@@ -44,7 +44,7 @@ from tensorlang.syntax import parser, printer
 from tensorlang.syntax.errors import Loc, TLError
 
 __all__ = ["ContractError", "ContractResult", "contracts_of", "check_contract",
-           "check_module", "GRID_SPAN", "GRID_POINTS"]
+           "check_function_contract", "check_module", "GRID_SPAN", "GRID_POINTS"]
 
 GRID_SPAN = 24        # sizes checked: from the lower end up to this much more
 GRID_POINTS = 2000    # at most this many size points per check (fewer per size when k > 1)
@@ -151,9 +151,12 @@ def _relations(fn: Any) -> list[ast.Param]:
     return [p for p in fn.params if isinstance(p.type, ast.TRel)]
 
 
-def _lookup(module: Any, name: str, c: ast.Contract) -> Any:
+Resolver = Callable[[str], Any]
+
+
+def _lookup(resolve: Resolver, name: str, c: ast.Contract) -> Any:
     try:
-        return module[name]
+        return resolve(name)
     except KeyError:
         raise ContractError(f"the contract names {name!r}, which is not a function of the "
                             f"module", c.loc) from None
@@ -196,23 +199,29 @@ def _grid_text(names: Sequence[str], points: Sequence[tuple[int, ...]]) -> str:
 
 def check_contract(module: Any, name: str, c: ast.Contract) -> ContractResult:
     """Decide one contract of `module[name]` (see the module docstring)."""
-    fn = _lookup(module, name, c)
+    return check_function_contract(_lookup(module.__getitem__, name, c), c,
+                                   module.__getitem__)
+
+
+def check_function_contract(fn: Any, c: ast.Contract, resolve: Resolver) -> ContractResult:
+    """Decide contract `c` for the function `fn`; `resolve(name)` finds the functions the
+    bound names (`cost(f)`), raising KeyError for unknown names."""
     sizes = _size_names(fn)
     try:
-        return _check_by_formulas(module, fn, sizes, c)
+        return _check_by_formulas(resolve, fn, sizes, c)
     except CostFormulaError as err:
         note = err.message.split(":")[0]
-    return _check_concrete(module, fn, sizes, c, [0] * len(sizes), CONCRETE_POINTS, None,
+    return _check_concrete(resolve, fn, sizes, c, [0] * len(sizes), CONCRETE_POINTS, None,
                            (note,))
 
 
-def _check_by_formulas(module: Any, fn: Any, sizes: list[str],
+def _check_by_formulas(resolve: Resolver, fn: Any, sizes: list[str],
                        c: ast.Contract) -> ContractResult:
     own = fn.cost_formula()
     formulas = [own]
 
     def measure_of(measure: str, other: str) -> QuasiPolynomial:
-        g = _lookup(module, other, c)
+        g = _lookup(resolve, other, c)
         missing = [s for s in _size_names(g) if s not in sizes]
         if missing:
             raise ContractError(f"{measure}({other}) depends on the size "
@@ -235,7 +244,7 @@ def _check_by_formulas(module: Any, fn: Any, sizes: list[str],
     lows = [domain[s] for s in sizes]
     if diff.nonnegative_from(domain):
         below = _below_domain_points(lows)
-        res = _check_concrete(module, fn, sizes, c, lows, 0, below, ())
+        res = _check_concrete(resolve, fn, sizes, c, lows, 0, below, ())
         checked = (_grid_text(sizes, below).replace("checked on the grid",
                                                     "smaller sizes checked on the grid")
                    if below else "")
@@ -248,7 +257,7 @@ def _check_by_formulas(module: Any, fn: Any, sizes: list[str],
         in_domain = all(v >= lo for v, lo in zip(p, lows))
         if in_domain and diff.evaluate(**dict(zip(sizes, p))) >= 0:
             continue
-        err = _violation(module, fn, sizes, c, p)
+        err = _violation(resolve, fn, sizes, c, p)
         if err is not None:
             return ContractResult(fn.name, c, None, _grid_text(sizes, points + below), err)
     checked = _grid_text(sizes, points) + " with the cost formulas (sign not proved " \
@@ -269,14 +278,14 @@ def _below_domain_points(lows: Sequence[int]) -> list[tuple[int, ...]]:
     return pts
 
 
-def _check_concrete(module: Any, fn: Any, sizes: list[str], c: ast.Contract,
+def _check_concrete(resolve: Resolver, fn: Any, sizes: list[str], c: ast.Contract,
                     lows: Sequence[int], budget: int, points: list[tuple[int, ...]] | None,
                     notes: tuple[str, ...]) -> ContractResult:
     """The contract with the cost model itself at each point (of `points`, or of the grid)."""
     if points is None:
         points = _grid(lows, GRID_SPAN, budget)
     for p in points:
-        err = _violation(module, fn, sizes, c, p)
+        err = _violation(resolve, fn, sizes, c, p)
         if err is not None:
             return ContractResult(fn.name, c, None, _grid_text(sizes, points), err, notes)
     text = _grid_text(sizes, points)
@@ -299,7 +308,7 @@ def _relation_choices(fn: Any, point: Mapping[str, int]) -> Iterable[dict[str, A
         yield {n: make(tuple(max(0, d) for d in s)) for n, s in shapes.items()}
 
 
-def _violation(module: Any, fn: Any, sizes: list[str], c: ast.Contract,
+def _violation(resolve: Resolver, fn: Any, sizes: list[str], c: ast.Contract,
                point: tuple[int, ...]) -> ContractError | None:
     """The error at `point` if the contract fails there (exact cost model values)."""
     at = dict(zip(sizes, point))
@@ -307,7 +316,7 @@ def _violation(module: Any, fn: Any, sizes: list[str], c: ast.Contract,
         value = _component(fn.cost(**at, **rels), c.measure)
 
         def measure_of(measure: str, other: str) -> Fraction:
-            g = _lookup(module, other, c)
+            g = _lookup(resolve, other, c)
             args = {s: at[s] for s in _size_names(g)}
             args.update({r.name: rels[r.name] for r in _relations(g) if r.name in rels})
             return Fraction(_component(g.cost(**args), measure))

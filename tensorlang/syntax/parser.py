@@ -47,7 +47,7 @@ from tensorlang.ir.ast import (
 from tensorlang.syntax.errors import Loc, ParseError, Source
 
 __all__ = ["parse_module", "parse_expr", "parse_type", "parse_pred", "parse_affine",
-           "KEYWORDS"]
+           "parse_contract", "KEYWORDS"]
 
 KEYWORDS = frozenset(
     "def return gen sum let in and or exists true false size rel".split())
@@ -671,7 +671,11 @@ class _Converter:
         if t is None:
             return None
         assert isinstance(t, Tree)
-        clause = _unparen(t.children[0])
+        return self.contract_clause(t.children[0], self.loc(t))
+
+    def contract_clause(self, clause: Item, loc: Loc | None) -> Contract:
+        """`cost <= BOUND` (the clause after `requires`)."""
+        clause = _unparen(clause)
         if not _is(clause, "cmp"):
             self.fail("a contract reads `requires cost <= BOUND` (cost, adds, muls or calls; "
                       "<= or <)", clause)
@@ -684,7 +688,6 @@ class _Converter:
                       "cost): write `requires cost <= BOUND`", lhs)
         if str(op) not in Contract.OPS:
             self.fail(f"a contract is an upper bound: use <= or <, not {str(op)!r}", op)
-        loc = self.loc(t)
         return Contract(measure, str(op), self.expr(rhs), loc=loc).with_loc(loc)
 
     def statement(self, s: Item, body: Expr) -> Expr:
@@ -743,6 +746,13 @@ def parse_affine(text: str, filename: str = "<input>") -> Affine:
     """One affine index expression."""
     src, tree = _run(text, filename, "expr_start")
     return _convert(src, lambda c: c.affine(tree.children[0]))  # type: ignore[return-value]
+
+
+def parse_contract(text: str, filename: str = "<input>") -> Contract:
+    """A contract clause without `requires`: `cost <= 4 * cost(f) + N` (docs/testing.md)."""
+    src, tree = _run(text, filename, "expr_start")
+    return _convert(src, lambda c: c.contract_clause(  # type: ignore[return-value]
+        tree.children[0], c.loc(tree.children[0])))
 
 
 def parse_type(text: str, filename: str = "<input>") -> Type:
