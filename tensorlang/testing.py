@@ -889,3 +889,265 @@ def draw_examples(strategy: st.SearchStrategy, n: int) -> list[Any]:
 
     collect()
     return out
+
+
+# =============================================================================================
+# Helpers for users' own tests (docs/testing.md): strategies for a function's sizes and
+# inputs, cost bounds, derivative checks.  Usable from any pytest suite:
+#
+#     from tensorlang.testing import function_inputs, assert_cost_bound, ...
+# =============================================================================================
+
+
+def _size_params(fn: Any) -> list[Param]:
+    return [p for p in fn.params if isinstance(p.type, TSize)]
+
+
+def _dims_ok(fn: Any, sizes: Mapping[str, int]) -> bool:
+    """Every dimension of every parameter type is >= 0 at these sizes."""
+    def dims(t: Type) -> Iterable[Affine]:
+        if isinstance(t, TArr):
+            yield t.size
+            yield from dims(t.elem)
+        elif isinstance(t, TPair):
+            yield from dims(t.a)
+            yield from dims(t.b)
+        elif isinstance(t, TRel):
+            yield from t.sizes
+    return all(a.evaluate(sizes) >= 0 for p in fn.params for a in dims(p.type))
+
+
+def function_sizes(fn: Any, min_size: int = 1, max_size: int = 6) -> st.SearchStrategy:
+    """Hypothesis strategy: `{size name: int}` for the size parameters of `fn` (a
+    `tensorlang.Function`), each in min_size..max_size, every parameter dimension >= 0."""
+    names = [p.name for p in _size_params(fn)]
+    return st.fixed_dictionaries(
+        {n: st.integers(min_size, max_size) for n in names}).filter(
+        lambda s: _dims_ok(fn, s))
+
+
+def function_inputs(fn: Any, min_size: int = 1, max_size: int = 6, low: float = -1.0,
+                    high: float = 1.0, density: float = 0.4) -> st.SearchStrategy:
+    """Hypothesis strategy: a complete argument dict for `fn` (sizes, arrays uniform in
+    [low, high], relations with the given density) drawn at sizes from `function_sizes`;
+    call `fn(**args)` or `fn.interpret(**args)`."""
+    @st.composite
+    def strategy(draw: Callable) -> dict[str, Any]:
+        sizes = draw(function_sizes(fn, min_size, max_size))
+        rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
+        return random_inputs(fn, sizes, rng, low=low, high=high, density=density)
+
+    return strategy()
+
+
+def random_inputs(fn: Any, sizes: Mapping[str, int], rng: np.random.Generator | int | None = 0,
+                  *, low: float = -1.0, high: float = 1.0,
+                  density: float = 0.4) -> dict[str, Any]:
+    """Random arguments for every parameter of `fn` (a Function) at `sizes`."""
+    if not isinstance(rng, np.random.Generator):
+        rng = np.random.default_rng(rng)
+    args: dict[str, Any] = {}
+    for p in fn.params:
+        if isinstance(p.type, TSize):
+            if p.name not in sizes:
+                raise TLError(f"no value given for size {p.name} of {fn.name}")
+            args[p.name] = int(sizes[p.name])
+        else:
+            args[p.name] = random_value(p.type, sizes, rng, low=low, high=high,
+                                        density=density, what=f"parameter {p.name}")
+    return args
+
+
+def assert_cost_bound(fn: Any, bound: Any, **options: Any) -> Any:
+    """Assert `cost(fn) <= bound` for all sizes, as `tl check` decides a contract.
+
+    `bound` is a contract clause (`"4 * cost(f) + N"`, `"cost <= ..."`, `"muls < N**2"`;
+    names of other functions are looked up in fn's module and among fn's base functions)
+    or a Python callable of the sizes (`lambda N: 4 * N**2`), which is checked on the grid
+    of sizes 0..`max_size` (default 12) with the cost model.  Returns the
+    `ContractResult` (it says whether the bound was proved or only checked); raises
+    AssertionError with the counterexample otherwise."""
+    from tensorlang.check import contracts
+    from tensorlang.syntax import parser as tl_parser
+
+    if callable(bound):
+        return _assert_callable_bound(fn, bound, int(options.get("max_size", 12)))
+    text = str(bound).strip()
+    head = text.split(None, 1)[0] if text else ""
+    if not (head in ("cost", "adds", "muls", "calls") and any(
+            text[len(head):].lstrip().startswith(op) for op in ("<=", "<"))):
+        text = f"cost <= {text}"
+    clause = tl_parser.parse_contract(text, f"<bound of {fn.name}>")
+
+    def resolve(name: str) -> Any:
+        f = fn
+        while f is not None:
+            if f.name == name:
+                return f
+            f = getattr(f, "base", None)
+        if fn.module is not None and name in fn.module:
+            return fn.module[name]
+        raise KeyError(name)
+
+    try:
+        result = contracts.check_function_contract(fn, clause, resolve)
+    except contracts.ContractError as err:
+        raise AssertionError(err.message) from None
+    if result.error is not None:
+        raise AssertionError(result.error.message)
+    return result
+
+
+def _assert_callable_bound(fn: Any, bound: Callable[..., Any], max_size: int) -> None:
+    names = [p.name for p in _size_params(fn)]
+    per = max(2, min(max_size + 1, int(round(400 ** (1.0 / max(1, len(names)))))))
+    for point in itertools.product(*(range(per) for _ in names)):
+        sizes = dict(zip(names, point))
+        if not _dims_ok(fn, sizes):
+            continue
+        cost = fn.cost(**sizes).total
+        limit = bound(**sizes)
+        if cost > limit:
+            where = ", ".join(f"{n}={v}" for n, v in sizes.items())
+            raise AssertionError(f"cost of {fn.name} at {where} is {cost} > bound {limit}")
+
+
+def _flatten(value: Any, n: int) -> list[Any]:
+    """The n components of a right-nested tuple `(a, (b, c))`."""
+    out = []
+    for _ in range(n - 1):
+        out.append(value[0])
+        value = value[1]
+    out.append(value)
+    return out
+
+
+def _dot(a: Any, b: Any) -> float:
+    return float(np.sum(np.asarray(a, dtype=np.float64) * np.asarray(b, dtype=np.float64)))
+
+
+def _close(got: float, want: float, scale: float, rtol: float, what: str) -> None:
+    tol = rtol * max(1.0, abs(want), abs(got), scale)
+    if not abs(got - want) <= tol:
+        raise AssertionError(f"{what}: {got!r} != {want!r} (difference {abs(got - want):.3g}, "
+                             f"tolerance {tol:.3g})")
+
+
+def assert_derivative_correct(g: Any, args: Mapping[str, Any] | None = None, *,
+                              seed: int = 0, eps: float = 1e-6, rtol: float = 1e-5,
+                              backend: str = "interp", low: float = -1.0,
+                              high: float = 1.0) -> None:
+    """Assert that a derived function (`grad`, `jvp`, `vjp`, `hvp`, `hessian`, `jacobian`
+    of a `.tl` function) computes the derivative of its base function.
+
+    Two independent checks at the inputs `args` (default: random at sizes 2..4 from `seed`,
+    reals uniform in [low, high]: pass `low=0.5` for a function that takes logs):
+    * finite differences: the derivative along a random direction u against the central
+      difference `(f(x + eps u) - f(x - eps u)) / (2 eps)` (for hvp and hessian: of the
+      gradient);
+    * the dot-product test: `<w, J u> == <J^T w, u>` for random u, w, with J u from the jvp
+      and J^T w from the vjp of the same base function (for hvp and hessian: symmetry,
+      `<w, H u> == <u, H w>`), to rounding precision.
+    The derivative runs on `backend` ("interp" by default; "numba" tests the compiled code).
+    Differentiated parameters must be R or tensors of R."""
+    from tensorlang import api
+
+    kind = getattr(g, "kind", None)
+    if kind not in ("grad", "jvp", "vjp", "hvp", "hessian", "jacobian"):
+        raise TLError(f"assert_derivative_correct needs a derived function (grad(f, x), ...),"
+                      f" got {getattr(g, 'name', g)!r}")
+    f = g.base
+    rng = np.random.default_rng(seed)
+    if args is None:
+        names = [p.name for p in _size_params(f)]
+        for _ in range(100):
+            sizes = {n: int(rng.integers(2, 5)) for n in names}
+            if _dims_ok(f, sizes):
+                break
+        args = random_inputs(f, sizes, rng, low=low, high=high)
+    base_args = {p.name: args[p.name] for p in f.params if p.name in args}
+    base_args = f.bind(**base_args)
+    xs = list(g.wrt) or [p.name for p in f.params if is_real_tensor(p.type)]
+    for x in xs:
+        t = next(p.type for p in f.params if p.name == x)
+        if not isinstance(scalar_of(t), TReal):
+            raise TLError(f"assert_derivative_correct: {x} has type with pairs; differentiate "
+                          f"with respect to R or tensors of R")
+
+    def run(fn: Any, extra: Mapping[str, Any] | None = None) -> Any:
+        return fn.compile(backend)(**base_args, **(extra or {}))
+
+    def like(x: Any) -> Any:
+        return rng.standard_normal(np.shape(x)) if np.ndim(x) else float(rng.standard_normal())
+
+    u = {x: like(base_args[x]) for x in xs}
+
+    def shifted(point: Mapping[str, Any], h: float) -> dict[str, Any]:
+        return {**point, **{x: np.asarray(point[x]) + h * u[x] if np.ndim(point[x])
+                            else point[x] + h * u[x] for x in xs}}
+
+    def central(fn: Any) -> Any:
+        plus = fn.compile(backend)(**shifted(base_args, eps))
+        minus = fn.compile(backend)(**shifted(base_args, -eps))
+        return (np.asarray(plus) - np.asarray(minus)) / (2 * eps)
+
+    y0 = f.compile(backend)(**base_args)
+    w = like(y0)
+    if kind in ("hvp", "hessian"):
+        grad_f = api.grad(f, *xs)
+        fd = central(grad_f)                       # H u by finite differences
+        x = xs[0]
+        if kind == "hvp":
+            hu = np.asarray(run(g, {"v": u[x]}))
+            w = like(base_args[x])
+            hw = np.asarray(run(g, {"v": w}))
+        else:
+            hmat = np.asarray(run(g))
+            k = np.size(base_args[x])
+            flat = hmat.reshape(k, k)
+            hu = (flat @ np.ravel(u[x])).reshape(np.shape(base_args[x]))
+            w = like(base_args[x])
+            hw = (flat @ np.ravel(w)).reshape(np.shape(base_args[x]))
+        scale = float(np.max(np.abs(hu), initial=0.0))
+        for got, want in zip(np.ravel(hu), np.ravel(fd)):
+            _close(float(got), float(want), scale, max(rtol, 1e-4),
+                   f"{g.name}: H u against finite differences of the gradient")
+        _close(_dot(w, hu), _dot(u[x], hw), scale, 1e-9, f"{g.name}: symmetry <w, H u> = "
+               f"<u, H w>")
+        return
+    fd = central(f)                                # J u by finite differences
+    jvp = api.jvp(f, *xs)
+    vjp = api.vjp(f, *xs)
+    ju = np.asarray(run(jvp, {f"d_{x}": u[x] for x in xs})[1])
+    parts = _flatten(run(vjp, {"d_y": w}), len(xs) + 1)
+    jtw = dict(zip(xs, parts[1:]))
+    if kind == "grad":
+        grads = _flatten(run(g), len(xs)) if len(xs) > 1 else [run(g)]
+        jtw = dict(zip(xs, grads))
+        w = 1.0
+    elif kind == "jvp":
+        ju = np.asarray(run(g, {f"d_{x}": u[x] for x in xs})[1])
+    elif kind == "vjp":
+        parts = _flatten(run(g, {"d_y": w}), len(xs) + 1)
+        jtw = dict(zip(xs, parts[1:]))
+    elif kind == "jacobian":
+        x = xs[0]
+        jmat = np.asarray(run(g))
+        ny, nx = np.size(y0), np.size(base_args[x])
+        flat = jmat.reshape(ny, nx)
+        ju = (flat @ np.ravel(u[x])).reshape(np.shape(y0))
+        jtw = {x: (flat.T @ np.ravel(w)).reshape(np.shape(base_args[x]))}
+    scale = float(np.max(np.abs(ju), initial=0.0))
+    for got, want in zip(np.ravel(ju), np.ravel(fd)):
+        _close(float(got), float(want), scale, max(rtol, 1e-4),
+               f"{g.name}: J u against finite differences of {f.name}")
+    lhs = _dot(w, ju)
+    rhs = sum(_dot(jtw[x], u[x]) for x in xs)
+    _close(lhs, rhs, scale, 1e-9, f"{g.name}: dot-product test <w, J u> = <J^T w, u>")
+    if kind == "grad":  # the gradient itself along u, against finite differences
+        _close(rhs, float(np.sum(fd)), scale, max(rtol, 1e-4),
+               f"{g.name}: <grad, u> against finite differences of {f.name}")
+
+
+__all__ += ["function_sizes", "function_inputs", "random_inputs", "assert_cost_bound",
+            "assert_derivative_correct"]
