@@ -386,6 +386,14 @@ def cmd_cost(ns: argparse.Namespace) -> int:
     fn = _function(_load(ns.file), ns.func)
     if ns.symbolic:
         print(format_cost_formula(fn, ns.stage))
+        if ns.assign:  # the formula at the sizes given, beside the counted cost
+            args = {name: parse_value(name, text) for name, text in ns.assign}
+            formula = fn.cost_formula(stage=ns.stage)
+            where = ", ".join(f"{k}={v}" for k, v in args.items())
+            outside = "" if formula.holds_at(**args) else \
+                f" (outside the formula's domain {formula.domain_text()})"
+            print(f"at {where}: formula {formula.evaluate(**args).total}, counted "
+                  f"{fn.cost(stage=ns.stage, **args).total}{outside}")
         return 0
     args = {name: parse_value(name, text) for name, text in ns.assign}
     if any(v is RAND for v in args.values()):

@@ -123,3 +123,20 @@ def test_tl_check_reports_contracts(tmp_path, capsys) -> None:
     assert f"{bad}:7:26: contract error: contract of bad broken" in cap.err
     assert "fails at N=" in cap.err and "Traceback" not in cap.err
     assert "1 contract broken" in cap.err
+
+
+def test_tl_cost_symbolic(capsys) -> None:
+    from pathlib import Path
+
+    qform = Path(__file__).resolve().parent.parent / "examples" / "qform.tl"
+    assert cli.main(["cost", str(qform), "qform_grad", "--symbolic"]) == 0
+    out = capsys.readouterr().out
+    assert "total  = 4*N**2 - N" in out and "leading term: 4*N**2" in out
+    assert "ratio: (4*N**2 - N) / (2*N**2 + N - 1)" in out and "ratio as sizes grow: 2" in out
+    assert cli.main(["cost", str(qform), "qform", "--symbolic", "N=0"]) == 0
+    out = capsys.readouterr().out
+    assert "at N=0: formula -1, counted 0 (outside the formula's domain N >= 1)" in out
+    masked = qform.parent / "masked.tl"
+    assert cli.main(["cost", str(masked), "masked", "--symbolic"]) == 1
+    err = capsys.readouterr().err
+    assert "masked.tl:2:1: error: the cost of masked depends on the relation E" in err
