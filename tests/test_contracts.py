@@ -133,7 +133,7 @@ def test_tl_cost_symbolic(capsys) -> None:
     out = capsys.readouterr().out
     assert "total  = 4*N**2 - N" in out and "leading term: 4*N**2" in out
     assert "ratio: (4*N**2 - N) / (2*N**2 + N - 1)" in out and "ratio as sizes grow: 2" in out
-    assert cli.main(["cost", str(qform), "qform", "--symbolic", "N=0"]) == 0
+    assert cli.main(["cost", str(qform), "qform", "N=0", "--symbolic"]) == 0
     out = capsys.readouterr().out
     assert "at N=0: formula -1, counted 0 (outside the formula's domain N >= 1)" in out
     masked = qform.parent / "masked.tl"
