@@ -1,6 +1,8 @@
 """Cost contracts: `requires cost <= BOUND` (syntax, printing, `tl check`)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import tensorlang as tl
@@ -141,5 +143,5 @@ def test_tl_cost_symbolic(capsys) -> None:
     err = capsys.readouterr().err
     # located at the def (which file: hash-consed defs keep their first location, and this
     # def may have been parsed before by another test)
-    assert ":2:1: error: the cost of masked depends on the relation E" in err
+    assert re.search(r"\.tl:\d+:1: error: the cost of masked depends on the relation E", err)
     assert "Traceback" not in err
