@@ -977,7 +977,8 @@ def assert_cost_bound(fn: Any, bound: Any, **options: Any) -> Any:
     if not (head in ("cost", "adds", "muls", "calls") and any(
             text[len(head):].lstrip().startswith(op) for op in ("<=", "<"))):
         text = f"cost <= {text}"
-    clause = tl_parser.parse_contract(text, f"<bound of {fn.name}>")
+    parsed = tl_parser.parse_contract(text, f"<bound of {fn.name}>")
+    clause = contracts.Clause(parsed, None, " ".join(text.split()))
 
     def resolve(name: str) -> Any:
         f = fn

@@ -30,7 +30,9 @@ def test_contracts_parse_and_print_back() -> None:
     c = defs[1].requires
     assert isinstance(c, ast.Contract) and (c.measure, c.op) == ("cost", "<=")
     assert isinstance(c.bound, ast.Add)
-    assert (c.loc.line, c.loc.col) == (5, 24)
+    clause = contracts_of(QFORM, "c.tl")[1][1]
+    assert clause.contract is c and clause.text == "cost <= 4 * cost(qform) + N"
+    assert (clause.loc.line, clause.loc.col, clause.loc.end_col) == (5, 24, 60)
     assert defs[0].requires is not None and defs[2].requires is not None
     text = printer.to_tl(defs)
     assert "requires cost <= 4.0 * cost(qform) + N" in text
@@ -145,3 +147,15 @@ def test_tl_cost_symbolic(capsys) -> None:
     # def may have been parsed before by another test)
     assert re.search(r"\.tl:\d+:1: error: the cost of masked depends on the relation E", err)
     assert "Traceback" not in err
+
+
+def test_example_contracts_are_all_proved(capsys) -> None:
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "project" / "contracts.tl"
+    results = check_module(tl.load(path))
+    assert len(results) == 5
+    for r in results:
+        assert r.ok and r.proved_from is not None, r.describe()
+    assert cli.main(["check", str(path)]) == 0
+    assert capsys.readouterr().out.count(": proved for all sizes") == 5

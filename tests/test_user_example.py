@@ -11,7 +11,7 @@ from tensorlang.testing import (
 )
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-qform = tl.load(EXAMPLES / "qform.tl")
+qform = tl.load(EXAMPLES / "project" / "contracts.tl")     # qform and conv, with contracts
 logreg = tl.load(EXAMPLES / "logreg.tl")
 
 
@@ -40,6 +40,17 @@ def test_derivatives_are_correct():
 @given(function_inputs(logreg.logreg, max_size=4))
 def test_logreg_gradient_at_random_inputs(args):
     assert_derivative_correct(logreg.logreg_grad, args)
+
+
+def test_contracts_hold():
+    from tensorlang.check.contracts import check_module
+
+    for result in check_module(qform):       # what `tl check` decides
+        assert result.ok, result.describe()
+
+
+def test_conv_gradient():
+    assert_derivative_correct(qform.deconv_grad)
 
 
 def test_cost_bounds():

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -41,9 +42,9 @@ import numpy as np
 from tensorlang.ir import ast
 from tensorlang.semantics.cost_formula import CostFormulaError, QuasiPolynomial
 from tensorlang.syntax import parser, printer
-from tensorlang.syntax.errors import Loc, TLError
+from tensorlang.syntax.errors import Loc, Source, TLError
 
-__all__ = ["ContractError", "ContractResult", "contracts_of", "check_contract",
+__all__ = ["ContractError", "ContractResult", "Clause", "contracts_of", "check_contract",
            "check_function_contract", "check_module", "GRID_SPAN", "GRID_POINTS"]
 
 GRID_SPAN = 24        # sizes checked: from the lower end up to this much more
@@ -67,18 +68,22 @@ class ContractResult:
     """How a contract was decided."""
 
     function: str
-    contract: ast.Contract
+    clause: Clause
     proved_from: Mapping[str, int] | None   # proved for all sizes >= these (None: not proved)
     checked: str                            # what was checked on a grid, in words
     error: ContractError | None = None
     notes: tuple[str, ...] = field(default=())
 
     @property
+    def contract(self) -> ast.Contract:
+        return self.clause.contract
+
+    @property
     def ok(self) -> bool:
         return self.error is None
 
     def describe(self) -> str:
-        clause = f"{self.function}: requires {_clause_text(self.contract)}"
+        clause = f"{self.function}: requires {self.clause.text}"
         if self.error is not None:
             return f"{clause}: BROKEN"
         if self.proved_from is not None:
@@ -89,27 +94,67 @@ class ContractResult:
         return f"{clause}: not proved; {self.checked}"
 
 
-def _clause_text(c: ast.Contract) -> str:
-    """The clause as written (from its source line), else as printed."""
-    loc = c.loc
-    if loc is not None and loc.source is not None and loc.end_col is not None:
-        text = loc.source.line(loc.line)[loc.col - 1:loc.end_col - 1]
-        if text.startswith("requires"):
-            return " ".join(text[len("requires"):].split())
-    return f"{c.measure} {c.op} {printer.to_tl(c.bound)}"
+@dataclass(frozen=True)
+class Clause:
+    """A contract with the place and text it is written at.  (AST nodes are hash-consed:
+    a `Contract` node's own `loc` is that of the first identical clause parsed anywhere, so
+    the place is found again in each source.)"""
+
+    contract: ast.Contract
+    loc: Loc | None
+    text: str
+
+    @staticmethod
+    def of(c: "ast.Contract | Clause") -> "Clause":
+        if isinstance(c, Clause):
+            return c
+        return Clause(c, c.loc, f"{c.measure} {c.op} {printer.to_tl(c.bound)}")
+
+    @property
+    def measure(self) -> str:
+        return self.contract.measure
+
+    @property
+    def op(self) -> str:
+        return self.contract.op
+
+    @property
+    def bound(self) -> ast.Expr:
+        return self.contract.bound
 
 
-def contracts_of(text: str, filename: str = "<input>") -> list[tuple[str, ast.Contract]]:
-    """(function name, contract) for every def of the source that has one, in order."""
-    return [(d.name, d.requires) for d in parser.parse_module(text, filename)
-            if d.requires is not None]
+def _locate(text: str, filename: str, name: str, c: Clause) -> Clause:
+    """The clause of def `name` in `text`: from `requires` to the end of its line (less a
+    final `:` and comment)."""
+    src = Source(filename, text)
+    m = re.search(rf"^def\s+{re.escape(name)}\b", text, re.M)
+    start = -1
+    if m is not None:
+        found = re.compile(r"\brequires\b").search(text, m.end())
+        start = found.start() if found is not None else -1
+    if start < 0:
+        return Clause.of(c)
+    stop = text.find("\n", start)
+    line_text = text[start:stop if stop >= 0 else len(text)].split("#", 1)[0].rstrip()
+    if line_text.endswith(":"):
+        line_text = line_text[:-1].rstrip()
+    line = text.count("\n", 0, start) + 1
+    col = start - (text.rfind("\n", 0, start) + 1) + 1
+    body = " ".join(line_text[len("requires"):].split())
+    return Clause(c, Loc(src, line, col, col + len(line_text)), body)
+
+
+def contracts_of(text: str, filename: str = "<input>") -> list[tuple[str, Clause]]:
+    """(function name, clause) for every def of the source that has a contract, in order."""
+    return [(d.name, _locate(text, filename, d.name, d.requires))
+            for d in parser.parse_module(text, filename) if d.requires is not None]
 
 
 # ---------------------------------------------------------------------------------------------
 # The bound, over formulas or numbers
 
 
-def _bound_value(c: ast.Contract, sizes: Sequence[str], size: Callable[[str], Any],
+def _bound_value(c: Clause, sizes: Sequence[str], size: Callable[[str], Any],
                  measure_of: Callable[[str, str], Any]) -> Any:
     """BOUND evaluated with `size(name)` for size names and `measure_of(measure, fn)` for
     `cost(fn)` (quasi-polynomials or exact numbers alike)."""
@@ -154,7 +199,7 @@ def _relations(fn: Any) -> list[ast.Param]:
 Resolver = Callable[[str], Any]
 
 
-def _lookup(resolve: Resolver, name: str, c: ast.Contract) -> Any:
+def _lookup(resolve: Resolver, name: str, c: Clause) -> Any:
     try:
         return resolve(name)
     except KeyError:
@@ -197,15 +242,18 @@ def _grid_text(names: Sequence[str], points: Sequence[tuple[int, ...]]) -> str:
 # Checking
 
 
-def check_contract(module: Any, name: str, c: ast.Contract) -> ContractResult:
+def check_contract(module: Any, name: str, c: "Clause | ast.Contract") -> ContractResult:
     """Decide one contract of `module[name]` (see the module docstring)."""
+    c = Clause.of(c)
     return check_function_contract(_lookup(module.__getitem__, name, c), c,
                                    module.__getitem__)
 
 
-def check_function_contract(fn: Any, c: ast.Contract, resolve: Resolver) -> ContractResult:
+def check_function_contract(fn: Any, c: "Clause | ast.Contract",
+                            resolve: Resolver) -> ContractResult:
     """Decide contract `c` for the function `fn`; `resolve(name)` finds the functions the
     bound names (`cost(f)`), raising KeyError for unknown names."""
+    c = Clause.of(c)
     sizes = _size_names(fn)
     try:
         return _check_by_formulas(resolve, fn, sizes, c)
@@ -216,7 +264,7 @@ def check_function_contract(fn: Any, c: ast.Contract, resolve: Resolver) -> Cont
 
 
 def _check_by_formulas(resolve: Resolver, fn: Any, sizes: list[str],
-                       c: ast.Contract) -> ContractResult:
+                       c: Clause) -> ContractResult:
     own = fn.cost_formula()
     formulas = [own]
 
@@ -278,7 +326,7 @@ def _below_domain_points(lows: Sequence[int]) -> list[tuple[int, ...]]:
     return pts
 
 
-def _check_concrete(resolve: Resolver, fn: Any, sizes: list[str], c: ast.Contract,
+def _check_concrete(resolve: Resolver, fn: Any, sizes: list[str], c: Clause,
                     lows: Sequence[int], budget: int, points: list[tuple[int, ...]] | None,
                     notes: tuple[str, ...]) -> ContractResult:
     """The contract with the cost model itself at each point (of `points`, or of the grid)."""
@@ -308,7 +356,7 @@ def _relation_choices(fn: Any, point: Mapping[str, int]) -> Iterable[dict[str, A
         yield {n: make(tuple(max(0, d) for d in s)) for n, s in shapes.items()}
 
 
-def _violation(resolve: Resolver, fn: Any, sizes: list[str], c: ast.Contract,
+def _violation(resolve: Resolver, fn: Any, sizes: list[str], c: Clause,
                point: tuple[int, ...]) -> ContractError | None:
     """The error at `point` if the contract fails there (exact cost model values)."""
     at = dict(zip(sizes, point))
@@ -330,7 +378,7 @@ def _violation(resolve: Resolver, fn: Any, sizes: list[str], c: ast.Contract,
                 if rels else ""
             shown = bound if bound.denominator != 1 else int(bound)
             return ContractError(
-                f"contract of {fn.name} broken: {_clause_text(c)} fails at {where}{extra}: "
+                f"contract of {fn.name} broken: {c.text} fails at {where}{extra}: "
                 f"{c.measure} = {value}, bound = {shown}", c.loc, at)
     return None
 
