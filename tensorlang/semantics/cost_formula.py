@@ -461,6 +461,7 @@ def program_bounds(d: ast.Def) -> ProgramBounds:
 
 
 COMPONENTS = ("adds", "muls", "calls")
+MAX_SAMPLES = 20000  # interpolation points: beyond this the fit is refused (too slow)
 
 
 @dataclass(frozen=True)
@@ -598,6 +599,12 @@ def _build(core: ast.Def, name: str, stage: str, seed: int) -> CostFormula:
     degrees = [b.degree if n in b.used else 0 for n in b.sizes]
     periods = [b.period if n in b.used else 1 for n in b.sizes]
     t = b.threshold
+    needed = math.prod(p * (dg + 1) for p, dg in zip(periods, degrees))
+    if needed > MAX_SAMPLES:
+        raise CostFormulaError(
+            f"the cost formula of {name} would need the cost at {needed} sizes (degree "
+            f"{b.degree}, period {b.period}, {len(b.sizes)} sizes; at most {MAX_SAMPLES}): "
+            f"use .cost(...) at concrete sizes")
     formulas = _fit(b, t, periods, degrees, cost_at)
     rng = random.Random(seed)
     _verify(b, name, t, periods, degrees, formulas, cost_at, rng)
