@@ -35,7 +35,7 @@ import random
 import weakref
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from tensorlang.ir import ast
 from tensorlang.semantics.cost import Cost, cost_def
@@ -525,9 +525,6 @@ class CostFormula:
         return f"<CostFormula {self.name}: {self} for {self.domain_text()}>"
 
 
-CostFn = Callable[[Mapping[str, int]], tuple[int, int, int]]
-
-
 def _interpolate_1d(nodes: Sequence[int], values: Sequence[Fraction]) -> list[Fraction]:
     """Monomial coefficients of the polynomial through (nodes, values) (Newton form)."""
     n = len(nodes)
@@ -559,7 +556,7 @@ def _fit_class(grid: Sequence[Sequence[int]], values: Mapping[tuple[int, ...], i
     return _clean(table)
 
 
-def _grid_axes(b: ProgramBounds, t: int, residue: Sequence[int],
+def _grid_axes(t: int, residue: Sequence[int],
                periods: Sequence[int], degrees: Sequence[int]) -> list[list[int]]:
     axes = []
     for r, p, dgr in zip(residue, periods, degrees):
@@ -618,7 +615,7 @@ def _fit(b: ProgramBounds, t: int, periods: Sequence[int], degrees: Sequence[int
          ) -> tuple[QuasiPolynomial, ...]:
     pieces: list[dict[tuple[int, ...], Piece]] = [{}, {}, {}]
     for residue in itertools.product(*(range(p) for p in periods)):
-        axes = _grid_axes(b, t, residue, periods, degrees)
+        axes = _grid_axes(t, residue, periods, degrees)
         values: list[dict[tuple[int, ...], int]] = [{}, {}, {}]
         for pos in itertools.product(*(range(len(a)) for a in axes)):
             c = cost_at(tuple(a[i] for a, i in zip(axes, pos)))
@@ -654,7 +651,7 @@ def _verify(b: ProgramBounds, name: str, t: int, periods: Sequence[int],
     top = [t + (dg + 1) * p for dg, p in zip(degrees, periods)]
     points: set[tuple[int, ...]] = set()
     for residue in itertools.product(*(range(p) for p in periods)):
-        axes = _grid_axes(b, t, residue, periods, degrees)
+        axes = _grid_axes(t, residue, periods, degrees)
         points.add(tuple(a[-1] + p for a, p in zip(axes, periods)))
         points.add(tuple(a[-1] + p * rng.randint(1, 6) for a, p in zip(axes, periods)))
     for _ in range(6):
@@ -690,13 +687,3 @@ def _extend_domain(b: ProgramBounds, t: int, periods: Sequence[int], degrees: Se
                 break
             low[i] = v
     return dict(zip(b.sizes, low))
-
-
-def formula_sizes(formulas: Iterable[CostFormula]) -> Iterator[str]:
-    """The sizes of several formulas, each once, in order of appearance."""
-    seen: set[str] = set()
-    for f in formulas:
-        for n in f.sizes:
-            if n not in seen:
-                seen.add(n)
-                yield n
