@@ -159,3 +159,26 @@ def test_example_contracts_are_all_proved(capsys) -> None:
         assert r.ok and r.proved_from is not None, r.describe()
     assert cli.main(["check", str(path)]) == 0
     assert capsys.readouterr().out.count(": proved for all sizes") == 5
+
+
+def test_piecewise_cost_is_checked_on_the_grid() -> None:
+    text = """\
+def diag(N: size, K: size, x: R[N], y: R[K]) -> R[N] requires muls <= N:
+    return gen i:N. sum j:K. [i == j] * (x[i] * y[j])
+"""
+    (r,) = _results(text)          # min(N, K) multiplications: no single formula
+    assert r.ok and r.proved_from is None
+    assert "no cost formula: the cost of diag is not one quasi-polynomial" in r.checked
+    broken = _results(text.replace("muls <= N", "muls < K"))[0]
+    assert broken.error is not None and broken.error.counterexample == {"N": 0, "K": 0}
+
+
+def test_bound_naming_a_function_with_relations() -> None:
+    text = """\
+def masked(N: size, E: rel(N, N), A: R[N, N]) -> R:
+    return sum i:N, j:N. [E(i, j) and i != j] * A[i, j] ** 2
+
+def masked_grad = grad(masked, A) requires cost <= 4 * cost(masked) + 2 * N**2
+"""
+    (r,) = _results(text)
+    assert r.ok and "full, the empty and a random relation" in r.checked
