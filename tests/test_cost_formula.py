@@ -225,3 +225,12 @@ def test_random_programs(case, rnd) -> None:
         sizes = {n: rnd.randint(formula.domain[n], formula.domain[n] + 15)
                  for n in formula.sizes}
         assert formula.evaluate(**sizes) == cost_def(d, sizes), sizes
+
+
+def test_large_constants_are_refused_not_slow() -> None:
+    m = tl.parse("""
+def big(N: size, x: R[N]) -> R:
+    return sum i:N, j:N, k:N. [i < 500] * (x[i] * x[j] * x[k])
+""")
+    with pytest.raises(CostFormulaError, match="fitted at sizes up to 505"):
+        m.big.cost_formula(stage="source")

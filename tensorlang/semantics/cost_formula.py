@@ -462,6 +462,7 @@ def program_bounds(d: ast.Def) -> ProgramBounds:
 
 COMPONENTS = ("adds", "muls", "calls")
 MAX_SAMPLES = 20000  # interpolation points: beyond this the fit is refused (too slow)
+MAX_POINTS = 10 ** 7  # index points of one nest at the largest fitting size (memory, time)
 
 
 @dataclass(frozen=True)
@@ -596,6 +597,12 @@ def _build(core: ast.Def, name: str, stage: str, seed: int) -> CostFormula:
     degrees = [b.degree if n in b.used else 0 for n in b.sizes]
     periods = [b.period if n in b.used else 1 for n in b.sizes]
     t = b.threshold
+    top = t + (b.degree + 1) * b.period
+    if top ** b.degree > MAX_POINTS:
+        raise CostFormulaError(
+            f"the cost formula of {name} would be fitted at sizes up to {top} (its brackets "
+            f"have constants up to {t - 1}), where a nest of depth {b.degree} has more than "
+            f"{MAX_POINTS} index points: use .cost(...) at concrete sizes")
     needed = math.prod(p * (dg + 1) for p, dg in zip(periods, degrees))
     if needed > MAX_SAMPLES:
         raise CostFormulaError(
