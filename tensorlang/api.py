@@ -13,7 +13,10 @@ A `Function` wraps one elaborated core `Def`.  Arguments are bound to parameters
 position; size parameters may always be omitted: they are inferred by unifying each
 parameter's type with the shape of the value given (`bind_args`).  Values follow the
 argument contract of docs/architecture.md.  Derived functions (`grad`, `jvp`, ...) have their
-signatures from the type checker; computing them is the derivative passes' work.
+signatures from the type checker; their programs are the pipeline's `derive` stage (on the
+base function as compiled).  Costs, kernels and listings always come from
+`tensorlang.pipeline`: a stage that cannot handle a program raises, nothing falls back to an
+earlier stage.
 """
 from __future__ import annotations
 
@@ -23,10 +26,11 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from tensorlang.semantics import interp
-from tensorlang.syntax import parser
 from tensorlang import pipeline
 from tensorlang.check import typecheck
+from tensorlang.semantics import interp
+from tensorlang.semantics.bounds import jvp_bound, type_size, vjp_bound
+from tensorlang.syntax import parser
 from tensorlang.ir.ast import Affine, Def, DerivedDef, Param, TArr, TPair, TReal, TRel, TSize, Type
 from tensorlang.syntax.errors import Loc, ShapeError, TLError
 
@@ -449,9 +453,13 @@ class Function:
             self._locs = param_locs(self._def, filename)
         return self._locs
 
-    def core(self) -> Def:
-        """The core `Def` to run (for a derived function: its derivative program)."""
+    def program(self) -> pipeline.Program:
+        """What the pipeline compiles: the core `Def` (a `Derivation` for derived functions)."""
         return self._def
+
+    def core(self) -> Def:
+        """The core `Def` as written (for a derived function: its derivative program)."""
+        return pipeline.run_to(self.program(), "parsed")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.compile(default_backend())(*args, **kwargs)
@@ -477,40 +485,40 @@ class Function:
             out = Compiled(self, backend, lambda args: run(core, args))
         else:
             out = Compiled(self, backend, _backend_module(backend).compile_program(
-                pipeline.run_to(core, pipeline.furthest(core))))
+                pipeline.run_to(self.program(), pipeline.FINAL)))
         self._compiled[backend] = out
         return out
 
     def generated_source(self, backend: str = "numba") -> str:
         """The source a compiled backend generates for this function (`tl show --stage numba`)."""
-        core = self.core()
         return _backend_module(backend).generated_source(
-            pipeline.run_to(core, pipeline.furthest(core)))
+            pipeline.run_to(self.program(), pipeline.FINAL))
 
     # -- inspection ------------------------------------------------------------------------
 
     def run_to(self, stage: str) -> Any:
         """The program after `stage` of the pipeline (a core Def or a Tensor-SSA program)."""
-        return pipeline.run_to(self.core(), stage)
+        return pipeline.run_to(self.program(), stage)
 
     def show(self, stage: str = "parsed", unicode: bool = False) -> str:
         """The program at `stage` as text (`.tl` syntax, or Unicode notation)."""
-        return pipeline.show(self.core(), stage, unicode=unicode)
+        return pipeline.show(self.program(), stage, unicode=unicode)
 
     def cost(self, stage: str | None = None, **args: Any) -> Any:
         """Exact SPEC 3 cost for the given sizes (and relations; arrays give their sizes).
 
-        `stage=None` costs the program as it will run (`default_stage()`: the furthest stage
-        of the pipeline it gets through); `stage="source"` the program as written.
+        `stage=None` costs the program as it will run (`default_stage()`: the end of the
+        pipeline, simplifier included); `stage="source"` the program as written.  A stage
+        that cannot handle the program raises (`NotYetSupported`): the cost is never that of
+        an earlier stage in disguise.
         """
-        core = self.core()
         bound = bind_args(self.name, self.params, (), args, need_values=False,
                           locs=self.param_locs())
-        return pipeline.cost(core, stage or pipeline.furthest(core), bound)
+        return pipeline.cost(self.program(), stage or self.default_stage(), bound)
 
     def default_stage(self) -> str:
-        """The stage `cost` uses by default: the furthest this program gets through."""
-        return pipeline.furthest(self.core())
+        """The stage `cost` uses by default: the program as it will run."""
+        return pipeline.FINAL
 
     def cost_formula(self, stage: str | None = None) -> Any:
         """The exact cost at `stage` (default: as it will run) as formulas in the sizes: a
@@ -567,8 +575,8 @@ def _backend_module(backend: str) -> Any:
 
 
 class DerivedFunction(Function):
-    """`kind(base, wrt...)` (SPEC 2.5): its program comes from the derivative passes on the
-    base function's Tensor SSA; it runs, prints, costs and differentiates like any other."""
+    """`kind(base, wrt...)` (SPEC 2.5): its program is the pipeline's `derive` stage on the
+    base function as compiled; it runs, prints, costs and differentiates like any other."""
 
     def __init__(self, source: DerivedDef, base: Function, params: Sequence[Param],
                  ret_type: Type | None, module: "Module | None" = None) -> None:
@@ -578,7 +586,6 @@ class DerivedFunction(Function):
         self._ret = ret_type
         self.module = module
         self._locs = {}  # its parameters are declared by its base function
-        self._core: Def | None = None
         self._compiled = {}
 
     @property
@@ -608,19 +615,14 @@ class DerivedFunction(Function):
     def describe(self) -> str:
         return f"{self.kind}({', '.join((self.base.name,) + self.wrt)})"
 
-    def core(self) -> Def:
-        """The derivative program (passes/derived.py) as a core Def, built once."""
-        if self._core is None:
-            from tensorlang.passes.derived import derive_def
-
-            self._core = derive_def(self.base.core(), self.kind, self.wrt, self.name)
-        return self._core
+    def program(self) -> pipeline.Program:
+        """The derivation the pipeline compiles (its `derive` stage differentiates the base
+        as compiled)."""
+        return pipeline.Derivation(self.kind, self.base.program(), self.wrt, self.name)
 
     def cost_bound(self, **args: Any) -> tuple[int, int | None, str]:
         """(C(f) of the base function, the theorem's bound on this function's cost or None,
         the bound's formula) for the given sizes and relations (SPEC 6)."""
-        from tensorlang.proofs.costbound import JVP_FACTOR, VJP_FACTOR, type_size
-
         cf = self.base.cost(**args).total
         sizes = {p.name: int(args[p.name]) for p in self.base.params
                  if _is_size(p) and p.name in args}
@@ -629,12 +631,11 @@ class DerivedFunction(Function):
         s_in = sum(type_size(p.type, sizes) for p in self.base.params if p.name in xs)
         s_out = type_size(self.base.ret_type, sizes) if self.base.ret_type else 0
         if self.kind == "jvp":
-            return cf, (1 + JVP_FACTOR) * cf, "C(f) + 3 C(f)"
+            return cf, jvp_bound(cf), "C(f) + 3 C(f)"
         if self.kind in ("vjp", "grad"):
-            return cf, VJP_FACTOR * cf + s_in + s_out, "4 C(f) + |in| + |out|"
+            return cf, vjp_bound(cf, s_in, s_out), "4 C(f) + |in| + |out|"
         if self.kind == "hvp":  # jvp of grad: (1 + 3) (4 C(f) + |in| + |out|)
-            return (cf, (1 + JVP_FACTOR) * (VJP_FACTOR * cf + s_in + s_out),
-                    "4 (4 C(f) + |in| + |out|)")
+            return cf, jvp_bound(vjp_bound(cf, s_in, s_out)), "4 (4 C(f) + |in| + |out|)"
         return cf, None, "none (materialised; see docs/derivatives.md)"
 
     def __repr__(self) -> str:
@@ -748,7 +749,8 @@ class Module(Mapping):
 
 def check_source(text: str, filename: str = "<string>") -> Any:
     """Parse and type-check `text`: the checker's `CheckedModule`."""
-    return typecheck.check_module(parser.parse_module(text, filename), filename)
+    return typecheck.check_module(parser.parse_module(text, filename), filename,
+                                  derive=pipeline.derived_core)
 
 
 def module_from_checked(checked: Any, filename: str = "<string>", text: str = "") -> Module:
@@ -810,5 +812,5 @@ def from_def(d: Def, earlier: Sequence["Def | Function"] = ()) -> Function:
     if not isinstance(d, Def):
         raise TLError(f"from_def expects a tensorlang Def, got {type(d).__name__}")
     defs = [e.source if isinstance(e, Function) else e for e in earlier]
-    checked = typecheck.check_module([*defs, d], "<dsl>")
+    checked = typecheck.check_module([*defs, d], "<dsl>", derive=pipeline.derived_core)
     return module_from_checked(checked, "<dsl>")[d.name]

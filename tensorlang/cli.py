@@ -23,7 +23,8 @@ _INT = re.compile(r"[+-]?\d+")
 _FLOAT = re.compile(r"[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?|inf|nan)",
                     re.IGNORECASE)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-STAGE_CHOICES = ("parsed", "letlift", "pairelim", "genpush", "ssa", "simplified", "source")
+STAGE_CHOICES = ("parsed", "letlift", "pairelim", "genpush", "ssa", "derive", "simplified",
+                 "source")
 CODE_STAGES = ("numba", "cuda")   # `tl show --stage numba`: the generated kernel source
 BACKEND_CHOICES = ("interp", "numba", "cuda")
 
@@ -346,6 +347,7 @@ def _all_errors(text: str, filename: str) -> list[TLError]:
     """Every definition's first error: check the defs one by one, leaving out failed ones and
     the defs that use them (whose errors would only repeat); a parse error stops everything,
     so it is the only one."""
+    from tensorlang import pipeline
     from tensorlang.ir import ast
     from tensorlang.syntax import parser
     from tensorlang.check import typecheck
@@ -364,7 +366,7 @@ def _all_errors(text: str, filename: str) -> list[TLError]:
             failed.add(d.name)
             continue
         try:
-            typecheck.check_module(ok + [d], filename)
+            typecheck.check_module(ok + [d], filename, derive=pipeline.derived_core)
         except TLError as err:
             errors.append(err)
             failed.add(d.name)

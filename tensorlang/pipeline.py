@@ -1,4 +1,5 @@
-"""The compilation pipeline of SPEC 0 as an ordered registry of stages.
+"""The compilation pipeline of SPEC 0 as an ordered registry of stages: the only place passes
+are chained (the API, the CLI, proofs/ and the tests all go through `run_to`).
 
 Each stage is a pure function from the previous stage's program to its own:
 
@@ -7,23 +8,36 @@ Each stage is a pure function from the previous stage's program to its own:
     pairelim    passes/pairelim.py  Def -> Def
     genpush     passes/genpush.py   Def -> Def
     ssa         passes/ssa.py       Def -> tssa.Program
+    derive      passes/derive.py    derived definitions resolved (identity on a written def)
     simplified  passes/simplify.py  tssa.Program -> tssa.Program
 
+A program is a core `Def` (a function as written) or a `Derivation` (`grad(f, x)` and the
+other derived functions of SPEC 2.5).  A derivation's `derive` stage differentiates its base
+*as compiled* -- the base's `simplified` program -- and its `simplified` stage simplifies the
+derivative.  So the cost bounds of SPEC 6, which the derivative rules meet relative to the
+program they differentiate, hold end to end: `C(jvp f as compiled) <= 4 C(f as compiled)`
+(docs/derivatives.md, "Differentiating the program as compiled").  A derivation's stages
+before `derive` are those of its derivative program's core form (`parsed` is what
+`Function.interpret` runs and `show()` prints by default).
+
+A stage that cannot handle a program raises (`NotYetSupported`, a `TLError`): there is no
+"stop earlier" fallback, so a cost or a kernel is always that of the whole pipeline.
+
 A stage's module is imported only when the stage is first needed (the simplifier loads egglog,
-which is slow to import).  Results are memoised per `Def`: Defs are hash-consed, so a
-structurally equal program reuses the work already done.
+which is slow to import).  Results are memoised per program: Defs are hash-consed and
+derivations compare by value, so a structurally equal program reuses the work already done.
 """
 from __future__ import annotations
 
 import importlib
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Union
 
 from tensorlang.ir import ast, tssa
-from tensorlang.syntax import printer
 from tensorlang.semantics.cost import cost_def
-from tensorlang.syntax.errors import NotYetSupported, TLError
+from tensorlang.syntax import printer
+from tensorlang.syntax.errors import TLError
 
 
 @dataclass(frozen=True)
@@ -36,12 +50,13 @@ class Stage:
     def load(self) -> Callable[[Any], Any]:
         """The pass function."""
         if not self.module:
-            return _identity
+            return identity
         return getattr(importlib.import_module(self.module), self.func)
 
 
-def _identity(d: Any) -> Any:
-    return d
+def identity(program: Any) -> Any:
+    """The pass of a stage that leaves its input as it is."""
+    return program
 
 
 STAGES: tuple[Stage, ...] = (
@@ -50,56 +65,91 @@ STAGES: tuple[Stage, ...] = (
     Stage("pairelim", "tensorlang.passes.pairelim", "pairelim", "struct of arrays, no pairs"),
     Stage("genpush", "tensorlang.passes.genpush", "genpush", "every binding gen I. scalar"),
     Stage("ssa", "tensorlang.passes.ssa", "to_ssa", "Tensor SSA: one masked primitive each"),
+    Stage("derive", "", "", "derived functions: jvp/vjp of the base as compiled"),
     Stage("simplified", "tensorlang.passes.simplify", "simplify", "egglog simplifier"),
 )
 STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
+FINAL: str = STAGE_NAMES[-1]  # the program as it will run
 # "source" is the program as written: the core Def the front end elaborated it to.
 ALIASES: dict[str, str] = {"source": "parsed", "core": "parsed"}
 _BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
 
-_MEMO: "weakref.WeakKeyDictionary[ast.Def, dict[str, Any]]" = weakref.WeakKeyDictionary()
+
+@dataclass(frozen=True)
+class Derivation:
+    """`kind(base, *wrt)` named `name` (SPEC 2.5): a derived function as a pipeline input.
+    `wrt` empty: every real-valued parameter of the base."""
+
+    kind: str
+    base: "Program"
+    wrt: tuple[str, ...]
+    name: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.base, (ast.Def, Derivation)):
+            raise TLError(f"{self.kind}: the pipeline differentiates core definitions and "
+                          f"derivations, not {type(self.base).__name__}")
+
+
+Program = Union[ast.Def, Derivation]
+
+_MEMO: "weakref.WeakKeyDictionary[Program, dict[str, Any]]" = weakref.WeakKeyDictionary()
 
 
 def stage(name: str) -> Stage:
     """The stage called `name` (aliases accepted); a `TLError` listing the stages otherwise."""
     canon = ALIASES.get(name, name)
-    st = _BY_NAME.get(canon)
-    if st is None:
+    found = _BY_NAME.get(canon)
+    if found is None:
         raise TLError(f"unknown stage '{name}' (stages: {', '.join(STAGE_NAMES)}, source)")
-    return st
+    return found
 
 
-def furthest(d: ast.Def) -> str:
-    """The last stage `d` gets through: the program as it will run.  A pass that does not
-    support some construct yet (`NotYetSupported`) ends the pipeline there for this program."""
-    reached = STAGE_NAMES[0]
-    for name in STAGE_NAMES[1:]:
-        try:
-            run_to(d, name)
-        except NotYetSupported:
-            break
-        reached = name
-    return reached
+def previous(name: str) -> str:
+    """The stage before `name` (its input); `parsed` has none."""
+    index = STAGE_NAMES.index(stage(name).name)
+    if index == 0:
+        raise TLError("the parsed stage is the start of the pipeline")
+    return STAGE_NAMES[index - 1]
 
 
-def run_to(d: ast.Def, name: str) -> Any:
-    """The program `d` after every stage up to and including `name` (Def or tssa.Program)."""
-    if not isinstance(d, ast.Def):
-        raise TLError(f"the pipeline runs on core definitions, not {type(d).__name__}")
-    st = stage(name)
-    if st.name == STAGE_NAMES[0]:
-        return d
-    memo = _MEMO.get(d)
+def run_to(program: Program, name: str) -> Any:
+    """`program` after every stage up to and including `name` (a core Def or a
+    tssa.Program).  A stage that cannot handle the program raises."""
+    if not isinstance(program, (ast.Def, Derivation)):
+        raise TLError("the pipeline runs on core definitions and derivations, not "
+                      f"{type(program).__name__}")
+    wanted = stage(name).name
+    memo = _MEMO.get(program)
     if memo is None:
-        memo = _MEMO[d] = {}
-    if st.name in memo:
-        return memo[st.name]
-    idx = STAGE_NAMES.index(st.name)
-    fn = st.load()
-    prev = run_to(d, STAGE_NAMES[idx - 1])
-    out = fn(prev)
-    memo[st.name] = out
-    return out
+        memo = _MEMO[program] = {}
+    if wanted not in memo:
+        memo[wanted] = _compute(program, wanted)
+    return memo[wanted]
+
+
+def _compute(program: Program, name: str) -> Any:
+    if isinstance(program, Derivation):
+        if name == "derive":
+            return _derivative(program)
+        if name == "parsed":
+            return tssa.to_core(run_to(program, "derive"))
+    elif name == "parsed":
+        return program
+    before = previous(name)
+    if isinstance(program, Derivation) and name == "simplified":
+        before = "derive"  # the derivative itself, not its re-normalised core form
+    return stage(name).load()(run_to(program, before))
+
+
+def _derivative(d: Derivation) -> tssa.Program:
+    from tensorlang.passes import derive
+
+    return derive.derive(run_to(d.base, FINAL), d.kind, d.wrt, d.name)
+
+
+def name_of(program: Program) -> str:
+    return program.name
 
 
 def is_program(x: Any) -> bool:
@@ -112,15 +162,36 @@ def as_core(x: Any) -> ast.Def:
     return x if isinstance(x, ast.Def) else tssa.to_core(x)
 
 
-def show(d: ast.Def, name: str = "parsed", unicode: bool = False) -> str:
+def show(program: Program, name: str = "parsed", unicode: bool = False) -> str:
     """The program at stage `name` as text: `.tl` source, or the SSA listing."""
-    prog = run_to(d, name)
-    if isinstance(prog, ast.Def):
-        return printer.to_unicode(prog) if unicode else printer.to_tl(prog)
-    return tssa.to_text(prog, unicode=unicode)
+    out = run_to(program, name)
+    if isinstance(out, ast.Def):
+        return printer.to_unicode(out) if unicode else printer.to_tl(out)
+    return tssa.to_text(out, unicode=unicode)
 
 
-def cost(d: ast.Def, name: str, args: Mapping[str, Any]) -> Any:
-    """The exact cost (SPEC 3, docs/cost-model.md) of `d` at stage `name` for the sizes and
-    relations in `args`."""
-    return cost_def(as_core(run_to(d, name)), dict(args))
+def cost(program: Program, name: str, args: Mapping[str, Any]) -> Any:
+    """The exact cost (SPEC 3, docs/cost-model.md) of `program` at stage `name` for the sizes
+    and relations in `args`."""
+    return cost_def(as_core(run_to(program, name)), dict(args))
+
+
+def derived_core(dd: ast.DerivedDef, defs: Mapping[str, ast.Def],
+                 derived: Mapping[str, ast.DerivedDef]) -> ast.Def:
+    """The core Def of the derived definition `dd` (its `derive` stage, as a `let` per
+    statement) given the module's earlier defs and derived defs: what the type checker
+    inlines where a def calls a derived function (`check_module(..., derive=derived_core)`)."""
+    return run_to(derivation(dd, defs, derived), "parsed")
+
+
+def derivation(dd: ast.DerivedDef, defs: Mapping[str, ast.Def],
+               derived: Mapping[str, ast.DerivedDef]) -> Derivation:
+    """`dd` as a pipeline input, its base looked up among `defs` and (recursively) `derived`."""
+    base: Program
+    if dd.fn in defs:
+        base = defs[dd.fn]
+    elif dd.fn in derived:
+        base = derivation(derived[dd.fn], defs, derived)
+    else:
+        raise TLError(f"{dd.name}: {dd.fn} is not defined before it", dd.loc)
+    return Derivation(dd.kind, base, tuple(dd.wrt), dd.name)

@@ -133,7 +133,7 @@ class Repl:
         new = parser.parse_module(text, filename)
         names = {d.name for d in new}
         combined = [d for d in self.defs if d.name not in names] + list(new)
-        checked = typecheck.check_module(combined, filename)
+        checked = typecheck.check_module(combined, filename, derive=pipeline.derived_core)
         self.defs = combined
         self.module = api.module_from_checked(checked, "<repl>")
         lines = [f"{verb} {self._describe(self.module[d.name])}" for d in new]
@@ -187,7 +187,8 @@ class Repl:
                               f"(:set {name} = INT)")
         wrapper_name = _fresh_name("it", {d.name for d in self.defs} | free)
         d = ast.Def(wrapper_name, tuple(sizes) + tuple(params.values()), None, e)
-        checked = typecheck.check_module(self.defs + [d], "<repl>")
+        checked = typecheck.check_module(self.defs + [d], "<repl>",
+                                          derive=pipeline.derived_core)
         return api.module_from_checked(checked, "<repl>")[wrapper_name], args
 
     def _evaluate(self, text: str) -> Any:

@@ -26,6 +26,12 @@ core def (`is_core` holds for it):
 Bounds warnings (see `typecheck`) are issued here, at the accesses written in the source:
 accesses the elaborator builds are in range by construction, and an inlined callee was
 checked on its own.
+
+Calls of derived functions (`def g = grad(f, x)` then `g(x, A)` in a later def) are inlined
+like calls of defs, but their program is the pipeline's to compute (stage `derive`): the
+caller of the type checker supplies it as `derive` (`tensorlang.pipeline.derived_core`; the
+API and the CLI do).  Without it such a call is a `TypeCheckError`: the front end never runs a
+pass itself.
 """
 from __future__ import annotations
 
@@ -40,7 +46,7 @@ from tensorlang.ir.ast import (
 )
 from tensorlang.syntax.errors import Loc, TypeCheckError
 from tensorlang.check.typecheck import (
-    TLWarning, TypeEnv, role_text, access_result, access_warning, builtin_arity, check_affine,
+    DeriveCore, TLWarning, TypeEnv, role_text, access_result, access_warning, builtin_arity, check_affine,
     check_pred, check_size, format_type, param_env, pick_loc, prove_nonneg, type_of,
 )
 
@@ -298,11 +304,13 @@ def _err(message: str, loc: Loc | None) -> TypeCheckError:
 
 class _Elaborator:
     def __init__(self, d: Def, earlier: Mapping[str, Def], later: Iterable[str],
-                 derived: Mapping[str, DerivedDef], warnings: list[TLWarning] | None) -> None:
+                 derived: Mapping[str, DerivedDef], warnings: list[TLWarning] | None,
+                 derive: DeriveCore | None = None) -> None:
         self.d = d
         self.earlier = earlier
         self.later = set(later)
         self.derived = dict(derived)  # earlier derived definitions, callable like defs
+        self.derive = derive  # computes their programs (the pipeline's derive stage)
         self.warnings = warnings if warnings is not None else []
         self._seen = {(w.message, w.loc) for w in self.warnings}
         self.avoid = _all_names(d)
@@ -488,14 +496,14 @@ class _Elaborator:
         return Var(name)
 
     # -- calls of earlier defs
-    def derived_core(self, name: str) -> Def:
-        """The program of an earlier derived definition (SPEC 2.5), as a core Def."""
-        from tensorlang.passes.derived import derive_def   # the derivative passes sit on the front end
-
-        dd = self.derived[name]
-        base = self.earlier.get(dd.fn)
-        return derive_def(base if base is not None else self.derived_core(dd.fn),
-                          dd.kind, dd.wrt, dd.name)
+    def derived_core(self, name: str, loc: Loc | None) -> Def:
+        """The program of an earlier derived definition (SPEC 2.5), as a core Def, from the
+        pipeline the caller supplied."""
+        if self.derive is None:
+            raise _err(f"{name} is a derived function: a call of it needs its program, which "
+                       "the pipeline computes (check the module through tensorlang.api, or "
+                       "pass derive=tensorlang.pipeline.derived_core)", loc)
+        return self.derive(self.derived[name], self.earlier, self.derived)
 
     def defcall(self, e: DefCall, env: TypeEnv, loc: Loc | None) -> tuple[Operand, Type]:
         callee = self.earlier.get(e.name)
@@ -506,7 +514,7 @@ class _Elaborator:
                 raise _err(f"{e.name} is not defined before this point (a def may only call "
                            "earlier defs; recursion is not allowed)", loc)
             if e.name in self.derived:
-                return inline_call(self, self.derived_core(e.name), e, env, loc)
+                return inline_call(self, self.derived_core(e.name, loc), e, env, loc)
             arity = builtin_arity(e.name)
             if arity is not None and len(e.args) == sum(arity):
                 consts = e.args[arity[0]:]
@@ -591,13 +599,15 @@ def inline_call(el: _Elaborator, callee: Def, e: DefCall, env: TypeEnv,
 
 def elaborate_def(d: Def, earlier: Mapping[str, Def] | None = None, *,
                   later: Iterable[str] = (), derived: Mapping[str, DerivedDef] | None = None,
-                  warnings: list[TLWarning] | None = None) -> Def:
-    """The core def of surface def `d`; `earlier` are the (core) defs it may call.
+                  warnings: list[TLWarning] | None = None,
+                  derive: DeriveCore | None = None) -> Def:
+    """The core def of surface def `d`; `earlier` are the (core) defs it may call, `derive`
+    computes the programs of the derived defs in `derived` it calls.
 
     `ret` of the result is the declared type, or the inferred one when none was declared
     (`typecheck.check_def` compares them).  Bounds warnings are appended to `warnings`."""
     env = param_env(d)
-    el = _Elaborator(d, earlier or {}, later, derived or {}, warnings)
+    el = _Elaborator(d, earlier or {}, later, derived or {}, warnings, derive)
     v, t = el.expr(d.body, env, d.loc)
     body = el.core(v, env)
     return Def(d.name, d.params, d.ret if d.ret is not None else t, body, loc=d.loc)
@@ -605,11 +615,12 @@ def elaborate_def(d: Def, earlier: Mapping[str, Def] | None = None, *,
 
 def elaborate_expr(e: Expr, env: TypeEnv, earlier: Mapping[str, Def] | None = None, *,
                    derived: Mapping[str, DerivedDef] | None = None,
-                   warnings: list[TLWarning] | None = None) -> tuple[Expr, Type]:
+                   warnings: list[TLWarning] | None = None,
+                   derive: DeriveCore | None = None) -> tuple[Expr, Type]:
     """Elaborate one surface expression in `env` (the REPL's expressions): the core
     expression and its type."""
     scratch = Def("<expr>", (), None, e)
-    el = _Elaborator(scratch, earlier or {}, (), derived or {}, warnings)
+    el = _Elaborator(scratch, earlier or {}, (), derived or {}, warnings, derive)
     el.avoid |= set(env.names)
     v, t = el.expr(e, env, e.loc)
     return el.core(v, env), t

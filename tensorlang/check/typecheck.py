@@ -5,7 +5,8 @@ each `def` to `tensorlang.check.elaborate` (tensor sugar to `gen`, inlining of e
 elaborator reports type errors of the surface program as it goes), re-checks the resulting
 core body with `type_of`, compares it with the declared return type (or records the inferred
 one), and computes the signatures of derived defs (`grad`, `jvp`, ...).  Nothing here
-evaluates a program or computes a derivative.
+evaluates a program or computes a derivative: where a def calls a derived function, its
+program comes from the `derive` callable the caller passes (the pipeline's `derive` stage).
 
 Typing rules of the core (`type_of`): `+ * f(..)` take and give `R`; `gen i:n. e : [n] t`;
 `sum i:n. e : R` with `e : R`; `e[a1..ak]` peels k leading array dimensions (partial access
@@ -47,7 +48,7 @@ import weakref
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from tensorlang.ir.ast import (
     BUILTINS, DERIVED_KINDS, REAL, Access, Add, Affine, And, Call, Cmp, Const, Def, DefCall,
@@ -58,12 +59,16 @@ from tensorlang.ir.ast import (
 )
 from tensorlang.syntax.errors import Loc, Source, TLError, TypeCheckError, diagnostic
 
+# The core Def of a derived definition given the module's earlier defs and derived defs: the
+# pipeline's `derive` stage (`pipeline.derived_core`), supplied by the caller of the checker.
+DeriveCore = Callable[[DerivedDef, Mapping[str, Def], Mapping[str, DerivedDef]], Def]
+
 __all__ = [
     "TypeEnv", "type_of", "check_pred", "check_affine", "check_size", "check_type",
     "param_env", "check_names", "check_def", "check_module", "CheckedDef", "CheckedModule",
     "Signature", "derived_signature", "TLWarning", "provably_in_range", "prove_nonneg",
     "bounds_warnings", "access_warning", "format_type", "format_affine", "is_real_valued",
-    "builtin_arity", "pick_loc", "role_text",
+    "builtin_arity", "pick_loc", "role_text", "DeriveCore",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -801,29 +806,32 @@ class CheckedDef:
 
 def check_def(d: Def, earlier: Mapping[str, Def] | None = None, *,
               later: Iterable[str] = (), derived: Mapping[str, DerivedDef] | None = None,
-              end_line: int | None = None) -> CheckedDef:
+              end_line: int | None = None, derive: DeriveCore | None = None) -> CheckedDef:
     """Check and elaborate one surface def.  `earlier`: the core defs it may call; `later`,
     `derived`: names of later defs and of derived defs (for precise error messages);
-    `end_line`: where the next definition starts (locations past it are not this def's)."""
+    `end_line`: where the next definition starts (locations past it are not this def's);
+    `derive`: the programs of the derived defs it calls (`pipeline.derived_core`)."""
     token = None
     if d.loc is not None:
         token = _SPAN.set((d.loc.source, d.loc.line, end_line or math.inf))
     try:
-        return _check_def(d, earlier, later, derived)
+        return _check_def(d, earlier, later, derived, derive)
     finally:
         if token is not None:
             _SPAN.reset(token)
 
 
 def _check_def(d: Def, earlier: Mapping[str, Def] | None, later: Iterable[str],
-               derived: Mapping[str, DerivedDef] | None) -> CheckedDef:
+               derived: Mapping[str, DerivedDef] | None,
+               derive: DeriveCore | None) -> CheckedDef:
     from tensorlang.check.elaborate import elaborate_def  # elaborate imports this module
 
     check_names(d)
     env = param_env(d)
     check_ret_type(d, env)
     warnings: list[TLWarning] = []
-    core = elaborate_def(d, earlier or {}, later=later, derived=derived, warnings=warnings)
+    core = elaborate_def(d, earlier or {}, later=later, derived=derived, warnings=warnings,
+                         derive=derive)
     t = type_of(core.body, env)
     if d.ret is not None and t is not d.ret:
         raise _err(f"{d.name} is declared to return {format_type(d.ret)}, but its body has "
@@ -933,16 +941,19 @@ def _with_file(loc: Loc | None, filename: str) -> Loc | None:
     return Loc(Source(filename, ""), loc.line, loc.col, loc.end_col)
 
 
-def check_module(defs: Sequence[Def | DerivedDef], filename: str = "<input>") -> CheckedModule:
-    """Check a module: each def against the defs before it (see the module docstring)."""
+def check_module(defs: Sequence[Def | DerivedDef], filename: str = "<input>",
+                 derive: DeriveCore | None = None) -> CheckedModule:
+    """Check a module: each def against the defs before it (see the module docstring).
+    `derive` gives the programs of derived defs that later defs call."""
     try:
-        return _check_module(defs, filename)
+        return _check_module(defs, filename, derive)
     except TLError as err:
         err.loc = _with_file(err.loc, filename)
         raise
 
 
-def _check_module(items: Sequence[Def | DerivedDef], filename: str) -> CheckedModule:
+def _check_module(items: Sequence[Def | DerivedDef], filename: str,
+                  derive: DeriveCore | None) -> CheckedModule:
     out = CheckedModule({}, {}, {}, [], [], {}, filename)
     first: dict[str, Loc | None] = {}
     for k, item in enumerate(items):
@@ -956,7 +967,7 @@ def _check_module(items: Sequence[Def | DerivedDef], filename: str) -> CheckedMo
         nxt = items[k + 1].loc if k + 1 < len(items) else None
         if isinstance(item, Def):
             checked = check_def(item, out.defs, later=later, derived=out.derived,
-                                end_line=nxt.line if nxt is not None else None)
+                                end_line=nxt.line if nxt is not None else None, derive=derive)
             out.defs[item.name] = checked.core
             out.ret_types[item.name] = checked.ret_type
             out.warnings.extend(TLWarning(w.message, _with_file(w.loc, filename))

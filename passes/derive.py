@@ -1,4 +1,4 @@
-"""Derived functions of SPEC 2.5 as Tensor-SSA programs.
+"""The `derive` stage: derived functions of SPEC 2.5 as Tensor-SSA programs.
 
 With f taking parameters P and returning y:
 
@@ -18,18 +18,20 @@ the index solver eliminates the sums it pins, so no loop over n directional deri
 remains: the Hessian of `x^T A x` is `A[i, j] + A[j, i]`, O(N^2).
 
 Every result is an ordinary `tssa.Program`: printable (`tssa.to_text`), costable
-(`cost_def(tssa.to_core(p), args)`), interpretable and differentiable again (feed it back to
-these functions, or `derive` its `to_core`).
+(`cost_def(tssa.to_core(p), args)`), interpretable and differentiable again.
+
+This module only differentiates Tensor-SSA programs; it never chains passes.  The pipeline
+(`tensorlang.pipeline`, stage `derive`) hands it the base function as compiled (its
+`simplified` program), so the cost bounds of SPEC 6 hold for the programs that run.
 """
 from __future__ import annotations
 
 from typing import Sequence
 
-from tensorlang.ir import ast as A
-from tensorlang.ir import tssa
-from tensorlang.ir.ast import Def, DerivedDef, Type
-from tensorlang.syntax.errors import TLError
+from tensorlang.check.typecheck import derived_signature
+from tensorlang.ir.ast import DerivedDef, Param, Type
 from tensorlang.ir.tssa import Program
+from tensorlang.syntax.errors import TLError
 
 from .adjoint import vjp_program
 from .fwd import jvp_program, wrt_params
@@ -37,20 +39,8 @@ from .fwd import jvp_program, wrt_params
 KINDS = ("jvp", "vjp", "grad", "hvp", "hessian", "jacobian")
 
 
-def to_program(d: Def | Program) -> Program:
-    """The Tensor-SSA program of a core `Def` (letlift, pairelim, genpush, to_ssa)."""
-    if isinstance(d, Program):
-        return d
-    from .genpush import genpush
-    from .letlift import letlift
-    from .pairelim import pairelim
-    from .ssa import to_ssa
-    return to_ssa(genpush(pairelim(letlift(d))))
-
-
-def _signature(p: Program, kind: str, wrt: Sequence[str]) -> tuple[tuple[A.Param, ...], Type]:
+def _signature(p: Program, kind: str, wrt: Sequence[str]) -> tuple[tuple[Param, ...], Type]:
     """Parameters and return type exactly as the type checker states them (SPEC 2.5)."""
-    from tensorlang.check.typecheck import derived_signature
     if p.ret is None:
         raise TLError(f"{kind}({p.name}): the return type of {p.name} is unknown")
     sig = derived_signature(DerivedDef(f"{p.name}_{kind}", kind, p.name, tuple(wrt)),
@@ -58,7 +48,7 @@ def _signature(p: Program, kind: str, wrt: Sequence[str]) -> tuple[tuple[A.Param
     return tuple(sig[0]), sig[1]
 
 
-def _named(p: Program, name: str, params: tuple[A.Param, ...], ret: Type) -> Program:
+def _named(p: Program, name: str, params: tuple[Param, ...], ret: Type) -> Program:
     if tuple(p.params) != params:
         raise AssertionError(f"derived parameters {p.params} differ from {params}")
     return Program(name, p.params, p.stmts, p.output, ret, p.ix)
@@ -90,13 +80,16 @@ def jacobian_program(p: Program, x: str, name: str | None = None) -> Program:
                        name=name or f"{p.name}_jacobian")
 
 
-def derive(d: Def | Program, kind: str, wrt: tuple[str, ...] = (),
+def derive(p: Program, kind: str, wrt: Sequence[str] = (),
            name: str | None = None) -> Program:
-    """The program of `kind(d, *wrt)` (SPEC 2.5), with the signature the type checker gives
-    the derived definition.  `wrt` empty: every real-valued parameter."""
+    """The program of `kind(p, *wrt)` (SPEC 2.5) for a Tensor-SSA program `p`, with the
+    signature the type checker gives the derived definition.  `wrt` empty: every
+    real-valued parameter."""
     if kind not in KINDS:
         raise TLError(f"unknown derived function {kind} (expected one of {', '.join(KINDS)})")
-    p = to_program(d)
+    if not isinstance(p, Program):
+        raise TLError(f"{kind}: the derive stage differentiates Tensor-SSA programs, not "
+                      f"{type(p).__name__} (run the pipeline to 'ssa' or 'simplified' first)")
     params, ret = _signature(p, kind, wrt)
     xs = wrt_params(p, wrt)
     nm = name or f"{p.name}_{kind}"
@@ -122,11 +115,5 @@ def _one(kind: str, xs: Sequence[str]) -> str:
     return xs[0]
 
 
-def derive_def(d: Def | Program, kind: str, wrt: tuple[str, ...] = (),
-               name: str | None = None) -> Def:
-    """`derive` as a core `Def` (a `let` per statement), for the interpreter and API."""
-    return tssa.to_core(derive(d, kind, wrt, name))
-
-
-__all__ = ["derive", "derive_def", "to_program", "grad_program", "hvp_program",
+__all__ = ["derive", "grad_program", "hvp_program",
            "hessian_program", "jacobian_program", "jvp_program", "vjp_program", "KINDS"]
