@@ -17,11 +17,12 @@ the unit the paper proves cost-neutral.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable
 
 from hypothesis import strategies as st
 
-from tensorlang import testing as T
+from tensorlang import pipeline, testing
 from tensorlang.ir.ast import (
     REAL, Access, Add, Affine, Call, Def, Expr, Gen, Iverson, Let, Mul, Pair, Param, Proj,
     Sum, TArr, TPair, Type, Var,
@@ -75,25 +76,25 @@ class Names:
 # Drawing pieces
 
 
-def _ex(draw: Callable, sc: T.Scope, t: Type, fam: Family, depth: int = DEPTH,
+def _ex(draw: Callable, sc: testing.Scope, t: Type, fam: Family, depth: int = DEPTH,
         budget: float = BUDGET) -> tuple[Expr, float]:
-    te = draw(T.typed_expressions(sc, t, max_depth=depth, budget=budget, lets=fam.lets,
+    te = draw(testing.typed_expressions(sc, t, max_depth=depth, budget=budget, lets=fam.lets,
                                   no_pairs=not fam.pairs, max_size=MAX_SIZE))
     return te.expr, te.bound
 
 
-def _type(draw: Callable, sc: T.Scope, fam: Family, rank: int = 2, pairs: int = 1) -> Type:
-    return draw(T.types(sc, rank=rank, pairs=pairs if fam.pairs else 0,
+def _type(draw: Callable, sc: testing.Scope, fam: Family, rank: int = 2, pairs: int = 1) -> Type:
+    return draw(testing.types(sc, rank=rank, pairs=pairs if fam.pairs else 0,
                         no_pairs=not fam.pairs, max_size=MAX_SIZE))
 
 
-def _size(draw: Callable, sc: T.Scope) -> Affine:
+def _size(draw: Callable, sc: testing.Scope) -> Affine:
     opts = [Affine.var(n) for n in sc.sizes] + [Affine.lit(2), Affine.lit(1), Affine.lit(0)]
     opts += [Affine.var(n) + 1 for n in sc.sizes]
     return draw(st.sampled_from(opts))
 
 
-def _index(draw: Callable, sc: T.Scope, n: Affine) -> Affine:
+def _index(draw: Callable, sc: testing.Scope, n: Affine) -> Affine:
     """An index into a dimension of size n; one in four is out of range (`n` or `-1`) so
     that zero extension is exercised."""
     form = draw(st.integers(0, 7))
@@ -101,15 +102,15 @@ def _index(draw: Callable, sc: T.Scope, n: Affine) -> Affine:
         return n
     if form == 7:
         return Affine.lit(-1)
-    return draw(T.indices(sc, n, max_size=MAX_SIZE))
+    return draw(testing.indices(sc, n, max_size=MAX_SIZE))
 
 
-def _pred(draw: Callable, sc: T.Scope):
-    return draw(T.predicates(sc, max_depth=1, max_size=MAX_SIZE))
+def _pred(draw: Callable, sc: testing.Scope):
+    return draw(testing.predicates(sc, max_depth=1, max_size=MAX_SIZE))
 
 
-def _scope(draw: Callable, fam: Family) -> T.Scope:
-    return draw(T.scopes(max_size=MAX_SIZE, no_pairs=not fam.pairs, max_params=3))
+def _scope(draw: Callable, fam: Family) -> testing.Scope:
+    return draw(testing.scopes(max_size=MAX_SIZE, no_pairs=not fam.pairs, max_params=3))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -127,8 +128,8 @@ def _compose(wraps: list[Wrap]) -> Wrap:
     return wrap
 
 
-def _context(draw: Callable, sc: T.Scope, hole: Type, fam: Family, names: Names,
-             inner: bool = True) -> tuple[T.Scope, Wrap]:
+def _context(draw: Callable, sc: testing.Scope, hole: Type, fam: Family, names: Names,
+             inner: bool = True) -> tuple[testing.Scope, Wrap]:
     """Frames around a hole of type `hole`: returns the hole's scope and the wrapper."""
     wraps: list[Wrap] = []
     for _ in range(draw(st.integers(0, 2))):  # top-level lets (allowed by every pass)
@@ -174,20 +175,20 @@ def _context(draw: Callable, sc: T.Scope, hole: Type, fam: Family, names: Names,
     return sc, _compose(wraps)
 
 
-Redex = Callable[[Callable, T.Scope], Expr]
+Redex = Callable[[Callable, testing.Scope], Expr]
 
 
-def _instance(draw: Callable, sc: T.Scope, hole: Type, redex: Redex, fam: Family,
+def _instance(draw: Callable, sc: testing.Scope, hole: Type, redex: Redex, fam: Family,
               names: Names, inner: bool = True) -> tuple[Def, dict[str, Any]]:
     inner_sc, wrap = _context(draw, sc, hole, fam, names, inner)
     body = wrap(redex(draw, inner_sc))
     d0 = rename_unique(Def("f", sc.params, None, body))  # subterms may reuse binder names
     d = Def("f", sc.params, Ctx(d0).type_of(d0.body), d0.body)
     seed = draw(st.integers(0, 2 ** 32 - 1))
-    return d, T.random_args(d, sc.sizes, seed)
+    return d, testing.random_args(d, sc.sizes, seed)
 
 
-Builder = Callable[[Callable, T.Scope, Names], tuple[T.Scope, Type, Redex, bool]]
+Builder = Callable[[Callable, testing.Scope, Names], tuple[testing.Scope, Type, Redex, bool]]
 
 
 def _strategy(build: Builder, fam: Family) -> Callable[[], st.SearchStrategy]:
@@ -202,7 +203,7 @@ def _strategy(build: Builder, fam: Family) -> Callable[[], st.SearchStrategy]:
     return lambda: instances()
 
 
-def _let_of(draw: Callable, sc: T.Scope, t: Type, fam: Family, names: Names) -> Expr:
+def _let_of(draw: Callable, sc: testing.Scope, t: Type, fam: Family, names: Names) -> Expr:
     """`let x = e1 in e2` with e2 : t (often reading x)."""
     u = _type(draw, sc, fam)
     e1, b1 = _ex(draw, sc, u, fam)
@@ -528,10 +529,10 @@ for _name, _pass, _schemas, _build, _fam, _custom in _ENTRIES:
 
 NORMALIZE_RULES: tuple[str, ...] = tuple(e[0] for e in _ENTRIES)
 
-# Whole passes, each fed the normal form of the passes before it.
-register_pass(PassEntry("letlift", lambda d: d, _letlift.letlift, is_let_lifted))
-register_pass(PassEntry("pairelim", _letlift.letlift, _pairelim.pairelim, is_struct_of_arrays))
-register_pass(PassEntry("genpush", lambda d: _pairelim.pairelim(_letlift.letlift(d)),
-                        _genpush.genpush, is_gen_pushed))
+# Whole passes, each fed the normal form of the passes before it (the pipeline up to there).
+for _stage, _check in (("letlift", is_let_lifted), ("pairelim", is_struct_of_arrays),
+                       ("genpush", is_gen_pushed)):
+    register_pass(PassEntry(_stage, partial(pipeline.run_to, name=pipeline.previous(_stage)),
+                            pipeline.stage(_stage).load(), _check))
 
 __all__ = ["NORMALIZE_RULES", "LETLIFT", "PAIRELIM", "GENPUSH", "Family"]

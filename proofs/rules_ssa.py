@@ -16,7 +16,7 @@ from typing import Any, Callable
 import numpy as np
 from hypothesis import strategies as st
 
-from tensorlang.ir import ast as A
+from tensorlang.ir import ast
 from tensorlang.ir import tssa
 from tensorlang.ir.ast import Affine, Cmp, Param, tensor
 from tensorlang.passes.ssa import bindings, to_ssa
@@ -32,9 +32,9 @@ SAFE_FNS: tuple[str, ...] = ("sin", "cos", "tanh", "sigmoid", "softplus", "abs",
                              "square", "max", "min", "pow")
 
 PARAMS: tuple[Param, ...] = (
-    Param("N", A.TSize()), Param("M", A.TSize()), Param("s", A.REAL),
+    Param("N", ast.TSize()), Param("M", ast.TSize()), Param("s", ast.REAL),
     Param("x", tensor([N])), Param("y", tensor([M])), Param("B", tensor([N, M])),
-    Param("E", A.TRel((N, M))), Param("q", A.TArr(N, A.TPair(A.REAL, A.REAL))),
+    Param("E", ast.TRel((N, M))), Param("q", ast.TArr(N, ast.TPair(ast.REAL, ast.REAL))),
 )
 
 # Real-valued reads: (name, projection path, shape)
@@ -79,85 +79,85 @@ def _affine(g: _Gen, scope: list[tuple[str, Affine]]) -> Affine:
     return v * g.draw(st.sampled_from([1, 1, 2])) + g.draw(st.integers(-1, 1))
 
 
-def _pred(g: _Gen, scope: list[tuple[str, Affine]], depth: int = 0) -> A.Pred:
+def _pred(g: _Gen, scope: list[tuple[str, Affine]], depth: int = 0) -> ast.Pred:
     k = g.draw(st.integers(0, 9 if depth == 0 else 5))
     if k <= 4:
         op = g.draw(st.sampled_from(Cmp.OPS))
         return Cmp(op, _affine(g, scope), _affine(g, scope))
     if k == 5:
-        return A.RelCall("E", (_index(g, scope, N), _index(g, scope, M)))
+        return ast.RelCall("E", (_index(g, scope, N), _index(g, scope, M)))
     if k == 6 and scope:
         t = g.name("t")
         v = Affine.var(g.draw(st.sampled_from([n for n, _ in scope])))
-        return A.Exists(t, N, Cmp("==", v, Affine.var(t) * 2))
+        return ast.Exists(t, N, Cmp("==", v, Affine.var(t) * 2))
     if k == 7:
-        return A.And(_pred(g, scope, depth + 1), _pred(g, scope, depth + 1))
+        return ast.And(_pred(g, scope, depth + 1), _pred(g, scope, depth + 1))
     if k == 8:
-        return A.Or(_pred(g, scope, depth + 1), _pred(g, scope, depth + 1))
+        return ast.Or(_pred(g, scope, depth + 1), _pred(g, scope, depth + 1))
     return Cmp("<=", _affine(g, scope), _affine(g, scope))
 
 
-def _read(g: _Gen, scope: list[tuple[str, Affine]]) -> A.Expr:
+def _read(g: _Gen, scope: list[tuple[str, Affine]]) -> ast.Expr:
     name, path, shape = g.draw(st.sampled_from(g.reads))
-    base: A.Expr = A.Var(name)
+    base: ast.Expr = ast.Var(name)
     for k in path:
-        base = A.Proj(base, k)
+        base = ast.Proj(base, k)
     if not shape:
         return base
-    return A.Access(base, tuple(_index(g, scope, s) for s in shape))
+    return ast.Access(base, tuple(_index(g, scope, s) for s in shape))
 
 
-def _scalar(g: _Gen, scope: list[tuple[str, Affine]], depth: int) -> A.Expr:
+def _scalar(g: _Gen, scope: list[tuple[str, Affine]], depth: int) -> ast.Expr:
     k = g.draw(st.integers(0, 10 if depth > 0 else 2))
     if k <= 1:
         return _read(g, scope)
     if k == 2:
-        return A.Const(g.draw(st.sampled_from([0.0, 1.0, 2.0, -1.0, 0.5])))
+        return ast.Const(g.draw(st.sampled_from([0.0, 1.0, 2.0, -1.0, 0.5])))
     sub = lambda: _scalar(g, scope, depth - 1)  # noqa: E731
     if k == 3:
-        return A.Add(sub(), sub())
+        return ast.Add(sub(), sub())
     if k in (4, 5):
-        return A.Mul(sub(), sub())
+        return ast.Mul(sub(), sub())
     if k == 6:
-        return A.Iverson(_pred(g, scope), sub())
+        return ast.Iverson(_pred(g, scope), sub())
     if k == 7:
         fn = g.draw(st.sampled_from(SAFE_FNS))
-        nargs, nparams = A.BUILTINS[fn]
+        nargs, nparams = ast.BUILTINS[fn]
         params = (g.draw(st.sampled_from([2.0, 3.0])),) if nparams else ()
-        return A.Call(fn, tuple(sub() for _ in range(nargs)), params)
+        return ast.Call(fn, tuple(sub() for _ in range(nargs)), params)
     if g.no_sum:
-        return A.Mul(sub(), sub())
+        return ast.Mul(sub(), sub())
     # k in 8..10: a sum (sometimes a nest, sometimes over a product of reads)
     sums = [(g.name("j"), g.draw(st.sampled_from([N, M])))]
     if k == 9:
         sums.append((g.name("j"), g.draw(st.sampled_from([N, M]))))
     inner = scope + sums
     if k == 10:
-        body: A.Expr = A.Mul(_read(g, inner), _read(g, inner))
+        body: ast.Expr = ast.Mul(_read(g, inner), _read(g, inner))
         if g.draw(st.booleans()):
-            body = A.Iverson(_pred(g, inner), body)
+            body = ast.Iverson(_pred(g, inner), body)
     else:
         body = _scalar(g, inner, depth - 1)
     for name, size in reversed(sums):
-        body = A.Sum(name, size, body)
+        body = ast.Sum(name, size, body)
     return body
 
 
-def _binding(g: _Gen, depth: int) -> tuple[A.Expr, tuple[Affine, ...]]:
+def _binding(g: _Gen, depth: int) -> tuple[ast.Expr, tuple[Affine, ...]]:
     shape = g.draw(st.sampled_from([(), (N,), (M,), (N, M)]))
     scope = [(g.name("i"), s) for s in shape]
     e = _scalar(g, scope, depth)
     for name, size in reversed(scope):
-        e = A.Gen(name, size, e)
+        e = ast.Gen(name, size, e)
     return e, shape
 
 
 @st.composite
 def genpushed_programs(draw: Callable, max_bindings: int = 3, depth: int = 3,
-                       min_size: int = 0, max_size: int = 3) -> tuple[A.Def, dict[str, Any]]:
+                       min_size: int = 0, max_size: int = 3) -> tuple[ast.Def, dict[str, Any]]:
     """A random definition in the gen push-out normal form, with random inputs."""
     g = _Gen(draw, itertools.count(), list(READABLE))
-    lets: list[tuple[str, A.Expr]] = []
+    lets: list[tuple[str, ast.Expr]] = []
     for _ in range(draw(st.integers(1, max_bindings))):
         e, shape = _binding(g, depth)
         name = g.name("b")
@@ -167,25 +167,25 @@ def genpushed_programs(draw: Callable, max_bindings: int = 3, depth: int = 3,
     if draw(st.booleans()):
         outs.append(draw(st.sampled_from(g.reads)))
 
-    def leaf(r: tuple[str, tuple[int, ...], tuple[Affine, ...]]) -> A.Expr:
+    def leaf(r: tuple[str, tuple[int, ...], tuple[Affine, ...]]) -> ast.Expr:
         name, path, shape = r
         scope = [(g.name("o"), s) for s in shape]
         e = _read(_Gen(draw, g.counter, [r]), scope) if not shape else None
         if e is None:
-            base: A.Expr = A.Var(name)
+            base: ast.Expr = ast.Var(name)
             for k in path:
-                base = A.Proj(base, k)
-            e = A.Access(base, tuple(Affine.var(n) for n, _ in scope))
+                base = ast.Proj(base, k)
+            e = ast.Access(base, tuple(Affine.var(n) for n, _ in scope))
             for n, s in reversed(scope):
-                e = A.Gen(n, s, e)
+                e = ast.Gen(n, s, e)
         return e
 
-    body: A.Expr = leaf(outs[-1])
+    body: ast.Expr = leaf(outs[-1])
     for r in reversed(outs[:-1]):
-        body = A.Pair(leaf(r), body)
+        body = ast.Pair(leaf(r), body)
     for name, value in reversed(lets):
-        body = A.Let(name, value, body)
-    d = A.Def("rand", PARAMS, None, body)
+        body = ast.Let(name, value, body)
+    d = ast.Def("rand", PARAMS, None, body)
     return d, draw(inputs(min_size, max_size))
 
 
@@ -208,61 +208,63 @@ def inputs(draw: Callable, min_size: int = 0, max_size: int = 3) -> dict[str, An
 RESTRICTED = frozenset({"log", "sqrt", "recip", "tan", "dtan", "pow"})
 
 
-def _top(g: _Gen, scope: list[tuple[str, Affine]], case: str) -> A.Expr:
+def _top(g: _Gen, scope: list[tuple[str, Affine]], case: str) -> ast.Expr:
     """A scalar expression whose outermost construct is the given conversion case."""
     sub = lambda: _scalar(g, scope, 1)  # noqa: E731
     if case == "SSA-read":
         return _read(g, scope)
     if case == "SSA-const":
-        return A.Const(g.draw(st.sampled_from([1.0, -2.5, 0.0, 3.0])))
+        return ast.Const(g.draw(st.sampled_from([1.0, -2.5, 0.0, 3.0])))
     if case == "SSA-iverson":
-        return A.Iverson(_pred(g, scope), _scalar(g, scope, 2))
+        return ast.Iverson(_pred(g, scope), _scalar(g, scope, 2))
     if case == "SSA-add":
-        return A.Add(_scalar(g, scope, 2), _scalar(g, scope, 2))
+        return ast.Add(_scalar(g, scope, 2), _scalar(g, scope, 2))
     if case == "SSA-contract":
-        return A.Mul(_scalar(g, scope, 2), _scalar(g, scope, 2))
+        return ast.Mul(_scalar(g, scope, 2), _scalar(g, scope, 2))
     if case == "SSA-map":
-        fn = g.draw(st.sampled_from(sorted(A.BUILTINS)))
-        nargs, nparams = A.BUILTINS[fn]
+        fn = g.draw(st.sampled_from(sorted(ast.BUILTINS)))
+        nargs, nparams = ast.BUILTINS[fn]
         params = (g.draw(st.sampled_from([2.0, 0.5, -1.0])),) if nparams else ()
         args = []
         for _ in range(nargs):  # restricted domains: positive (or bounded) arguments
             a = sub()
             if fn in RESTRICTED:
-                a = A.Add(A.Call("square", (a,), ()), A.Const(1.0)) if fn not in ("tan", "dtan") \
-                    else A.Call("tanh", (a,), ())
+                if fn in ("tan", "dtan"):
+                    a = ast.Call("tanh", (a,), ())
+                else:
+                    a = ast.Add(ast.Call("square", (a,), ()), ast.Const(1.0))
             args.append(a)
-        return A.Call(fn, tuple(args), params)
+        return ast.Call(fn, tuple(args), params)
     if case in ("SSA-sum-contract", "SSA-reduce"):
         sums = [(g.name("j"), g.draw(st.sampled_from([N, M])))
                 for _ in range(g.draw(st.integers(1, 2)))]
         inner = scope + sums
         if case == "SSA-sum-contract":
-            body: A.Expr = A.Mul(_scalar(g, inner, 1), _scalar(g, inner, 1))
+            body: ast.Expr = ast.Mul(_scalar(g, inner, 1), _scalar(g, inner, 1))
         else:
             body = g.draw(st.sampled_from(["read", "map", "add"]))
             body = {"read": lambda: _read(g, inner),
-                    "map": lambda: A.Call("sin", (_scalar(g, inner, 1),), ()),
-                    "add": lambda: A.Add(_scalar(g, inner, 1), _scalar(g, inner, 1))}[body]()
+                    "map": lambda: ast.Call("sin", (_scalar(g, inner, 1),), ()),
+                    "add": lambda: ast.Add(_scalar(g, inner, 1), _scalar(g, inner, 1))}[body]()
         if g.draw(st.booleans()):
-            body = A.Iverson(_pred(g, inner), body)
+            body = ast.Iverson(_pred(g, inner), body)
         for name, size in reversed(sums):
-            body = A.Sum(name, size, body)
+            body = ast.Sum(name, size, body)
         return body
     raise KeyError(case)
 
 
-def _wrap_gens(scope: list[tuple[str, Affine]], e: A.Expr) -> A.Expr:
+def _wrap_gens(scope: list[tuple[str, Affine]], e: ast.Expr) -> ast.Expr:
     for name, size in reversed(scope):
-        e = A.Gen(name, size, e)
+        e = ast.Gen(name, size, e)
     return e
 
 
-def _eta(name: str, shape: tuple[Affine, ...], g: _Gen) -> A.Expr:
+def _eta(name: str, shape: tuple[Affine, ...], g: _Gen) -> ast.Expr:
     """`gen o. name[o]` (gen push-out's form of returning a variable)."""
     scope = [(g.name("o"), s) for s in shape]
-    read: A.Expr = A.Access(A.Var(name), tuple(Affine.var(n) for n, _ in scope)) if shape \
-        else A.Var(name)
+    read: ast.Expr = ast.Access(ast.Var(name), tuple(Affine.var(n) for n, _ in scope)) if shape \
+        else ast.Var(name)
     return _wrap_gens(scope, read)
 
 
@@ -272,7 +274,7 @@ def case_instances(case: str) -> st.SearchStrategy:
     binding), with inputs."""
 
     @st.composite
-    def strategy(draw: Callable) -> tuple[A.Def, dict[str, Any]]:
+    def strategy(draw: Callable) -> tuple[ast.Def, dict[str, Any]]:
         g = _Gen(draw, itertools.count(), list(READABLE))
         shape = draw(st.sampled_from([(), (N,), (M,), (N, M)]))
         scope = [(g.name("i"), s) for s in shape]
@@ -286,82 +288,83 @@ def case_instances(case: str) -> st.SearchStrategy:
                                _eta_read(src, scope))
             g.reads = list(READABLE) + [("b0", (), shape)]
             scope2 = [(g.name("i"), s) for s in shape]
-            body = A.Let("b0", first, _wrap_gens(scope2, A.Call("sin", (_read(g, scope2),), ())))
+            body = ast.Let("b0", first,
+                           _wrap_gens(scope2, ast.Call("sin", (_read(g, scope2),), ())))
         else:
             top = "SSA-add" if case in ("SSA-cse", "SSA-dce") else case
             e = _wrap_gens(scope, _top(g, scope, top))
             out = _eta("b0", shape, g)
             if case == "SSA-cse":  # the same binding twice, both read
-                out = _wrap_gens(scope, A.Add(
-                    A.Access(A.Var("b0"), tuple(Affine.var(n) for n, _ in scope)) if scope
-                    else A.Var("b0"),
-                    A.Access(A.Var("b1"), tuple(Affine.var(n) for n, _ in scope)) if scope
-                    else A.Var("b1")))
-                body = A.Let("b0", e, A.Let("b1", e, out))
+                out = _wrap_gens(scope, ast.Add(
+                    ast.Access(ast.Var("b0"), tuple(Affine.var(n) for n, _ in scope)) if scope
+                    else ast.Var("b0"),
+                    ast.Access(ast.Var("b1"), tuple(Affine.var(n) for n, _ in scope)) if scope
+                    else ast.Var("b1")))
+                body = ast.Let("b0", e, ast.Let("b1", e, out))
             elif case == "SSA-dce":  # a dead binding
                 dead = _wrap_gens(scope, _scalar(g, scope, 2))
-                body = A.Let("b0", e, A.Let("b1", dead, out))
+                body = ast.Let("b0", e, ast.Let("b1", dead, out))
             else:
-                body = A.Let("b0", e, out)
-        return A.Def("inst", PARAMS, None, body), draw(inputs())
+                body = ast.Let("b0", e, out)
+        return ast.Def("inst", PARAMS, None, body), draw(inputs())
 
     return strategy()
 
 
 def _eta_read(src: tuple[str, tuple[int, ...], tuple[Affine, ...]],
-              scope: list[tuple[str, Affine]]) -> A.Expr:
+              scope: list[tuple[str, Affine]]) -> ast.Expr:
     name, path, shape = src
-    base: A.Expr = A.Var(name)
+    base: ast.Expr = ast.Var(name)
     for k in path:
-        base = A.Proj(base, k)
-    return A.Access(base, tuple(Affine.var(n) for n, _ in scope)) if shape else base
+        base = ast.Proj(base, k)
+    return ast.Access(base, tuple(Affine.var(n) for n, _ in scope)) if shape else base
 
 
 _TOP_TYPES: dict[str, tuple[type, ...]] = {
-    "SSA-read": (A.Access, A.Var, A.Proj), "SSA-const": (A.Const,),
-    "SSA-iverson": (A.Iverson,), "SSA-add": (A.Add,), "SSA-contract": (A.Mul,),
-    "SSA-map": (A.Call,), "SSA-sum-contract": (A.Sum,), "SSA-reduce": (A.Sum,),
+    "SSA-read": (ast.Access, ast.Var, ast.Proj), "SSA-const": (ast.Const,),
+    "SSA-iverson": (ast.Iverson,), "SSA-add": (ast.Add,), "SSA-contract": (ast.Mul,),
+    "SSA-map": (ast.Call,), "SSA-sum-contract": (ast.Sum,), "SSA-reduce": (ast.Sum,),
 }
 
 
-def _first_body(d: A.Def) -> A.Expr:
+def _first_body(d: ast.Def) -> ast.Expr:
     binds, _ = bindings(d)
     if not binds:
         raise ValueError("no binding")
     e = binds[0][1]
-    while isinstance(e, A.Gen):
+    while isinstance(e, ast.Gen):
         e = e.body
     return e
 
 
-def _sum_body(e: A.Expr) -> A.Expr:
-    while isinstance(e, A.Sum):
+def _sum_body(e: ast.Expr) -> ast.Expr:
+    while isinstance(e, ast.Sum):
         e = e.body
-    while isinstance(e, A.Iverson):
+    while isinstance(e, ast.Iverson):
         e = e.e
     return e
 
 
-def make_apply(case: str) -> Callable[[A.Def], A.Def]:
+def make_apply(case: str) -> Callable[[ast.Def], ast.Def]:
     """The conversion of an instance of `case` (checked to be one), as a core Def."""
 
-    def apply(d: A.Def) -> A.Def:
+    def apply(d: ast.Def) -> ast.Def:
         if case in _TOP_TYPES:
             top = _first_body(d)
             if not isinstance(top, _TOP_TYPES[case]):
                 raise ValueError(f"{case} does not apply: the binding is a {type(top).__name__}")
-            if case == "SSA-sum-contract" and not isinstance(_sum_body(top), A.Mul):
+            if case == "SSA-sum-contract" and not isinstance(_sum_body(top), ast.Mul):
                 raise ValueError("SSA-sum-contract needs a sum of a product")
-            if case == "SSA-reduce" and isinstance(_sum_body(top), A.Mul):
+            if case == "SSA-reduce" and isinstance(_sum_body(top), ast.Mul):
                 raise ValueError("SSA-reduce needs a sum of a non-product")
         binds, out = bindings(d)
         if case in ("SSA-gen", "SSA-trivial") and not isinstance(
-                _first_body(d), (A.Access, A.Var, A.Proj)):
+                _first_body(d), (ast.Access, ast.Var, ast.Proj)):
             raise ValueError(f"{case} does not apply: the first binding is not a read")
         if case == "SSA-cse" and len({id(e) for _, e in binds}) == len(binds):
             raise ValueError("SSA-cse does not apply: no two bindings are equal")
         if case == "SSA-dce":
-            read = set().union(A.free_vars(out), *(A.free_vars(e) for _, e in binds))
+            read = set().union(ast.free_vars(out), *(ast.free_vars(e) for _, e in binds))
             if all(name in read for name, _ in binds):
                 raise ValueError("SSA-dce does not apply: every binding is read")
         share = case == "SSA-cse"
@@ -395,13 +398,11 @@ def _register() -> None:
     for case, schema in SCHEMAS.items():
         register(Rule(case, "ssa", schema, (lambda c=case: case_instances(c)),
                       make_apply(case)))
-    from tensorlang.passes.genpush import genpush
-    from tensorlang.passes.letlift import letlift
-    from tensorlang.passes.pairelim import pairelim
+    from tensorlang import pipeline
 
     from .normal_forms_ssa import is_tensor_ssa
-    register_pass(PassEntry("ssa", lambda d: genpush(pairelim(letlift(d))), to_ssa,
-                            is_tensor_ssa, tssa.to_core))
+    register_pass(PassEntry("ssa", lambda d: pipeline.run_to(d, pipeline.previous("ssa")),
+                            to_ssa, is_tensor_ssa, tssa.to_core))
 
 
 _register()

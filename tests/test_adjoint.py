@@ -11,10 +11,9 @@ import tensorlang as tl
 from examples_util import EXAMPLES, WORKLOADS
 from tensorlang.ir import tssa
 from tensorlang.passes.adjoint import vjp_program
-from tensorlang.passes.derived import to_program
 from tensorlang.passes.fwd import jvp_program
-from tensorlang.proofs.costbound import (check_derivatives, dense_points, flat, program_cost,
-                                         run)
+from tensorlang.proofs.theorems import (check_derivatives, dense_points, flat, program_cost, run,
+                                        to_program)
 from tensorlang.testing import differentiable_programs
 from test_fwd import assert_ssa, fd_jvp
 

@@ -11,11 +11,10 @@ import tensorlang as tl
 from examples_util import EXAMPLES, WORKLOADS
 from tensorlang.ir import tssa
 from tensorlang.syntax.errors import TLError
-from tensorlang.passes.derived import to_program
 from tensorlang.passes.fwd import jvp_program
 from tensorlang.proofs.normal_forms_ssa import is_tensor_ssa
-from tensorlang.proofs.costbound import (axpy, check_derivatives, flat, like, program_cost,
-                                         run)
+from tensorlang.proofs.theorems import (axpy, check_derivatives, flat, like, program_cost, run,
+                                        to_program)
 from tensorlang.testing import differentiable_programs
 
 

@@ -38,11 +38,8 @@ RTOL, ATOL = 1e-9, 1e-12
 
 
 def to_program(d: A.Def) -> tssa.Program:
-    from tensorlang.passes.genpush import genpush
-    from tensorlang.passes.letlift import letlift
-    from tensorlang.passes.pairelim import pairelim
-    from tensorlang.passes.ssa import to_ssa
-    return to_ssa(genpush(pairelim(letlift(d))))
+    from tensorlang import pipeline
+    return pipeline.run_to(d, "ssa")
 
 
 def assert_same(got: Any, want: Any, atol: float = ATOL) -> None:
@@ -292,9 +289,9 @@ def test_random_programs_numba_sweep(case):
 
 
 # ---------------------------------------------------------------------------------------------
-# Derived functions (passes/derived.py)
+# Derived functions (passes/derive.py)
 
-derived = pytest.importorskip("tensorlang.passes.derived")
+derive = pytest.importorskip("tensorlang.passes.derive")
 DERIVED_KINDS = ("vjp", "jvp", "hessian")
 
 
@@ -308,7 +305,8 @@ def _derived(name: str, kind: str) -> tuple[Any, tssa.Program] | None:
     real = [q.name for q in d.params if isinstance(A.scalar_of(q.type), A.TReal)]
     if kind == "hessian" and d.ret != A.REAL:
         return None
-    return w, derived.derive(d, kind, tuple(real[:1]) if kind == "hessian" else tuple(real))
+    return w, derive.derive(to_program(d), kind,
+                            tuple(real[:1]) if kind == "hessian" else tuple(real))
 
 
 def _derived_args(w: Any, p: tssa.Program, n: int) -> dict[str, Any]:
@@ -353,7 +351,7 @@ def test_derived_examples_numba_sweep(name, kind):
 @given(differentiable_programs(), st.sampled_from(["jvp", "vjp"]))
 def test_derived_random_programs_python_mode(case, kind):
     d, args, wrt = case
-    p = derived.derive(d, kind, tuple(wrt))
+    p = derive.derive(to_program(d), kind, tuple(wrt))
     core = tssa.to_core(p)
     sizes = {q.name: args[q.name] for q in d.params if isinstance(q.type, A.TSize)}
     a = random_args(core, sizes, np.random.default_rng(0))

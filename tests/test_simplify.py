@@ -21,7 +21,7 @@ from tensorlang.ir.ast import (Access, Add, Affine, Call, Cmp, Const, Def, Gen, 
 from tensorlang.semantics.interp import interpret
 from tensorlang.passes import simplify as S
 from tensorlang.passes import simplify_egglog as G
-from tensorlang.passes.derived import derive
+from tensorlang.passes.derive import derive
 from tensorlang.passes.genpush import genpush
 from tensorlang.passes.letlift import letlift
 from tensorlang.passes.pairelim import pairelim

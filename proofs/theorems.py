@@ -1,6 +1,19 @@
 """The derivative theorems of SPEC 6 / SPEC 10, checked on concrete programs.
 
-Cost bounds (exact SPEC 3 cost of the Tensor-SSA programs via `cost_def(tssa.to_core(p))`):
+Cost bounds (exact SPEC 3 cost of the Tensor-SSA programs via `cost_def(tssa.to_core(p))`),
+at two levels:
+
+* `check_bounds(p, args)`: the derivative rules (passes/fwd.py, passes/adjoint.py) on one
+  Tensor-SSA program `p`: the derivative costs within the bound of the program it was
+  derived from.
+* `check_compiled_bounds(f, args)`: the promise users rely on, end to end: the derivative as
+  compiled (`pipeline.run_to(Derivation(...), FINAL)`, what `.cost()` of a derived function
+  reports) within the bound of the function as compiled (`f.cost()`).  The pipeline's
+  `derive` stage differentiates the simplified program, so this follows from the first check
+  on simplified programs and the simplifier never raising a cost; it is checked directly.
+
+`check_theorems(max_examples, examples)` runs both on random programs and on every example
+(what `tl prove` reports).  The bounds themselves live in `tensorlang.semantics.bounds`:
 
   Theorem 6.1   C(jvp f) - C(f) <= 3 C(f)     the tangent statements cost at most three times
                                               the program (Leibniz: a product's tangent is two
@@ -28,18 +41,21 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from tensorlang.ir import ast as A
+from tensorlang import pipeline
 from tensorlang.ir import tssa
-from tensorlang.ir.ast import Def, TReal, TSize
+from tensorlang.ir.ast import Def, TRel, TSize
+from tensorlang.ir.tssa import Program
+from tensorlang.passes.adjoint import vjp_program
+from tensorlang.passes.fwd import is_real_valued, jvp_program, wrt_params
+from tensorlang.semantics.bounds import (JVP_FACTOR, VJP_FACTOR, jvp_bound, type_size,
+                                         vjp_bound)
 from tensorlang.semantics.cost import cost_def
 from tensorlang.semantics.interp import interpret
-from tensorlang.passes.adjoint import vjp_program
-from tensorlang.passes.derived import to_program
-from tensorlang.passes.fwd import jvp_program, wrt_params
-from tensorlang.ir.tssa import Program
 
-JVP_FACTOR = 3      # tangent part, Theorem 6.1
-VJP_FACTOR = 4      # whole vjp program, Theorem 6.55
+
+def to_program(d: Def | Program) -> Program:
+    """The Tensor-SSA program of `d` (the pipeline's `ssa` stage); SSA programs as they are."""
+    return d if isinstance(d, Program) else pipeline.run_to(d, "ssa")
 
 
 def program_cost(p: Program, args: Mapping[str, Any]) -> int:
@@ -51,24 +67,13 @@ def _cost_args(p: Program, args: Mapping[str, Any]) -> dict[str, Any]:
     """Sizes and relations only (the cost model ignores values)."""
     out = {}
     for q in p.params:
-        if isinstance(q.type, (TSize, A.TRel)) and q.name in args:
+        if isinstance(q.type, (TSize, TRel)) and q.name in args:
             out[q.name] = args[q.name]
     return out
 
 
 def _sizes(p: Program, args: Mapping[str, Any]) -> dict[str, int]:
     return {q.name: int(args[q.name]) for q in p.params if isinstance(q.type, TSize)}
-
-
-def type_size(t: A.Type, sizes: Mapping[str, int]) -> int:
-    """Number of scalar entries of a value of type t."""
-    if isinstance(t, TReal):
-        return 1
-    if isinstance(t, A.TPair):
-        return type_size(t.a, sizes) + type_size(t.b, sizes)
-    if isinstance(t, A.TArr):
-        return max(0, int(t.size.evaluate(sizes))) * type_size(t.elem, sizes)
-    return 0
 
 
 @dataclass(frozen=True)
@@ -109,9 +114,33 @@ def check_bounds(d: Def | Program, args: Mapping[str, Any],
     sizes = _sizes(p, args)
     s_in = sum(type_size(p.param_types[x], sizes) for x in xs)
     s_out = type_size(p.ret, sizes) if p.ret is not None else 0
-    bounds = {"jvp": cf + JVP_FACTOR * cf, "vjp": VJP_FACTOR * cf + s_in + s_out}
+    bounds = {"jvp": jvp_bound(cf), "vjp": vjp_bound(cf, s_in, s_out)}
     ratios = {"jvp": _ratio(cj, cf), "jvp_tangent": _ratio(cj - cf, cf),
               "vjp": _ratio(cv, cf), "vjp_io": _ratio(cv, VJP_FACTOR * cf + s_in + s_out)}
+    ok = cj <= bounds["jvp"] and cv <= bounds["vjp"]
+    return BoundReport(p.name, xs, cf, cj, cv, s_in, s_out, ratios, bounds, ok)
+
+
+def check_compiled_bounds(f: pipeline.Program, args: Mapping[str, Any],
+                          wrt: Sequence[str] | None = None) -> BoundReport:
+    """Theorems 6.1 and 6.55 end to end: the jvp and vjp of `f` (in `wrt`, default every
+    real-valued input) as compiled -- the whole pipeline, `derive` and `simplified`
+    included -- against the bound of `f` as compiled.  These are the costs `.cost(**sizes)`
+    of the function and of its derived functions report."""
+    p = pipeline.run_to(f, "ssa")
+    xs = wrt_params(p, wrt)
+    cost_args = _cost_args(p, args)
+    cf = pipeline.cost(f, pipeline.FINAL, cost_args).total
+    jvp = pipeline.Derivation("jvp", f, tuple(xs), f"{p.name}_jvp")
+    vjp = pipeline.Derivation("vjp", f, tuple(xs), f"{p.name}_vjp")
+    cj = pipeline.cost(jvp, pipeline.FINAL, cost_args).total
+    cv = pipeline.cost(vjp, pipeline.FINAL, cost_args).total
+    sizes = _sizes(p, args)
+    s_in = sum(type_size(p.param_types[x], sizes) for x in xs)
+    s_out = type_size(p.ret, sizes) if p.ret is not None else 0
+    bounds = {"jvp": jvp_bound(cf), "vjp": vjp_bound(cf, s_in, s_out)}
+    ratios = {"jvp": _ratio(cj, cf), "jvp_tangent": _ratio(cj - cf, cf),
+              "vjp": _ratio(cv, cf), "vjp_io": _ratio(cv, bounds["vjp"])}
     ok = cj <= bounds["jvp"] and cv <= bounds["vjp"]
     return BoundReport(p.name, xs, cf, cj, cv, s_in, s_out, ratios, bounds, ok)
 
@@ -228,8 +257,10 @@ def _untuple(v: Any, n: int) -> list[Any]:
     return out
 
 
-__all__ = ["BoundReport", "check_bounds", "DerivReport", "check_derivatives", "program_cost",
-           "type_size", "run", "flat", "like", "axpy", "dense_points", "JVP_FACTOR", "VJP_FACTOR"]
+__all__ = ["BoundReport", "check_bounds", "check_compiled_bounds", "DerivReport",
+           "check_derivatives", "program_cost", "type_size", "run", "flat", "like", "axpy",
+           "dense_points", "to_program", "TheoremReport", "check_theorems", "JVP_FACTOR",
+           "VJP_FACTOR"]
 
 
 def dense_points(p: Program, args: Mapping[str, Any]) -> int:
@@ -245,3 +276,91 @@ def dense_points(p: Program, args: Mapping[str, Any]) -> int:
             n *= max(0, int(a.evaluate(sizes)))
         total += n
     return total
+
+
+# ---------------------------------------------------------------------------------------------
+# The theorem table of `tl prove`
+
+
+@dataclass(frozen=True)
+class TheoremReport:
+    """One theorem checked at one level on one family of programs."""
+
+    theorem: str            # "6.1 jvp" or "6.55 vjp"
+    level: str              # "rules" (derivative of the SSA program) or "compiled" (end to end)
+    programs: str           # "random" or "examples"
+    instances: int          # (program, sizes) pairs checked
+    worst_ratio: float      # max over instances of C(derivative) / bound (<= 1 when ok)
+    violations: tuple[str, ...] = ()   # one line per failing instance (BoundReport text)
+    source: tuple[str, ...] = ()       # the .tl source of the first failing programs
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+def check_theorems(max_examples: int = 25, examples: bool = True,
+                   seed: int = 0) -> list[TheoremReport]:
+    """Theorems 6.1 and 6.55 at both levels (rules, compiled) on `max_examples` random
+    programs of `tensorlang.testing.theorem_programs()` (deterministic for a `seed`) and, with
+    `examples`, on every function of examples/*.tl at two sizes: four reports per family."""
+    from tensorlang.testing import draw_examples, theorem_programs
+
+    families: list[tuple[str, list[tuple[Def, dict[str, Any]]]]] = []
+    cases = draw_examples(theorem_programs(seed=seed), max_examples)
+    families.append(("random", [(d, args) for d, args in cases]))
+    if examples:
+        families.append(("examples", example_cases()))
+    out: list[TheoremReport] = []
+    for family, items in families:
+        rows: dict[tuple[str, str], list[tuple[float, str | None, Def]]] = {}
+        for d, args in items:
+            for level, check in (("rules", check_bounds), ("compiled", check_compiled_bounds)):
+                r = check(d, args)
+                for kind, theorem in (("jvp", "6.1 jvp"), ("vjp", "6.55 vjp")):
+                    cost = r.cost_jvp if kind == "jvp" else r.cost_vjp
+                    bad = None if cost <= r.bounds[kind] else f"{r} at {_show_sizes(args)}"
+                    rows.setdefault((theorem, level), []).append(
+                        (_ratio(cost, r.bounds[kind]), bad, d))
+        for (theorem, level), got in rows.items():
+            bad = [(msg, d) for _, msg, d in got if msg is not None]
+            out.append(TheoremReport(
+                theorem, level, family, len(got), max((x for x, _, _ in got), default=0.0),
+                tuple(msg for msg, _ in bad), tuple(_source(d) for _, d in bad[:3])))
+    return out
+
+
+def example_cases(sizes: Sequence[int] = (2, 5)) -> list[tuple[Def, dict[str, Any]]]:
+    """Every written (not derived) function of examples/*.tl with real-valued inputs, with
+    random inputs at each of `sizes` (every size parameter takes that value)."""
+    import pathlib
+
+    import tensorlang
+    from tensorlang.api import load
+    from tensorlang.testing import random_args
+
+    folder = pathlib.Path(tensorlang.__file__).resolve().parent.parent / "examples"
+    files = sorted(folder.glob("*.tl"))
+    if not files:
+        raise FileNotFoundError(f"no examples/*.tl next to the tensorlang package ({folder})")
+    out = []
+    for path in files:
+        module = load(path)
+        for fn in module.functions:
+            if fn.is_derived or not any(is_real_valued(q.type) for q in fn.params):
+                continue
+            d = fn.core()
+            for n in sizes:
+                values = {q.name: n for q in d.params if isinstance(q.type, TSize)}
+                out.append((d, random_args(d, values, np.random.default_rng(n))))
+    return out
+
+
+def _show_sizes(args: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in args.items() if isinstance(v, int)) or "no sizes"
+
+
+def _source(d: Def) -> str:
+    from tensorlang.syntax.printer import to_tl
+
+    return to_tl(d)
