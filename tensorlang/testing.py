@@ -6,6 +6,11 @@ Every pass, backend and proof of the project is tested on these programs (SPEC 1
   them) and an argument dict in the format of docs/architecture.md.
 * `differentiable_programs()` draws `(Def, args, wrt)` whose programs are smooth in their
   real inputs, with a non-empty list of real-valued parameters to differentiate.
+* `theorem_programs()` draws `(Def, args)` shaped like the programs the cost theorems are
+  stated for: several inputs of different shapes and a scalar (`x: R[N], y: R[M],
+  A: R[N, M], s: R`), tensor statements `T0[k:M] = ...` read at shifted, negated and
+  out-of-range indices, `let`s with dead bindings inside `sum`/`gen`, sums of
+  loop-invariant scalars, nested sums.
 * `scopes()`, `types()`, `expressions()`, `typed_expressions()`, `predicates()`,
   `indices()` build pieces (for rule instances in proofs/), `random_args()` makes inputs
   for any `Def`, `draw_examples()` draws a deterministic list of examples outside a test.
@@ -59,7 +64,7 @@ from tensorlang.ir.ast import (
 from tensorlang.syntax.errors import ShapeError, TLError
 
 __all__ = [
-    "programs", "differentiable_programs", "scopes", "types", "expressions",
+    "programs", "differentiable_programs", "theorem_programs", "scopes", "types", "expressions",
     "typed_expressions", "predicates", "indices", "random_args", "random_value",
     "draw_examples", "Scope", "Typed", "GenOptions", "is_real_tensor", "KINKED",
     "GENERATED_BUILTINS", "SMOOTH_BUILTINS", "SURFACE_BUILTINS",
@@ -108,6 +113,12 @@ class GenOptions:
     max_params: int = 3               # value parameters (besides sizes and relations)
     max_rank: int = 3                 # rank of any generated tensor type
     max_sizes: int = 3                # size parameters
+    # Shapes the simplifier shrinks a lot (what tripped the end-to-end cost bounds): a `let`
+    # whose variable the body never reads, a `sum` whose body does not depend on its index,
+    # and indices mixing sizes (`M - k - 1` with k over N, `k + 2`) that read out of range.
+    dead_lets: bool = True
+    invariant_sums: bool = True
+    mixed_indices: bool = True
 
     def __post_init__(self) -> None:
         unknown = set(self.builtins) - GENERATED_BUILTINS
@@ -307,7 +318,8 @@ class _Gen:
             form = self.pick(["const", "last", "size"])
         else:
             form = self.pick(["var"] * 5 + ["shift", "scaled", "sum2", "reverse", "const",
-                                             "last", "diff"])
+                                             "last", "diff"]
+                             + ["reverse_other", "shift_far"] * self.opts.mixed_indices)
         if form == "const":
             return Affine.lit(self.int(0, 2))
         if form == "last":
@@ -325,6 +337,11 @@ class _Gen:
             return i * 2 + self.pick([0, 1])
         if form == "reverse":
             return n - 1 - i
+        if form == "reverse_other":  # `y[M - k - 1]` with k over another size: may be < 0
+            other = Affine.var(self.pick(list(sc.sizes))) if sc.sizes else n
+            return other - 1 - i
+        if form == "shift_far":      # `T0[k + 2]`: past the end for the last entries
+            return i + self.pick([2, -2, 3])
         others = [v for v in ivs if v != i.as_var()] or ivs
         j = Affine.var(self.pick(others))
         return i + j if form == "sum2" else i - j
@@ -488,6 +505,35 @@ class _Gen:
         kind = self.pick(kinds)
         return getattr(self, "_" + kind)(t, sc, depth, budget)
 
+    def nest(self, sc: Scope, depth: int, budget: float) -> tuple[Expr, float]:
+        """A scalar built as a loop nest: `sum`s (half of them loop-invariant), `let`s (half
+        of them dead) and `+` of nests around ordinary expressions -- the work the
+        simplifier hoists out of loops or deletes, and the Tensor SSA keeps."""
+        reads = ["read"] * bool(self.var_paths(REAL, sc, budget))
+        # Loops first: this is what hypothesis shrinks toward, and what the nest is for.
+        kind = self.pick(["sum"] + reads + ["let", "add", "expr", "sum"] if depth > 0
+                         else reads + ["expr"])
+        if kind == "expr":
+            return self.expr(REAL, sc, depth, budget)
+        if kind == "read":  # an input or statement entry, at any index (`x[0]`, `T0[k - 2]`)
+            return self._var(REAL, sc, depth, budget)
+        if kind == "add":
+            a, ba = self.nest(sc, depth - 1, budget / 2)
+            b, bb = self.nest(sc, depth - 1, budget / 2)
+            return Add(a, b), ba + bb
+        if kind == "sum":
+            n = self.size_expr(sc, cap=budget)
+            v = max(sc.value(n), 1)
+            i = self.names.index()
+            inner = sc if self.coin() else sc.with_index(i, n)
+            body, b = self.nest(inner, depth - 1, budget / v)
+            return Sum(i, n, body), b * v
+        value, bv = self.nest(sc, depth - 1, budget)
+        name = self.names.let()
+        dead = self.coin()
+        body, b = self.nest(sc if dead else sc.with_var(name, REAL, bv), depth - 1, budget)
+        return Let(name, value, body), b
+
     def _const(self, t: Type, sc: Scope, depth: int, budget: float) -> tuple[Expr, float]:
         lim = min(8, int(4 * budget))
         c = self.int(-lim, lim) / 4  # quarters: exact in binary and in printed decimal
@@ -524,7 +570,10 @@ class _Gen:
         n = self.size_expr(sc, cap=budget)
         v = max(sc.value(n), 1)
         i = self.names.index()
-        body, b = self.expr(REAL, sc.with_index(i, n), depth - 1, budget / v)
+        # A loop-invariant body (`sum k:M. s`) is drawn in the scope without the index.
+        invariant = self.opts.invariant_sums and self.coin(1, 3)
+        inner = sc if invariant else sc.with_index(i, n)
+        body, b = self.expr(REAL, inner, depth - 1, budget / v)
         return Sum(i, n, body), b * v
 
     def _gen(self, t: Type, sc: Scope, depth: int, budget: float) -> tuple[Expr, float]:
@@ -550,7 +599,13 @@ class _Gen:
         # Often bind a value the body can read (of type t, or a tensor of t) so lets get used.
         kinds = ["random", "same"] + ["tensor"] * (_rank(t) < self.opts.max_rank and
                                                    (self.opts.pair_tensors or not _has_pair(t)))
+        kinds += ["dead"] * self.opts.dead_lets
         kind = self.pick(kinds)
+        if kind == "dead":  # a binding the body never reads (it is not in the body's scope)
+            u = self.type_(sc, min(2, self.opts.max_rank))
+            value, _ = self.expr(u, sc, depth - 1, budget)
+            body, b = self.expr(t, sc, depth - 1, budget)
+            return Let(self.names.let(), value, body), b
         if kind == "random":
             u = self.type_(sc, min(2, self.opts.max_rank))
         else:
@@ -735,6 +790,61 @@ def differentiable_programs(max_size: int = 4, max_depth: int = 4,
         real = [p.name for p in d.params if is_real_tensor(p.type)]
         chosen = [n for n in real if draw(st.booleans())]
         return d, args, chosen or real[:1]
+
+    return strategy()
+
+
+# The signature of `theorem_programs`: inputs of different shapes and a scalar.
+THEOREM_SIZES = ("N", "M")
+THEOREM_INPUTS = (("x", ("N",)), ("y", ("M",)), ("A", ("N", "M")), ("s", ()))
+
+
+def theorem_programs(max_size: int = 5, max_depth: int = 3, max_statements: int = 2,
+                     **options: Any) -> st.SearchStrategy:
+    """`(Def, args)` for the cost theorems: `f(N, M, x: R[N], y: R[M], A: R[N, M], s: R)`
+    (sizes 2..max_size) made of up to `max_statements` tensor statements
+    `T0[k:N or M] = <scalar>` and a returned `R`, `R[N]` or `R[M]` expression.
+
+    Every construct of `programs()` may appear (no pairs or relations: the signature is
+    fixed), with the shapes that make the simplifier gain most over the Tensor SSA: dead
+    `let`s inside `sum`/`gen`, sums of loop-invariant scalars (`sum k:M. s`), nested sums,
+    and the statements read at shifted, negated and out-of-range indices (`T0[k1 - k2]`,
+    `T0[k + 2]`, `y[M - k - 1]`).  Differentiate in every input: all four are real."""
+    opts = _options(max_size=max_size, max_depth=max_depth, no_pairs=True, no_relations=True,
+                    **options)
+
+    @st.composite
+    def strategy(draw: Callable) -> tuple[Def, dict[str, Any]]:
+        g = _Gen(draw, opts, _Names())
+        sc = Scope()
+        for name in THEOREM_SIZES:
+            sc = sc.with_param(Param(name, TSize()), g.int(2, max(2, opts.max_size)))
+        for name, dims in THEOREM_INPUTS:
+            sc = sc.with_param(Param(name, tensor([Affine.var(n) for n in dims])))
+        g.names.taken |= sc.names()
+        statements: list[tuple[str, Expr]] = []
+        for k in range(g.int(0, max_statements)):
+            name = f"T{k}"
+            g.names.taken.add(name)
+            n = Affine.var(g.pick(THEOREM_SIZES))
+            i = g.names.index()
+            elem, bound = g.nest(sc.with_index(i, n), opts.max_depth, opts.budget)
+            statements.append((name, Gen(i, n, elem)))
+            sc = sc.with_var(name, tensor([n]), bound)
+        dims = g.pick([["N"], [], ["M"]])
+        indices = [g.names.index() for _ in dims]
+        inner = sc
+        for i, n in zip(indices, dims):
+            inner = inner.with_index(i, Affine.var(n))
+        body, _ = g.nest(inner, opts.max_depth + 1, opts.budget)
+        for i, n in reversed(list(zip(indices, dims))):
+            body = Gen(i, Affine.var(n), body)
+        ret = tensor([Affine.var(n) for n in dims])
+        for name, value in reversed(statements):
+            body = Let(name, value, body)
+        d = Def("f", sc.params, ret, body)
+        seed = draw(st.integers(0, 2 ** 32 - 1))
+        return d, random_args(d, sc.sizes, np.random.default_rng(seed))
 
     return strategy()
 

@@ -1,7 +1,12 @@
-"""Derived functions (passes/derived.py): signatures of SPEC 2.5, values against finite
-differences and closed forms, Hessians/Jacobians without a loop over directional
-derivatives, derived programs that print, re-parse, cost and differentiate again, and the
-pathological suite's cost ratios as N grows."""
+"""Derived functions (the pipeline's `derive` stage, passes/derive.py): signatures of SPEC
+2.5, values against finite differences and closed forms, Hessians/Jacobians without a loop
+over directional derivatives, derived programs that print, re-parse, cost and differentiate
+again, the pathological suite's cost ratios as N grows, and derived functions as pipeline
+inputs (`pipeline.Derivation`: stages, calls from defs, a front end that runs no pass).
+
+The rule-level tests here differentiate the `ssa` stage of a program (`derive` below); what
+users run -- the derivative of the program as compiled -- is tested at the end and in
+tests/test_theorems.py."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,8 +19,10 @@ from tensorlang.ir import ast, tssa
 from tensorlang.ir.ast import DerivedDef
 from tensorlang.semantics.cost import cost_def
 from tensorlang.syntax.errors import TLError
-from tensorlang.passes.derived import derive, derive_def, to_program
-from tensorlang.proofs.costbound import flat, program_cost, run
+from tensorlang import pipeline
+from tensorlang.passes import derive as derive_stage
+from tensorlang.proofs.theorems import flat, program_cost, run, to_program
+from tensorlang.semantics.bounds import type_size
 from tensorlang.proofs.normal_forms_ssa import is_tensor_ssa
 from tensorlang.testing import differentiable_programs, random_value
 from tensorlang.check.typecheck import derived_signature
@@ -23,6 +30,16 @@ from test_adjoint import fd_grad
 from test_fwd import fd_jvp
 
 KINDS = ("jvp", "vjp", "grad", "hvp", "hessian", "jacobian")
+
+
+def derive(d: ast.Def | tssa.Program, kind: str, wrt: tuple[str, ...] = (),
+           name: str | None = None) -> tssa.Program:
+    """The derive stage's rules on the Tensor SSA of `d` (the `ssa` stage)."""
+    return derive_stage.derive(to_program(d), kind, wrt, name)
+
+
+def derive_def(d: ast.Def | tssa.Program, kind: str, wrt: tuple[str, ...] = ()) -> ast.Def:
+    return tssa.to_core(derive(d, kind, wrt))
 
 
 def example(name: str):
@@ -68,7 +85,6 @@ def test_derived_signatures_follow_the_type_checker(name):
 
 
 def _entries(t, args) -> int:
-    from tensorlang.proofs.costbound import type_size
     return type_size(t, {k: v for k, v in args.items() if isinstance(v, int)})
 
 
