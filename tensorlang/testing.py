@@ -511,7 +511,7 @@ class _Gen:
         simplifier hoists out of loops or deletes, and the Tensor SSA keeps."""
         reads = ["read"] * bool(self.var_paths(REAL, sc, budget))
         # Loops first: this is what hypothesis shrinks toward, and what the nest is for.
-        kind = self.pick(["sum"] + reads + ["let", "add", "expr", "sum"] if depth > 0
+        kind = self.pick(["sum"] + reads + ["let", "add", "expr", "sum", "sum"] if depth > 0
                          else reads + ["expr"])
         if kind == "expr":
             return self.expr(REAL, sc, depth, budget)
@@ -525,7 +525,7 @@ class _Gen:
             n = self.size_expr(sc, cap=budget)
             v = max(sc.value(n), 1)
             i = self.names.index()
-            inner = sc if self.coin() else sc.with_index(i, n)
+            inner = sc if self.coin(3, 2) else sc.with_index(i, n)
             body, b = self.nest(inner, depth - 1, budget / v)
             return Sum(i, n, body), b * v
         value, bv = self.nest(sc, depth - 1, budget)

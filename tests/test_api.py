@@ -336,7 +336,9 @@ def test_from_def():
         tl.from_def("def f")
 
 
-def test_default_stage_stops_where_a_pass_gives_up(monkeypatch):
+def test_cost_runs_the_whole_pipeline_and_fails_loudly(monkeypatch):
+    """No silent "stop earlier": a stage that cannot handle the program makes cost, show and
+    compile raise instead of reporting an earlier stage's program as the one that runs."""
     import importlib
 
     ssa = importlib.import_module("tensorlang.passes.ssa")
@@ -346,10 +348,14 @@ def test_default_stage_stops_where_a_pass_gives_up(monkeypatch):
     monkeypatch.setattr(ssa, "to_ssa", refuse)
     f = tl.parse("def only_here(N: size, v: R[N]) -> R:\n    return sum i:N. v[i] * 3.0\n")
     f = f.only_here
-    assert f.default_stage() == "genpush"
-    assert f.cost(N=4).muls == 4  # costed at genpush
+    assert f.default_stage() == "simplified"
+    with pytest.raises(tl.NotYetSupported, match="not this one"):
+        f.cost(N=4)
+    assert f.cost(stage="genpush", N=4).muls == 4  # an earlier stage only when asked for
     with pytest.raises(tl.NotYetSupported, match="not this one"):
         f.show("ssa")
+    with pytest.raises(tl.NotYetSupported, match="not this one"):
+        f.compile("numba")
 
 
 def test_dsl_functions():

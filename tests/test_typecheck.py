@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import pathlib
 import re
+from typing import Any
 
 import pytest
 from tensorlang.ir.ast import (
@@ -604,17 +605,23 @@ def test_derived_name_clash_and_order():
 
 
 def test_derived_functions_are_inlined_like_defs():
+    from tensorlang import pipeline
+
     g = DerivedDef("g", "grad", "loss", ("s",))
     bad = Def("u", (P("z", REAL),), None, DefCall("g", (Var("z"),)))
     with pytest.raises(TypeCheckError, match="g takes 6 argument"):
-        check_module([loss_def(), g, bad])
-    m = check_text("""
+        check_module([loss_def(), g, bad], derive=pipeline.derived_core)
+    text = """
 def f(x: R) -> R:
     return x * x * x
 def df = grad(f, x)
 def u(z: R) -> R:
     return df(z) + 1
-""")
+"""
+    # the checker runs no pass: the derived program comes from the pipeline it is given
+    with pytest.raises(TypeCheckError, match="df is a derived function"):
+        check_text(text, derive=None)
+    m = check_text(text)
     from tensorlang.semantics.interp import interpret
 
     assert interpret(m.defs["u"], {"z": 2.0}) == pytest.approx(13.0)
@@ -624,9 +631,15 @@ def u(z: R) -> R:
 # From .tl text (the parser's surface AST)
 
 
-def check_text(text: str, filename: str = "t.tl") -> CheckedModule:
+def check_text(text: str, filename: str = "t.tl", derive: Any = "pipeline") -> CheckedModule:
+    """Check `text` as the API does: calls of derived functions get their programs from the
+    pipeline (`derive=None`: from nothing, as the bare front end)."""
+    from tensorlang import pipeline
+
     parser = pytest.importorskip("tensorlang.syntax.parser")
-    return check_module(parser.parse_module(text, filename), filename)
+    if derive == "pipeline":
+        derive = pipeline.derived_core
+    return check_module(parser.parse_module(text, filename), filename, derive=derive)
 
 
 def error_of(text: str, filename: str = "t.tl") -> TypeCheckError:
