@@ -148,8 +148,6 @@ def _derivative(d: Derivation) -> tssa.Program:
     return derive.derive(run_to(d.base, FINAL), d.kind, d.wrt, d.name)
 
 
-def name_of(program: Program) -> str:
-    return program.name
 
 
 def is_program(x: Any) -> bool:

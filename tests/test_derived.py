@@ -18,6 +18,7 @@ from examples_util import EXAMPLES, WORKLOADS
 from tensorlang.ir import ast, tssa
 from tensorlang.ir.ast import DerivedDef
 from tensorlang.semantics.cost import cost_def
+from tensorlang.semantics.interp import interpret
 from tensorlang.syntax.errors import TLError
 from tensorlang import pipeline
 from tensorlang.passes import derive as derive_stage
@@ -326,3 +327,73 @@ def test_jacobian_hessian_and_hvp_of_random_programs(case):
         fd = fd_jvp(grad, args, [x], {x: e})
         np.testing.assert_allclose(hv, fd, rtol=1e-5,
                                    atol=1e-5 * max(1.0, np.abs(fd).max(initial=0.0)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Derived functions in the pipeline: the `derive` stage differentiates the base as compiled
+
+QFORM = ("def qform(N: size, x: R[N], A: R[N, N]) -> R:\n"
+         "    return sum i:N, j:N. x[i] * A[i, j] * x[j]\n")
+
+
+def test_derive_stage_differentiates_the_base_as_compiled():
+    f = tl.parse(QFORM).qform
+    g = tl.grad(f, "x")
+    d = g.program()
+    assert isinstance(d, pipeline.Derivation) and d.base is f.program()
+    base = pipeline.run_to(f.program(), pipeline.FINAL)
+    assert pipeline.run_to(d, "derive") == derive_stage.derive(base, "grad", ("x",),
+                                                               "qform_grad")
+    assert pipeline.run_to(d, "simplified") is pipeline.run_to(d, "simplified")  # memoised
+    assert g.core() == tssa.to_core(pipeline.run_to(d, "derive"))
+    for stage in pipeline.STAGE_NAMES:   # every stage of a derived function keeps its meaning
+        assert g.show(stage)
+    x, A = np.array([1.0, -2.0, 0.5]), np.arange(9.0).reshape(3, 3)
+    want = (A + A.T) @ x
+    for stage in ("parsed", "ssa", "derive", "simplified"):
+        got = interpret(pipeline.as_core(g.run_to(stage)), {"N": 3, "x": x, "A": A})
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert g.default_stage() == pipeline.FINAL
+    assert g.cost(N=3) == pipeline.cost(d, pipeline.FINAL, {"N": 3})
+
+
+def test_derived_of_derived_runs_through_the_pipeline():
+    f = tl.parse(QFORM).qform
+    jg = tl.jvp(tl.grad(f, "x"), "x")
+    d = jg.program()
+    assert isinstance(d.base, pipeline.Derivation) and d.base.kind == "grad"
+    x, A, v = np.array([1.0, 2.0]), np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([0.5, -1.0])
+    _, hv = jg(x, A, v)
+    np.testing.assert_allclose(hv, (A + A.T) @ v, rtol=1e-12)
+
+
+def test_calls_of_derived_functions_inline_the_derive_stage():
+    m = tl.parse(QFORM + "def g = grad(qform, x)\n"
+                 "def u(N: size, x: R[N], A: R[N, N]) -> R:\n"
+                 "    return sum i:N. g(x, A)[i]\n")
+    x, A = np.array([1.0, 2.0]), np.array([[1.0, 2.0], [3.0, 4.0]])
+    assert m.u(x, A) == pytest.approx(float(np.sum((A + A.T) @ x)), rel=1e-12)
+    assert m.u.cost(N=2).total <= m.u.cost(stage="source", N=2).total
+
+
+def test_the_front_end_runs_no_pass():
+    """Checking a module with derived defs (and a call of one, given the pipeline) imports
+    no pass module: the derivative passes run in the pipeline, not in check/."""
+    import subprocess
+    import sys
+    code = (
+        "import sys\n"
+        "from tensorlang.syntax import parser\n"
+        "from tensorlang.check import typecheck\n"
+        f"src = {QFORM!r} + 'def g = grad(qform, x)\\n'\n"
+        "typecheck.check_module(parser.parse_module(src, 't.tl'), 't.tl')\n"
+        "bad = [m for m in sys.modules if m.startswith('tensorlang.passes')]\n"
+        "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_derivation_needs_a_program():
+    with pytest.raises(TLError, match="differentiates core definitions"):
+        pipeline.Derivation("grad", "qform", ("x",), "g")
+    with pytest.raises(TLError, match="Tensor-SSA programs"):
+        derive_stage.derive(tl.parse(QFORM).qform.core(), "grad", ("x",))

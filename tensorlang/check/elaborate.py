@@ -46,8 +46,8 @@ from tensorlang.ir.ast import (
 )
 from tensorlang.syntax.errors import Loc, TypeCheckError
 from tensorlang.check.typecheck import (
-    DeriveCore, TLWarning, TypeEnv, role_text, access_result, access_warning, builtin_arity, check_affine,
-    check_pred, check_size, format_type, param_env, pick_loc, prove_nonneg, type_of,
+    DeriveCore, TLWarning, TypeEnv, role_text, access_result, access_warning, builtin_arity,
+    check_affine, check_pred, check_size, format_type, param_env, pick_loc, prove_nonneg, type_of,
 )
 
 __all__ = ["elaborate_def", "elaborate_expr", "is_core", "inline_call"]
