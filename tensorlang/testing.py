@@ -116,9 +116,11 @@ class GenOptions:
     # Shapes the simplifier shrinks a lot (what tripped the end-to-end cost bounds): a `let`
     # whose variable the body never reads, a `sum` whose body does not depend on its index,
     # and indices mixing sizes (`M - k - 1` with k over N, `k + 2`) that read out of range.
-    dead_lets: bool = True
-    invariant_sums: bool = True
-    mixed_indices: bool = True
+    # On in `theorem_programs()` and `differentiable_programs()`; off by default elsewhere so
+    # the rule instances of proofs/ keep their distribution.
+    dead_lets: bool = False
+    invariant_sums: bool = False
+    mixed_indices: bool = False
 
     def __post_init__(self) -> None:
         unknown = set(self.builtins) - GENERATED_BUILTINS
@@ -782,6 +784,8 @@ def differentiable_programs(max_size: int = 4, max_depth: int = 4,
     positive lower bound, tan on [-1, 1]).  Iverson brackets depend only on indices, so they
     are no kinks.  Values are bounded by 1e2 by default (finite differences stay accurate)."""
     options.setdefault("budget", 1e2)
+    for shape in ("dead_lets", "invariant_sums", "mixed_indices"):
+        options.setdefault(shape, True)
     opts = _options(max_size=max_size, max_depth=max_depth, smooth=True, **options)
 
     @st.composite
@@ -810,6 +814,8 @@ def theorem_programs(max_size: int = 5, max_depth: int = 3, max_statements: int 
     `let`s inside `sum`/`gen`, sums of loop-invariant scalars (`sum k:M. s`), nested sums,
     and the statements read at shifted, negated and out-of-range indices (`T0[k1 - k2]`,
     `T0[k + 2]`, `y[M - k - 1]`).  Differentiate in every input: all four are real."""
+    for shape in ("dead_lets", "invariant_sums", "mixed_indices"):
+        options.setdefault(shape, True)
     opts = _options(max_size=max_size, max_depth=max_depth, no_pairs=True, no_relations=True,
                     **options)
 

@@ -23,6 +23,7 @@ from tensorlang.proofs.catalogue import compare
 from tensorlang.proofs.normal_forms import is_gen_pushed
 from tensorlang.testing import programs, random_args
 from tensorlang.check.typecheck import check_module
+from tensorlang.pipeline import derived_core
 
 from test_letlift import assert_equivalent, core
 
@@ -145,7 +146,8 @@ def test_examples_through_the_three_passes() -> None:
     assert paths
     for path in paths:
         with open(path) as f:
-            cm = check_module(parse_module(f.read(), str(path)), str(path))
+            cm = check_module(parse_module(f.read(), str(path)), str(path),
+                              derive=derived_core)
         for d in cm.defs.values():
             out = pipeline(d)
             assert is_gen_pushed(out) is None, (path, d.name, is_gen_pushed(out))

@@ -132,8 +132,7 @@ def features(d: ast.Def, args: dict[str, Any]) -> set[str]:
 EXPECTED = (
     {"Var", "Const", "Add", "Mul", "Call", "Pair", "Proj", "Gen", "Sum", "Access", "Iverson",
      "Let", "PTrue", "PFalse", "Cmp<", "Cmp<=", "Cmp==", "RelCall", "And", "Or", "Exists",
-     "sum:nested", "let_in:Gen", "let_in:Sum", "exists:integrality", "let:dead",
-     "sum:invariant", "index:reverse_other", "index:shift_far",
+     "sum:nested", "let_in:Gen", "let_in:Sum", "exists:integrality",
      "iverson:real", "iverson:tensor", "iverson:pair",
      "access:full", "access:partial", "access:nested", "access:of_expr",
      "index:shift", "index:scaled", "index:two_vars", "index:reverse",
@@ -394,3 +393,17 @@ def test_theorem_programs_signature_and_constructs() -> None:
     missing = THEOREM_EXPECTED - set(seen)
     assert not missing, f"never generated in {len(sample)} draws: {sorted(missing)}"
     assert statements >= 10
+
+
+@pytest.mark.parametrize("strategy", ["differentiable_programs", "programs"])
+def test_dead_lets_invariant_sums_and_mixed_indices(strategy: str) -> None:
+    """On by default in differentiable_programs(), on request in programs()."""
+    options = {} if strategy == "differentiable_programs" else {
+        "dead_lets": True, "invariant_sums": True, "mixed_indices": True}
+    seen: Counter[str] = Counter()
+    for case in testing.draw_examples(getattr(testing, strategy)(**options), 150):
+        d, args = case[0], case[1]
+        check_program(d, args, budget=1e3)
+        seen.update(features(d, args))
+    missing = {"let:dead", "sum:invariant", "index:reverse_other", "index:shift_far"} - set(seen)
+    assert not missing, sorted(missing)
