@@ -44,7 +44,7 @@ EXPR                            evaluate an expression with the bound values
 :set x = VALUE                  bind x: a number, rand(N, M), load("x.npy") or an expression
 :type EXPR | :type f            the type of an expression, the signature of a function
 :show f [STAGE] [unicode]       f at a pipeline stage (parsed letlift pairelim genpush ssa
-                                simplified)
+                                derive simplified)
 :cost f N=100 ... [stage=S]     exact operation counts (sizes, relations from bound names)
 :vars                           the bound values and the functions defined
 :help                           this text
