@@ -299,15 +299,14 @@ class TheoremReport:
         return not self.violations
 
 
-def check_theorems(max_examples: int = 25, examples: bool = True,
-                   seed: int = 0) -> list[TheoremReport]:
+def check_theorems(max_examples: int = 25, examples: bool = True) -> list[TheoremReport]:
     """Theorems 6.1 and 6.55 at both levels (rules, compiled) on `max_examples` random
-    programs of `tensorlang.testing.theorem_programs()` (deterministic for a `seed`) and, with
+    programs of `tensorlang.testing.theorem_programs()` (the same on every run) and, with
     `examples`, on every function of examples/*.tl at two sizes: four reports per family."""
     from tensorlang.testing import draw_examples, theorem_programs
 
     families: list[tuple[str, list[tuple[Def, dict[str, Any]]]]] = []
-    cases = draw_examples(theorem_programs(seed=seed), max_examples)
+    cases = draw_examples(theorem_programs(), max_examples)
     families.append(("random", [(d, args) for d, args in cases]))
     if examples:
         families.append(("examples", example_cases()))

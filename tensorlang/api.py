@@ -587,6 +587,9 @@ class DerivedFunction(Function):
         self.module = module
         self._locs = {}  # its parameters are declared by its base function
         self._compiled = {}
+        # Held here: the pipeline memoises per live program, so the derivative and its
+        # simplification are computed once per derived function.
+        self._derivation = pipeline.Derivation(self.kind, base.program(), self.wrt, self.name)
 
     @property
     def name(self) -> str:
@@ -618,7 +621,7 @@ class DerivedFunction(Function):
     def program(self) -> pipeline.Program:
         """The derivation the pipeline compiles (its `derive` stage differentiates the base
         as compiled)."""
-        return pipeline.Derivation(self.kind, self.base.program(), self.wrt, self.name)
+        return self._derivation
 
     def cost_bound(self, **args: Any) -> tuple[int, int | None, str]:
         """(C(f) of the base function, the theorem's bound on this function's cost or None,
