@@ -1,7 +1,7 @@
 """The on-disk kernel cache shared by the compiled backends.
 
 A kernel is identified by `kernel_key(text, backend, variant)`: a SHA-256 of the program's
-Tensor-SSA text (`tssa.to_text`), the backend name and variant (e.g. instrumented), and
+Tensor-SSA text (`ssa_printer.to_text`), the backend name and variant (e.g. instrumented), and
 `BACKEND_VERSION` -- itself a hash of the code generator's own source files and of the
 Numba/Python versions, so that changing the generator invalidates old kernels without
 anyone remembering to bump a number.

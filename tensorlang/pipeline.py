@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from tensorlang.ir import ast, tssa
+from tensorlang.syntax import ssa_printer
 from tensorlang.syntax import printer
 from tensorlang.semantics.cost import cost_def
 from tensorlang.syntax.errors import NotYetSupported, TLError
@@ -117,7 +118,7 @@ def show(d: ast.Def, name: str = "parsed", unicode: bool = False) -> str:
     prog = run_to(d, name)
     if isinstance(prog, ast.Def):
         return printer.to_unicode(prog) if unicode else printer.to_tl(prog)
-    return tssa.to_text(prog, unicode=unicode)
+    return ssa_printer.to_text(prog, unicode=unicode)
 
 
 def cost(d: ast.Def, name: str, args: Mapping[str, Any]) -> Any:

@@ -28,7 +28,7 @@ that index), and Z is a boolean array of batch shape.  The scalar cross-check (S
 transcribed point by point) is in tests/scalar_reference.py.
 
 Index arithmetic, predicates and point counting are `grid`'s.  `prim_cost` is the cost of
-one Tensor-SSA primitive, the only SSA cost (`program_cost` adds it up per statement).
+one Tensor-SSA primitive, the only SSA cost (`cost_program` adds it up per statement).
 """
 from __future__ import annotations
 
@@ -244,7 +244,7 @@ class SSACost:
         return self.adds + self.muls + self.calls
 
 
-def program_cost(p: tssa.Program, args: Mapping[str, Any]) -> SSACost:
+def cost_program(p: tssa.Program, args: Mapping[str, Any]) -> SSACost:
     """The exact SPEC 3 cost of an SSA program (equal to `cost_def(tssa.to_core(p), args)`),
     per statement; value arguments in `args` are ignored."""
     env = bind_args(p, {k: v for k, v in args.items()
