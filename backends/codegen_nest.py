@@ -31,8 +31,8 @@ from tensorlang.ir import tssa
 from tensorlang.ir.canon import disjuncts
 from tensorlang.ir.ast import (Affine, And, Cmp, Or, PFalse, Pred, PTrue, RelCall, free_names,
                             pred_and, pred_or)
-from tensorlang.passes.indexsolve import LoopNest, fourier_motzkin, loop_nest, pred_to_python
-from tensorlang.passes.indexsolve_fm import affine_to_python
+from tensorlang.passes.indexsolve import (LoopNest, affine_to_python, fourier_motzkin,
+                                          loop_nest, pred_to_python)
 
 NameFn = Callable[[str], str]
 RelFn = Callable[[str, list[str]], str]

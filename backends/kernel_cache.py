@@ -32,8 +32,8 @@ from functools import lru_cache
 _HERE = pathlib.Path(__file__).resolve().parent
 _GENERATOR_FILES = ("codegen.py", "codegen_nest.py", "scalar_builtins.py", "numba_rt.py",
                     "numba_cpu.py", "kernel_cache.py")
-_INDEXSOLVE = ("indexsolve.py", "indexsolve_core.py", "indexsolve_fm.py",
-               "indexsolve_loops.py", "indexsolve_linalg.py")
+_INDEXSOLVE = ("indexsolve/__init__.py", "indexsolve/core.py", "indexsolve/fm.py",
+               "indexsolve/loops.py", "indexsolve/snf.py")
 
 
 @lru_cache(maxsize=1)

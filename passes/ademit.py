@@ -44,7 +44,7 @@ from tensorlang.ir.tssa import (AddRhs, ConstRhs, Input, MapRhs, Operand, Reduce
                              Rhs)
 
 from .indexsolve import eliminate_sum
-from .indexsolve_fm import constraint_to_pred, fourier_motzkin
+from .indexsolve import constraint_to_pred, fourier_motzkin
 
 IndexList = Sequence[tuple[str, Affine]]
 _ROUNDS = 8  # forwarding rounds per emitted sum (each round removes a statement level)

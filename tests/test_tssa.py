@@ -1,6 +1,6 @@
 """Tensor SSA (ir/tssa, ir/canon, ir/build, syntax/ssa_printer): primitives, canonical forms,
-to_core, cost, printer,
-helpers.  Every evaluation is compared with the interpreter on `to_core`."""
+to_core, cost, printer, helpers.  Every evaluation is compared with the interpreter on
+`to_core`."""
 from __future__ import annotations
 
 import numpy as np

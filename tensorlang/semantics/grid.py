@@ -119,8 +119,15 @@ def pred(p: ast.Pred, box: Box) -> np.ndarray:
 def holds_at(p: ast.Pred, env: Mapping[str, Any]) -> bool:
     """`p` at one point: `env` maps index and size names to ints, relations to boolean
     masks (a depth-0 box)."""
-    sizes = {k: int(v) for k, v in env.items() if not isinstance(v, np.ndarray)}
-    rels = {k: v for k, v in env.items() if isinstance(v, np.ndarray)}
+    sizes: dict[str, int] = {}
+    rels: dict[str, np.ndarray] = {}
+    for name, v in env.items():
+        if not isinstance(v, np.ndarray):
+            sizes[name] = operator.index(v)
+        elif v.dtype == bool:
+            rels[name] = v
+        else:
+            raise TLError(f"relation {name!r} must be a boolean mask, got {v.dtype} array")
     return bool(pred(p, Box(sizes, rels)))
 
 
