@@ -12,20 +12,12 @@ import numpy as np
 
 from tensorlang.ir import ast as A
 from tensorlang.semantics import builtins as B
+from tensorlang.semantics.cost import sum_nest
 from tensorlang.semantics.interp import bind_args
 
 
 def _ref_map(f: Callable[[Any], Any], v: Any) -> Any:
     return tuple(_ref_map(f, c) for c in v) if isinstance(v, tuple) else f(v)
-
-
-def _sum_nest(e: A.Sum) -> tuple[list[tuple[str, A.Affine]], A.Expr]:
-    binders: list[tuple[str, A.Affine]] = []
-    body: A.Expr = e
-    while isinstance(body, A.Sum):
-        binders.append((body.idx, body.size))
-        body = body.body
-    return binders, body
 
 
 
@@ -178,7 +170,7 @@ def cost_scalar_reference(e: A.Expr, env: Mapping[str, Any]) -> tuple[int, int, 
         return add((0, 0, 0), *(c(e.body, {**env, e.idx: i})
                                 for i in range(max(0, e.size.evaluate(env)))))
     if isinstance(e, A.Sum):
-        binders, body = _sum_nest(e)
+        binders, body = sum_nest(e)
         out, live = (0, 0, 0), 0
         for point in _tuples(binders, env):
             out = add(out, c(body, point))

@@ -99,7 +99,7 @@ def zmask(e: A.Expr, env: Box) -> np.ndarray:
     return np.zeros((1,) * d, dtype=bool)
 
 
-def _sum_nest(e: A.Sum) -> tuple[list[tuple[str, A.Affine]], A.Expr]:
+def sum_nest(e: A.Sum) -> tuple[list[tuple[str, A.Affine]], A.Expr]:
     """The maximal nest `sum i1. sum i2. ... body` starting at `e`."""
     binders: list[tuple[str, A.Affine]] = []
     body: A.Expr = e
@@ -132,7 +132,7 @@ def _cost(e: A.Expr, env: Box) -> np.ndarray:
         inner = env.bind_index(e.idx, grid.extent(e.size, env))
         return grid.reduce_axes(_cost(e.body, inner), inner, d)
     if isinstance(e, A.Sum):
-        binders, body = _sum_nest(e)
+        binders, body = sum_nest(e)
         inner = env
         for idx, size in binders:
             inner = inner.bind_index(idx, grid.extent(size, inner))
