@@ -93,6 +93,7 @@ def test_count_and_sum_additions_agree_with_the_scalar_reference(data: Any) -> N
     holds = {tuple(pt.values()): eval_pred_scalar(p, {"N": n, "E": rel, **pt})
              for pt in _points(names, extents)}
     assert grid.total(grid.count(p, box), box) == sum(holds.values())
+    assert grid.total(grid.count(grid.pred(p, box), box), box) == sum(holds.values())
     live: dict[tuple[int, ...], int] = {}
     for pt in itertools.product(*(range(e) for e in extents[:first])):
         live[pt] = 0

@@ -13,13 +13,11 @@ from hypothesis import given, settings
 from tensorlang.ir import ast as A
 from tensorlang.ir import tssa
 from tensorlang.syntax import ssa_printer
-from tensorlang.semantics.cost import cost_program
-from tensorlang.semantics.interp import evaluate_program
 from tensorlang.ir.ast import (Access, Add, Affine, Call, Cmp, Const, Def, Gen, Iverson, Let, Mul,
                             Param, Sum, Var, tensor)
-from tensorlang.semantics.cost import cost_def
+from tensorlang.semantics.cost import cost_def, cost_program
 from tensorlang.syntax.errors import NotYetSupported
-from tensorlang.semantics.interp import interpret
+from tensorlang.semantics.interp import evaluate_program, interpret
 from tensorlang.passes.ssa import CASES, to_ssa
 from tensorlang.proofs.catalogue import values_close
 from tensorlang.proofs.normal_forms_ssa import is_tensor_ssa
@@ -69,8 +67,9 @@ def check(d: Def, a: dict) -> tssa.Program:
     p = to_ssa(d)
     assert is_tensor_ssa(p) is None, is_tensor_ssa(p)
     for q in (raw, p):
-        assert values_close(interpret(tssa.to_core(q), a), ref)
         assert values_close(evaluate_program(q, a), ref)
+        c, cc = cost_program(q, a), cost_def(tssa.to_core(q), a)   # prim_cost == core cost
+        assert (c.adds, c.muls, c.calls) == (cc.adds, cc.muls, cc.calls), (c, cc)
     c_raw, c_src = cost_def(tssa.to_core(raw), a), cost_def(d, a)
     assert (c_raw.adds, c_raw.muls, c_raw.calls) == (c_src.adds, c_src.muls, c_src.calls)
     assert cost_def(tssa.to_core(p), a).total <= c_raw.total

@@ -1,6 +1,6 @@
 """Tensor SSA (ir/tssa, ir/canon, ir/build, syntax/ssa_printer): primitives, canonical forms,
-to_core, cost, printer, helpers.  Every evaluation is compared with the interpreter on
-`to_core`."""
+to_core, cost, printer, helpers.  Every evaluation is compared with the slow scalar reference
+on `to_core`, every `prim_cost` with the core cost of `to_core`."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,17 +9,15 @@ from hypothesis import given, strategies as st
 
 from tensorlang.ir import ast as A
 from tensorlang.ir import tssa
-from tensorlang.syntax import ssa_printer
-from tensorlang.ir.build import make_add, make_contract, make_reduce
-from tensorlang.semantics.cost import cost_program
-from tensorlang.semantics.interp import evaluate_program
 from tensorlang.ir.ast import Affine, And, Cmp, Exists, Or, Param, PFalse, PTrue, RelCall, tensor
-from tensorlang.semantics import grid
-from tensorlang.semantics.cost import cost_def
-from tensorlang.semantics.interp import interpret
+from tensorlang.ir.build import Builder, make_add, make_contract, make_reduce
 from tensorlang.proofs.catalogue import values_close
 from tensorlang.proofs.normal_forms_ssa import is_tensor_ssa
-from tensorlang.ir.build import Builder
+from tensorlang.semantics import grid
+from tensorlang.semantics.cost import cost_def, cost_program
+from tensorlang.semantics.interp import evaluate_program
+from tensorlang.syntax import ssa_printer
+from scalar_reference import interpret_reference
 
 N, M = Affine.var("N"), Affine.var("M")
 i, j, k = Affine.var("i"), Affine.var("j"), Affine.var("k")
@@ -36,9 +34,10 @@ def args(n: int = 4, m: int = 3, seed: int = 0) -> dict:
 
 
 def check(p: tssa.Program, a: dict) -> tuple:
-    """evaluate == interpret(to_core) and tssa.cost == cost_def(to_core); returns both."""
+    """evaluate_program == the scalar reference on to_core, and cost_program (prim_cost) ==
+    cost_def(to_core); returns both."""
     core = tssa.to_core(p)
-    got, ref = evaluate_program(p, a), interpret(core, a)
+    got, ref = evaluate_program(p, a), interpret_reference(core, a)
     assert values_close(got, ref), (got, ref)
     c, cc = cost_program(p, a), cost_def(core, a)
     assert (c.adds, c.muls, c.calls) == (cc.adds, cc.muls, cc.calls), (c, cc)

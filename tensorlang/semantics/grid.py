@@ -190,7 +190,7 @@ def reduce_axes(a: np.ndarray, box: Box, first: int = 0) -> np.ndarray:
 def count(p: ast.Pred | np.ndarray, box: Box, first: int = 0) -> np.ndarray:
     """The number of points of axes `first..` where `p` (a predicate or a batch-shaped mask)
     holds, per point of the axes before `first` (a 0-d array when `first == 0`)."""
-    mask = p if isinstance(p, np.ndarray) else pred(p, box)
+    mask = pred(p, box) if isinstance(p, ast.Node) else np.asarray(p)
     return reduce_axes(mask, box, first)
 
 
