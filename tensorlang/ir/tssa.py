@@ -27,15 +27,16 @@ statements are the same interned node and CSE is a dictionary lookup):
 An operand `u[A]` reads with zero extension (SPEC 2.2): out of `u`'s range it is 0, which
 is what `sum j:n. [j == a] * u[j]` means.  In an add, `P1`/`P2` are the operands' supports
 (where they are structurally non-zero): the addition is counted only where both hold.
-Modules: `ir.canon` (canonical predicates, the node order), `ir.build` (the `Builder` and
-the `make_*` constructors), `syntax.ssa_printer` (text), `semantics.interp` (evaluation)
-and `semantics.cost` (`prim_cost`).  `to_core` turns a program into the equivalent core `Def` (a `let` per statement) whose
-SPEC 3 cost is exactly the cost of the primitives: `c *` with c == 1 is omitted, a
-contraction costs its multiplications where P holds and `max(0, m - 1)` additions per
-output point (m = number of J points where P holds), an add costs one addition where
-P, P1 and P2 hold, a map one call where P holds.
+`to_core` turns a program into the equivalent core `Def` (a `let` per statement): its
+meaning, and a form whose SPEC 3 cost is exactly the cost of the primitives (`c *` with
+c == 1 is omitted, a contraction costs its multiplications where P holds and
+`max(0, m - 1)` additions per output point, m = number of J points where P holds; an add
+costs one addition where P, P1 and P2 hold, a map one call where P holds).
+
+Elsewhere: `ir.canon` (canonical predicates, the node order), `ir.build` (the `Builder`
+and the `make_*` constructors), `syntax.ssa_printer` (text), `semantics.interp`
+(`evaluate_program`) and `semantics.cost` (`prim_cost`, `cost_program`).
 """
-from __future__ import annotations
 from __future__ import annotations
 
 import itertools
