@@ -34,6 +34,7 @@ import numpy as np
 
 from tensorlang.ir import ast as A
 from tensorlang.ir import tssa
+from tensorlang.ir.tssa import soa_type
 from tensorlang.semantics import builtins as B
 from tensorlang.semantics import grid
 from tensorlang.syntax.errors import ShapeError, TLError
@@ -241,18 +242,6 @@ def _import_value(v: Any) -> Value:
 
 # ---------------------------------------------------------------------------------------------
 # Arguments
-
-
-def soa_type(t: A.Type) -> A.Type:
-    """The run-time type: `[n](t1, t2)` is represented as `([n]t1, [n]t2)`."""
-    if isinstance(t, A.TArr):
-        elem = soa_type(t.elem)
-        if isinstance(elem, A.TPair):
-            return A.TPair(soa_type(A.TArr(t.size, elem.a)), soa_type(A.TArr(t.size, elem.b)))
-        return A.TArr(t.size, elem)
-    if isinstance(t, A.TPair):
-        return A.TPair(soa_type(t.a), soa_type(t.b))
-    return t
 
 
 def _shape(t: A.Type, sizes: Mapping[str, int]) -> tuple[int, ...]:

@@ -10,19 +10,12 @@ from tensorlang.ir.ast import (Affine, And, Cmp, Exists, Or, PFalse, Pred, PTrue
 from tensorlang.ir.canon import conjuncts, disjuncts
 from tensorlang.ir.tssa import (AddRhs, ConstRhs, Input, MapRhs, Operand, Out, Program, Rhs,
                                 Stmt, SumRhs, soa_type)
-
+from tensorlang.syntax.printer import to_tl
 
 
 def fmt_affine(a: Affine) -> str:
-    parts: list[str] = []
-    for name, c in a.terms:
-        mag = abs(c)
-        t = name if mag == 1 else f"{mag}*{name}"
-        parts.append(("- " if c < 0 else "+ ") + t)
-    if a.const or not parts:
-        parts.append(("- " if a.const < 0 else "+ ") + str(abs(a.const)))
-    s = " ".join(parts)
-    return s[2:] if s.startswith("+ ") else "-" + s[2:]
+    """`i0 + 2*j0 - 1`: the core printer's affine text."""
+    return to_tl(a)
 
 
 _ASCII = {"and": " and ", "or": " or ", "<=": "<=", "<": "<", "==": "==", "exists": "exists ",
