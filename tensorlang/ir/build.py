@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 from typing import Iterable, Mapping, Sequence, Union
 
-from tensorlang.ir import ast as A
+from tensorlang.ir import ast
 from tensorlang.ir.ast import Affine, Param, Pred, PTrue, Type
 from tensorlang.ir.tssa import (IX, AddRhs, AffineLike, ConstRhs, ContractRhs, Input, MapRhs,
                                 Operand, Out, Program, ReduceRhs, Rhs, Stmt, aff, choose_ix,
@@ -46,7 +46,7 @@ def _ren_ops(ren: Mapping[str, Affine], ops: Iterable[OperandLike]) -> tuple[Ope
 
 
 def _ren_pred(ren: Mapping[str, Affine], p: Pred) -> Pred:
-    return A.subst(p, ren) if ren else p
+    return ast.subst(p, ren) if ren else p
 
 
 def make_const(gen: IndexList, value: float, pred: Pred = PTrue(), ix: Iterable[str] = IX
@@ -163,7 +163,7 @@ class Builder:
             raise ValueError(f"input {param}{''.join('.' + str(k) for k in path)} is not a "
                              f"real tensor")
         var = input_name(param, rhs.path, (set(self._ptypes) | set(self.defs)) - {param})
-        self._add(var, rhs, A.shape_of(t))
+        self._add(var, rhs, ast.shape_of(t))
         return var
 
     def emit(self, rhs: Rhs) -> str:

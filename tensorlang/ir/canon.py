@@ -12,7 +12,7 @@ import math
 import weakref
 from typing import Any, Iterable, Mapping, Sequence
 
-from tensorlang.ir import ast as A
+from tensorlang.ir import ast
 from tensorlang.ir.ast import Affine, And, Cmp, Exists, Node, Or, PFalse, Pred, PTrue, RelCall
 
 EXISTS_PREFIX = "k"
@@ -171,13 +171,13 @@ def _canon(p: Pred, ranges: dict[str, Affine], ex: str, depth: int) -> Pred:
     if isinstance(p, Exists):
         name = f"{ex}{depth}"
         size = p.size
-        body = p.body if p.idx == name else A.subst(p.body, {p.idx: Affine.var(name)})
+        body = p.body if p.idx == name else ast.subst(p.body, {p.idx: Affine.var(name)})
         inner = dict(ranges)
         inner[name] = size
         body = _canon(body, inner, ex, depth + 1)
         if isinstance(body, PFalse):
             return body
-        if name not in A.free_names(body):  # exists over a range: the range is non-empty
+        if name not in ast.free_names(body):  # exists over a range: the range is non-empty
             return _canon(And(Cmp("<=", Affine.lit(1), size), body), ranges, ex, depth)
         return Exists(name, size, body)
     raise TypeError(f"not a predicate: {p!r}")

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Callable, ClassVar, Iterable, Mapping, Sequence, Union
 
-from tensorlang.ir import ast as A
+from tensorlang.ir import ast
 from tensorlang.ir.ast import (Affine, And, Node, Param, PFalse, Pred, PTrue, TArr, TPair,
                                TReal, TSize, Type)
 from tensorlang.ir.canon import assemble, canon_pred, conjuncts, node_key
@@ -232,7 +232,7 @@ class MapRhs(Rhs):
               params: Iterable[float], operands: Iterable[Operand]) -> tuple:
         ix, dims = index_prefixes(ix), tuple(aff(d) for d in dims)
         params, ops = tuple(float(c) for c in params), tuple(operands)
-        arity = A.BUILTINS.get(fn)
+        arity = ast.BUILTINS.get(fn)
         if arity is None or arity != (len(ops), len(params)):
             raise ValueError(f"bad builtin call {fn}/{len(ops)} with {len(params)} params")
         return (ix, dims, canon_pred(pred, _ranges(ix, dims), ix[2]), fn, params, ops)
@@ -264,7 +264,7 @@ class SumRhs(Rhs):
         for perm in perms:
             ren = {jn[perm[k]]: Affine.var(jn[k]) for k in range(len(sdims)) if perm[k] != k}
             sd = tuple(sdims[perm[k]] for k in range(len(sdims)))
-            pr = canon_pred(A.subst(pred, ren) if ren else pred, _ranges(ix, dims, sd), ix[2])
+            pr = canon_pred(ast.subst(pred, ren) if ren else pred, _ranges(ix, dims, sd), ix[2])
             ren_ops = tuple(o.subst(ren) if ren else o for o in ops)
             for order in set(itertools.permutations(ren_ops)):
                 cand = (order, sd, pr)  # accesses first: J in order of first use
@@ -329,7 +329,7 @@ def _proj1(t: Type, k: int) -> Type:
 
 def leaf_paths(t: Type) -> list[tuple[int, ...]]:
     """Projection paths from a (struct-of-arrays) type to its real-tensor leaves."""
-    s = A.scalar_of(t)
+    s = ast.scalar_of(t)
     if isinstance(s, TPair):
         return [(0,) + p for p in leaf_paths(_proj1(t, 0))] + \
                [(1,) + p for p in leaf_paths(_proj1(t, 1))]
@@ -338,13 +338,13 @@ def leaf_paths(t: Type) -> list[tuple[int, ...]]:
 
 def soa_type(t: Type) -> Type:
     """The struct-of-arrays form of a type: `[n](t1, t2)` becomes `([n]t1, [n]t2)`."""
-    if isinstance(A.scalar_of(t), TPair):
+    if isinstance(ast.scalar_of(t), TPair):
         return TPair(soa_type(_proj1(t, 0)), soa_type(_proj1(t, 1)))
     return t
 
 
 def is_real_tensor(t: Type) -> bool:
-    return isinstance(A.scalar_of(t), TReal)
+    return isinstance(ast.scalar_of(t), TReal)
 
 # ---------------------------------------------------------------------------------------------
 # Programs
@@ -386,8 +386,8 @@ class Program:
         out: dict[str, tuple[Affine, ...]] = {}
         for s in self.stmts:
             if isinstance(s.rhs, Input):
-                out[s.var] = A.shape_of(project_type(self.param_types[s.rhs.param],
-                                                     s.rhs.path))
+                out[s.var] = ast.shape_of(project_type(self.param_types[s.rhs.param],
+                                                       s.rhs.path))
             else:
                 out[s.var] = s.rhs.dims
         return out
@@ -518,60 +518,60 @@ def renumber(p: Program) -> Program:
 # to_core: the equivalent core definition (a let per statement)
 
 
-def _read(o: Operand) -> A.Expr:
-    return A.Access(A.Var(o.var), o.idx) if o.idx else A.Var(o.var)
+def _read(o: Operand) -> ast.Expr:
+    return ast.Access(ast.Var(o.var), o.idx) if o.idx else ast.Var(o.var)
 
 
-def _iv(p: Pred, e: A.Expr) -> A.Expr:
-    return e if isinstance(p, PTrue) else A.Iverson(p, e)
+def _iv(p: Pred, e: ast.Expr) -> ast.Expr:
+    return e if isinstance(p, PTrue) else ast.Iverson(p, e)
 
 
-def _wrap(binder: type, names: Sequence[str], sizes: Sequence[Affine], e: A.Expr) -> A.Expr:
+def _wrap(binder: type, names: Sequence[str], sizes: Sequence[Affine], e: ast.Expr) -> ast.Expr:
     for name, size in reversed(list(zip(names, sizes))):
         e = binder(name, size, e)
     return e
 
 
-def _product(coeff: float, ops: Sequence[Operand]) -> A.Expr:
+def _product(coeff: float, ops: Sequence[Operand]) -> ast.Expr:
     """`c * u1 * u2` left-associated; `c` omitted when it is 1 (it costs nothing)."""
-    factors: list[A.Expr] = ([] if coeff == 1.0 else [A.Const(coeff)]) + [_read(o) for o in ops]
+    factors: list[ast.Expr] = ([] if coeff == 1.0 else [ast.Const(coeff)]) + [_read(o) for o in ops]
     out = factors[0]
     for f in factors[1:]:
-        out = A.Mul(out, f)
+        out = ast.Mul(out, f)
     return out
 
 
-def rhs_to_expr(rhs: Rhs) -> A.Expr:
+def rhs_to_expr(rhs: Rhs) -> ast.Expr:
     """The core expression of one right-hand side (its free variables: operands, sizes,
     relations, and for inputs the parameter)."""
     if isinstance(rhs, Input):
-        e: A.Expr = A.Var(rhs.param)
+        e: ast.Expr = ast.Var(rhs.param)
         for k in rhs.path:
-            e = A.Proj(e, k)
+            e = ast.Proj(e, k)
         return e
     if isinstance(rhs, ConstRhs):
-        body: A.Expr = _iv(rhs.pred, A.Const(rhs.value))
+        body: ast.Expr = _iv(rhs.pred, ast.Const(rhs.value))
     elif isinstance(rhs, AddRhs):
         (s1, s2), (o1, o2) = rhs.supports, rhs.operands
-        body = _iv(rhs.pred, A.Add(_iv(s1, _read(o1)), _iv(s2, _read(o2))))
+        body = _iv(rhs.pred, ast.Add(_iv(s1, _read(o1)), _iv(s2, _read(o2))))
     elif isinstance(rhs, MapRhs):
-        body = _iv(rhs.pred, A.Call(rhs.fn, tuple(_read(o) for o in rhs.operands), rhs.params))
+        body = _iv(rhs.pred, ast.Call(rhs.fn, tuple(_read(o) for o in rhs.operands), rhs.params))
     elif isinstance(rhs, SumRhs):
-        body = _wrap(A.Sum, rhs.sum_names(), rhs.sdims,
+        body = _wrap(ast.Sum, rhs.sum_names(), rhs.sdims,
                      _iv(rhs.pred, _product(rhs.coeff, rhs.operands)))
     else:
         raise TypeError(f"not a right-hand side: {rhs!r}")
-    return _wrap(A.Gen, rhs.gen_names(), rhs.dims, body)
+    return _wrap(ast.Gen, rhs.gen_names(), rhs.dims, body)
 
 
-def _out_expr(out: Out) -> A.Expr:
+def _out_expr(out: Out) -> ast.Expr:
     if isinstance(out, str):
-        return A.Var(out)
+        return ast.Var(out)
     a, b = out
-    return A.Pair(_out_expr(a), _out_expr(b))
+    return ast.Pair(_out_expr(a), _out_expr(b))
 
 
-def to_core(p: Program) -> A.Def:
+def to_core(p: Program) -> ast.Def:
     """The equivalent core `Def`: `let v = <rhs> in ...` per statement (plain inputs are the
     parameters themselves and get no `let`).  Interpreter and cost model evaluate SSA
     programs through this."""
@@ -579,8 +579,8 @@ def to_core(p: Program) -> A.Def:
     for s in reversed(p.stmts):
         if isinstance(s.rhs, Input) and not s.rhs.path and s.var == s.rhs.param:
             continue
-        body = A.Let(s.var, rhs_to_expr(s.rhs), body)
-    return A.Def(p.name, p.params, p.ret, body)
+        body = ast.Let(s.var, rhs_to_expr(s.rhs), body)
+    return ast.Def(p.name, p.params, p.ret, body)
 
 
 # Names that moved out of this module, still reachable as `tssa.<name>` for the simplifier

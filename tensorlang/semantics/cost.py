@@ -37,7 +37,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from tensorlang.ir import ast as A
+from tensorlang.ir import ast
 from tensorlang.ir import tssa
 from tensorlang.semantics import grid
 from tensorlang.semantics.grid import Box
@@ -81,75 +81,75 @@ def _zeros(d: int) -> np.ndarray:
     return np.zeros((1,) * d + (3,), dtype=np.int64)
 
 
-def zmask(e: A.Expr, env: Box) -> np.ndarray:
+def zmask(e: ast.Expr, env: Box) -> np.ndarray:
     """SPEC 3's Z(e) at every batch point (boolean array of batch shape)."""
     d = env.depth
-    if isinstance(e, A.Const):
+    if isinstance(e, ast.Const):
         return np.full((1,) * d, e.value == 0.0)
-    if isinstance(e, A.Iverson):
+    if isinstance(e, ast.Iverson):
         return ~grid.pred(e.pred, env) | zmask(e.e, env)
-    if isinstance(e, A.Let):
-        while isinstance(e, A.Let):    # predicates only read indices, sizes and relations
+    if isinstance(e, ast.Let):
+        while isinstance(e, ast.Let):    # predicates only read indices, sizes and relations
             e = e.body
         return zmask(e, env)
-    if isinstance(e, A.Add):
+    if isinstance(e, ast.Add):
         return zmask(e.a, env) & zmask(e.b, env)
-    if isinstance(e, A.Mul):
+    if isinstance(e, ast.Mul):
         return zmask(e.a, env) | zmask(e.b, env)
     return np.zeros((1,) * d, dtype=bool)
 
 
-def sum_nest(e: A.Sum) -> tuple[list[tuple[str, A.Affine]], A.Expr]:
+def sum_nest(e: ast.Sum) -> tuple[list[tuple[str, ast.Affine]], ast.Expr]:
     """The maximal nest `sum i1. sum i2. ... body` starting at `e`."""
-    binders: list[tuple[str, A.Affine]] = []
-    body: A.Expr = e
-    while isinstance(body, A.Sum):
+    binders: list[tuple[str, ast.Affine]] = []
+    body: ast.Expr = e
+    while isinstance(body, ast.Sum):
         binders.append((body.idx, body.size))
         body = body.body
     return binders, body
 
 
-def _cost(e: A.Expr, env: Box) -> np.ndarray:
+def _cost(e: ast.Expr, env: Box) -> np.ndarray:
     d = env.depth
-    if isinstance(e, (A.Var, A.Const)):
+    if isinstance(e, (ast.Var, ast.Const)):
         return _zeros(d)
-    if isinstance(e, A.Add):
+    if isinstance(e, ast.Add):
         live = ~(zmask(e.a, env) | zmask(e.b, env))
         return _cost(e.a, env) + _cost(e.b, env) + live[..., None] * _unit(_ADD, d)
-    if isinstance(e, A.Mul):
+    if isinstance(e, ast.Mul):
         live = ~(zmask(e.a, env) | zmask(e.b, env))
         return _cost(e.a, env) + _cost(e.b, env) + live[..., None] * _unit(_MUL, d)
-    if isinstance(e, A.Call):
+    if isinstance(e, ast.Call):
         out = _unit(_CALL, d)
         for a in e.args:
             out = out + _cost(a, env)
         return out
-    if isinstance(e, A.Pair):
+    if isinstance(e, ast.Pair):
         return _cost(e.a, env) + _cost(e.b, env)
-    if isinstance(e, (A.Proj, A.Access)):
+    if isinstance(e, (ast.Proj, ast.Access)):
         return _cost(e.e, env)
-    if isinstance(e, A.Gen):
+    if isinstance(e, ast.Gen):
         inner = env.bind_index(e.idx, grid.extent(e.size, env))
         return grid.reduce_axes(_cost(e.body, inner), inner, d)
-    if isinstance(e, A.Sum):
+    if isinstance(e, ast.Sum):
         binders, body = sum_nest(e)
         inner = env
         for idx, size in binders:
             inner = inner.bind_index(idx, grid.extent(size, inner))
         adds = grid.sum_additions(~zmask(body, inner), inner, d)
         return grid.reduce_axes(_cost(body, inner), inner, d) + adds[..., None] * _unit(_ADD, d)
-    if isinstance(e, A.Iverson):
+    if isinstance(e, ast.Iverson):
         mask = grid.pred(e.pred, env)
         if not mask.any():
             return _zeros(d)             # short-circuit: e is never evaluated
         return np.where(mask[..., None], _cost(e.e, env), 0)
-    if isinstance(e, A.Let):
+    if isinstance(e, ast.Let):
         out = _zeros(d)
-        while isinstance(e, A.Let):    # statement chains iteratively: no deep recursion
+        while isinstance(e, ast.Let):    # statement chains iteratively: no deep recursion
             out = out + _cost(e.value, env)
             e = e.body
         return out + _cost(e, env)
-    if isinstance(e, A.DefCall):
+    if isinstance(e, ast.DefCall):
         raise TLError(f"call of {e.name!r} must be inlined (elaborate) before costing", e.loc)
     raise TLError(f"cannot cost {type(e).__name__}")
 
@@ -159,7 +159,7 @@ def _as_cost(v: np.ndarray, per_binding: dict[str, Cost] | None = None) -> Cost:
     return Cost.of(adds, muls, calls, per_binding)
 
 
-def cost_expr(e: A.Expr, env: Box | Mapping[str, Any]) -> Cost:
+def cost_expr(e: ast.Expr, env: Box | Mapping[str, Any]) -> Cost:
     """Cost of `e` in a depth-0 environment (a `grid.Box`, or a mapping of size names to ints
     and relation names to boolean masks)."""
     if not isinstance(env, Box):
@@ -170,16 +170,16 @@ def cost_expr(e: A.Expr, env: Box | Mapping[str, Any]) -> Cost:
     return _as_cost(_cost(e, env))
 
 
-def _statements(d: A.Def) -> tuple[list[tuple[str, A.Expr]], A.Expr]:
-    stmts: list[tuple[str, A.Expr]] = []
+def _statements(d: ast.Def) -> tuple[list[tuple[str, ast.Expr]], ast.Expr]:
+    stmts: list[tuple[str, ast.Expr]] = []
     body = d.body
-    while isinstance(body, A.Let):
+    while isinstance(body, ast.Let):
         stmts.append((body.name, body.value))
         body = body.body
     return stmts, body
 
 
-def cost_def(d: A.Def, args: Mapping[str, Any]) -> Cost:
+def cost_def(d: ast.Def, args: Mapping[str, Any]) -> Cost:
     """Exact cost of `d` for the given sizes and relations (value arguments are ignored).
 
     `per_binding` has one entry per top-level statement (a name bound twice gets `name#2`,

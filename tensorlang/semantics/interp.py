@@ -32,10 +32,10 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from tensorlang.ir import ast as A
+from tensorlang.ir import ast
 from tensorlang.ir import tssa
 from tensorlang.ir.tssa import soa_type
-from tensorlang.semantics import builtins as B
+from tensorlang.semantics import builtins
 from tensorlang.semantics import grid
 from tensorlang.syntax.errors import ShapeError, TLError
 
@@ -103,41 +103,41 @@ def _reduce_sum(v: np.ndarray, n: int, axis: int) -> np.ndarray:
     return np.take(np.cumsum(full, axis=axis), n - 1, axis=axis) + 0.0
 
 
-def _ev(e: A.Expr, env: Env) -> Value:
+def _ev(e: ast.Expr, env: Env) -> Value:
     d = env.depth
-    if isinstance(e, A.Var):
+    if isinstance(e, ast.Var):
         return _var(e.name, env)
-    if isinstance(e, A.Const):
+    if isinstance(e, ast.Const):
         return np.full((1,) * d, e.value)
-    if isinstance(e, A.Add):
+    if isinstance(e, ast.Add):
         return np.asarray(_scalar_operand(_ev(e.a, env), env, "+")
                           + _scalar_operand(_ev(e.b, env), env, "+"))
-    if isinstance(e, A.Mul):
+    if isinstance(e, ast.Mul):
         return np.asarray(_scalar_operand(_ev(e.a, env), env, "*")
                           * _scalar_operand(_ev(e.b, env), env, "*"))
-    if isinstance(e, A.Call):
-        f = B.lookup(e.fn, len(e.args), len(e.params))
+    if isinstance(e, ast.Call):
+        f = builtins.lookup(e.fn, len(e.args), len(e.params))
         args = [_scalar_operand(_ev(a, env), env, e.fn) for a in e.args]
         return grid.batch(f.fn(*args, *e.params), d)
-    if isinstance(e, A.Pair):
+    if isinstance(e, ast.Pair):
         return (_ev(e.a, env), _ev(e.b, env))
-    if isinstance(e, A.Proj):
+    if isinstance(e, ast.Proj):
         v = _ev(e.e, env)
         if not isinstance(v, tuple):
             raise TLError("projection of a non-pair value", e.loc)
         return v[e.k]
-    if isinstance(e, A.Gen):
+    if isinstance(e, ast.Gen):
         n = extent(e.size, env)
         body = _ev(e.body, env.bind_index(e.idx, n))
         # The binder's batch axis d becomes the tensor's first axis, at full length.
         return _map(lambda x: np.broadcast_to(x, x.shape[:d] + (n,) + x.shape[d + 1:]), body)
-    if isinstance(e, A.Sum):
+    if isinstance(e, ast.Sum):
         n = extent(e.size, env)
         body = _ev(e.body, env.bind_index(e.idx, n))
         if isinstance(body, tuple) or body.ndim != d + 1:
             raise TLError("sum needs scalar operands (tensor arithmetic must be elaborated)")
         return _reduce_sum(body, n, d)
-    if isinstance(e, A.Access):
+    if isinstance(e, ast.Access):
         idx = [eval_affine(a, env) for a in e.idx]
         v = _ev(e.e, env)
         for leaf in _leaves(v):
@@ -145,7 +145,7 @@ def _ev(e: A.Expr, env: Env) -> Value:
                 raise TLError(f"access with {len(idx)} indices of a tensor of rank "
                               f"{leaf.ndim - d}", e.loc)
         return _map(lambda x: grid.gather(x, idx, d, d), v)
-    if isinstance(e, A.Iverson):
+    if isinstance(e, ast.Iverson):
         mask = eval_pred(e.pred, env)
         if not mask.any():
             return _zero(e.e, env)          # e is not evaluated at all
@@ -154,42 +154,42 @@ def _ev(e: A.Expr, env: Env) -> Value:
             return v
         return _map(lambda x: np.where(mask.reshape(mask.shape + (1,) * (x.ndim - d)), x, 0.0),
                     v)
-    if isinstance(e, A.Let):
-        while isinstance(e, A.Let):   # statement chains iteratively: no deep recursion
+    if isinstance(e, ast.Let):
+        while isinstance(e, ast.Let):   # statement chains iteratively: no deep recursion
             env = env.bind_value(e.name, _ev(e.value, env))
             e = e.body
         return _ev(e, env)
-    if isinstance(e, A.DefCall):
+    if isinstance(e, ast.DefCall):
         raise TLError(f"call of {e.name!r} must be inlined (elaborate) before evaluation",
                       e.loc)
     raise TLError(f"cannot evaluate {type(e).__name__}")
 
 
-def _zero(e: A.Expr, env: Env) -> Value:
+def _zero(e: ast.Expr, env: Env) -> Value:
     """The zero of `e`'s type (size-1 batch axes), computed from shapes only."""
     d = env.depth
-    if isinstance(e, A.Var):
+    if isinstance(e, ast.Var):
         v, d0 = env.vals[e.name] if e.name in env.vals else (None, 0)
         if v is None:
             raise TLError(f"unbound variable {e.name!r}")
         return _map(lambda x: np.zeros((1,) * d + x.shape[d0:]), v)
-    if isinstance(e, (A.Const, A.Add, A.Mul, A.Call, A.Sum)):
+    if isinstance(e, (ast.Const, ast.Add, ast.Mul, ast.Call, ast.Sum)):
         return np.zeros((1,) * d)
-    if isinstance(e, A.Pair):
+    if isinstance(e, ast.Pair):
         return (_zero(e.a, env), _zero(e.b, env))
-    if isinstance(e, A.Proj):
+    if isinstance(e, ast.Proj):
         return _zero(e.e, env)[e.k]
-    if isinstance(e, A.Gen):
+    if isinstance(e, ast.Gen):
         n = extent(e.size, env)
         body = _zero(e.body, env.bind_index(e.idx, n))
         return _map(lambda x: np.zeros(x.shape[:d] + (n,) + x.shape[d + 1:]), body)
-    if isinstance(e, A.Access):
+    if isinstance(e, ast.Access):
         k = len(e.idx)
         return _map(lambda x: np.zeros(x.shape[:d] + x.shape[d + k:]), _zero(e.e, env))
-    if isinstance(e, A.Iverson):
+    if isinstance(e, ast.Iverson):
         return _zero(e.e, env)
-    if isinstance(e, A.Let):
-        while isinstance(e, A.Let):
+    if isinstance(e, ast.Let):
+        while isinstance(e, ast.Let):
             env = env.bind_value(e.name, _zero(e.value, env))
             e = e.body
         return _zero(e, env)
@@ -205,7 +205,7 @@ def _export(v: Value) -> Any:
     return np.array(v, dtype=np.float64, order="C", copy=True)
 
 
-def eval_expr(e: A.Expr, env: Env | Mapping[str, Any]) -> Any:
+def eval_expr(e: ast.Expr, env: Env | Mapping[str, Any]) -> Any:
     """Evaluate `e`.  `env` is an `Env`, or a plain mapping: ints are sizes, boolean arrays
     are relation masks, everything else (floats, arrays, tuples) are values.
 
@@ -244,13 +244,13 @@ def _import_value(v: Any) -> Value:
 # Arguments
 
 
-def _shape(t: A.Type, sizes: Mapping[str, int]) -> tuple[int, ...]:
+def _shape(t: ast.Type, sizes: Mapping[str, int]) -> tuple[int, ...]:
     env = Env(sizes=sizes)
-    return tuple(extent(n, env) for n in A.shape_of(t))
+    return tuple(extent(n, env) for n in ast.shape_of(t))
 
 
-def _check_value(name: str, t: A.Type, v: Any, sizes: Mapping[str, int]) -> Value:
-    if isinstance(t, A.TPair):
+def _check_value(name: str, t: ast.Type, v: Any, sizes: Mapping[str, int]) -> Value:
+    if isinstance(t, ast.TPair):
         if not isinstance(v, (tuple, list)) or len(v) != 2:
             raise ShapeError(f"argument {name!r}: expected a pair, got {type(v).__name__}")
         return (_check_value(f"{name}.0", t.a, v[0], sizes),
@@ -304,7 +304,7 @@ def _size_arg(name: str, v: Any) -> int:
     return n
 
 
-def bind_args(d: A.Def | tssa.Program, args: Mapping[str, Any], values: bool = True) -> Env:
+def bind_args(d: ast.Def | tssa.Program, args: Mapping[str, Any], values: bool = True) -> Env:
     """Check and normalise the arguments of `d` (a core `Def` or an SSA `Program`: its name
     and parameters) into a depth-0 `Env`.
 
@@ -318,19 +318,19 @@ def bind_args(d: A.Def | tssa.Program, args: Mapping[str, Any], values: bool = T
                       f"parameters are {', '.join(params)}")
     sizes: dict[str, int] = {}
     for p in d.params:
-        if isinstance(p.type, A.TSize):
+        if isinstance(p.type, ast.TSize):
             if p.name not in args:
                 raise TLError(f"{d.name}: missing size argument {p.name!r}")
             sizes[p.name] = _size_arg(p.name, args[p.name])
     rels: dict[str, np.ndarray] = {}
     vals: dict[str, tuple[Value, int]] = {}
     for p in d.params:
-        if isinstance(p.type, A.TSize) or (not values and not isinstance(p.type, A.TRel)):
+        if isinstance(p.type, ast.TSize) or (not values and not isinstance(p.type, ast.TRel)):
             continue
         if p.name not in args:
             raise TLError(f"{d.name}: missing argument {p.name!r}")
         try:
-            if isinstance(p.type, A.TRel):
+            if isinstance(p.type, ast.TRel):
                 env = Env(sizes=sizes)
                 shape = tuple(extent(n, env) for n in p.type.sizes)
                 rels[p.name] = relation_mask(p.name, args[p.name], shape)
@@ -341,7 +341,7 @@ def bind_args(d: A.Def | tssa.Program, args: Mapping[str, Any], values: bool = T
     return Env(sizes=sizes, rels=rels, vals=vals)
 
 
-def interpret(d: A.Def, args: Mapping[str, Any]) -> Any:
+def interpret(d: ast.Def, args: Mapping[str, Any]) -> Any:
     """Run `d` on `args` (name -> int size, float, array, tuple, relation)."""
     env = bind_args(d, args)
     with np.errstate(all="ignore"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from tensorlang.ir import ast as A
+from tensorlang.ir import ast
 from tensorlang.ir.ast import (Affine, And, Cmp, Exists, Or, PFalse, Pred, PTrue, RelCall, TArr,
                                TPair, TReal, TRel, TSize, Type)
 from tensorlang.ir.canon import conjuncts, disjuncts
@@ -58,8 +58,8 @@ def fmt_type(t: Type) -> str:
     if isinstance(t, TPair):
         return f"({fmt_type(t.a)}, {fmt_type(t.b)})"
     if isinstance(t, TArr):
-        dims = A.shape_of(t)
-        elem = A.scalar_of(t)
+        dims = ast.shape_of(t)
+        elem = ast.scalar_of(t)
         if isinstance(elem, TReal):
             return f"R[{', '.join(fmt_affine(d) for d in dims)}]"
         return "".join(f"[{fmt_affine(d)}]" for d in dims) + fmt_type(elem)
