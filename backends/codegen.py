@@ -346,7 +346,7 @@ class ExprPrinter:
         return self.nm.get(VALUE, v)
 
     def idx(self, a: Affine) -> str:
-        from tensorlang.passes.indexsolve_fm import affine_to_python
+        from tensorlang.passes.indexsolve import affine_to_python
         return affine_to_python(a, self._index_name)
 
     def _index_name(self, n: str) -> str:

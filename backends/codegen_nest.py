@@ -28,10 +28,11 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
 from tensorlang.ir import tssa
+from tensorlang.ir.canon import disjuncts
 from tensorlang.ir.ast import (Affine, And, Cmp, Or, PFalse, Pred, PTrue, RelCall, free_names,
                             pred_and, pred_or)
-from tensorlang.passes.indexsolve import LoopNest, fourier_motzkin, loop_nest, pred_to_python
-from tensorlang.passes.indexsolve_fm import affine_to_python
+from tensorlang.passes.indexsolve import (LoopNest, affine_to_python, fourier_motzkin,
+                                          loop_nest, pred_to_python)
 
 NameFn = Callable[[str], str]
 RelFn = Callable[[str, list[str]], str]
@@ -152,7 +153,7 @@ class Facts:
                 return PFalse()
             return pred_and(*parts)
         if isinstance(p, Or):
-            parts = [self._simplify(q) for q in tssa.disjuncts(p)]
+            parts = [self._simplify(q) for q in disjuncts(p)]
             if any(isinstance(q, PTrue) for q in parts):
                 return PTrue()
             return pred_or(*parts)
@@ -261,7 +262,7 @@ def plan_alternatives(vars_sizes: Sequence[tuple[str, Affine]], conj: Sequence[P
     for k, c in enumerate(simple):
         if not isinstance(c, Or):
             continue
-        ds = tssa.disjuncts(c)
+        ds = disjuncts(c)
         if len(ds) > budget or not all(_pins(d, names) for d in ds):
             continue
         rest = simple[:k] + simple[k + 1:]
@@ -298,7 +299,7 @@ def _pins(d: Pred, names: set[str]) -> bool:
             continue
         if isinstance(q, Cmp) and q.op == "==" or isinstance(q, RelCall):
             return True
-        if isinstance(q, Or) and all(_pins(x, names) for x in tssa.disjuncts(q)):
+        if isinstance(q, Or) and all(_pins(x, names) for x in disjuncts(q)):
             return True
     return False
 

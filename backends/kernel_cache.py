@@ -1,7 +1,7 @@
 """The on-disk kernel cache shared by the compiled backends.
 
 A kernel is identified by `kernel_key(text, backend, variant)`: a SHA-256 of the program's
-Tensor-SSA text (`tssa.to_text`), the backend name and variant (e.g. instrumented), and
+Tensor-SSA text (`ssa_printer.to_text`), the backend name and variant (e.g. instrumented), and
 `BACKEND_VERSION` -- itself a hash of the code generator's own source files and of the
 Numba/Python versions, so that changing the generator invalidates old kernels without
 anyone remembering to bump a number.
@@ -32,8 +32,8 @@ from functools import lru_cache
 _HERE = pathlib.Path(__file__).resolve().parent
 _GENERATOR_FILES = ("codegen.py", "codegen_nest.py", "scalar_builtins.py", "numba_rt.py",
                     "numba_cpu.py", "kernel_cache.py")
-_INDEXSOLVE = ("indexsolve.py", "indexsolve_core.py", "indexsolve_fm.py",
-               "indexsolve_loops.py", "indexsolve_linalg.py")
+_INDEXSOLVE = ("indexsolve/__init__.py", "indexsolve/core.py", "indexsolve/fm.py",
+               "indexsolve/loops.py", "indexsolve/snf.py")
 
 
 @lru_cache(maxsize=1)

@@ -67,6 +67,7 @@ import numpy as np
 from tensorlang.ir import ast as A
 from tensorlang.semantics import interp
 from tensorlang.ir import tssa
+from tensorlang.syntax import ssa_printer
 from tensorlang.ir.ast import TRel
 from tensorlang.ir.tssa import Program
 
@@ -126,7 +127,7 @@ class CudaEmitter(NumbaEmitter):
             f"(version {backend_version()}). Do not edit.",
             "# One kernel per statement, one thread per output element (1-D grid).",
             "# Tensor-SSA program:"]
-        out += ["#   " + safe_comment(line) for line in tssa.to_text(self.p).splitlines()]
+        out += ["#   " + safe_comment(line) for line in ssa_printer.to_text(self.p).splitlines()]
         kernels: list[str] = []
         for s in self.plan.stmts:
             if s.mode == "loops":
@@ -178,7 +179,7 @@ class CudaEmitter(NumbaEmitter):
         w.lines = [_MINMAX.sub(r"tl_i\1(", ln) for ln in w.lines]
         name = f"tl_k{number}"
         self.kernels.append(KernelInfo(name, s.var, tuple((kind, key) for kind, _, key in args)))
-        head = ["# " + safe_comment(tssa.fmt_stmt(tssa.Stmt(s.var, rhs))),
+        head = ["# " + safe_comment(ssa_printer.fmt_stmt(tssa.Stmt(s.var, rhs))),
                 "@cuda.jit(cache=True)",
                 f"def {name}({', '.join(code for _, code, _ in args)}):"]
         return head + w.lines
@@ -411,8 +412,8 @@ _LOCK = threading.Lock()
 
 def compile_program(p: Program) -> CompiledProgram:
     """Compile a Tensor-SSA program to CUDA kernels (cached in this process and on disk,
-    keyed by `tssa.to_text(p)`)."""
-    text = tssa.to_text(p)
+    keyed by `ssa_printer.to_text(p)`)."""
+    text = ssa_printer.to_text(p)
     key = kernel_cache.kernel_key(text, BACKEND, backend_version())
     with _LOCK:
         hit = _COMPILED.get(key)

@@ -35,13 +35,16 @@ from typing import Iterable, Mapping, Sequence
 
 from tensorlang.ir import ast as A
 from tensorlang.ir import tssa
+from tensorlang.ir.build import (Builder, make_add, make_const, make_contract, make_map,
+                                 make_reduce)
+from tensorlang.ir.canon import disjuncts
 from tensorlang.ir.ast import Affine, Cmp, PFalse, Pred, PTrue
 from tensorlang.semantics.builtins import INDICATOR_PARTIALS, deriv_expr, select_call
-from tensorlang.ir.tssa import (AddRhs, Builder, ConstRhs, Input, MapRhs, Operand, ReduceRhs,
+from tensorlang.ir.tssa import (AddRhs, ConstRhs, Input, MapRhs, Operand, ReduceRhs,
                              Rhs)
 
 from .indexsolve import eliminate_sum
-from .indexsolve_fm import constraint_to_pred, fourier_motzkin
+from .indexsolve import constraint_to_pred, fourier_motzkin
 
 IndexList = Sequence[tuple[str, Affine]]
 _ROUNDS = 8  # forwarding rounds per emitted sum (each round removes a statement level)
@@ -66,12 +69,12 @@ def tidy(p: Pred, context: frozenset = frozenset()) -> Pred:
             continue
         alts: list[frozenset] = []
         true = False
-        for d in tssa.disjuncts(q):
+        for d in disjuncts(q):
             d2 = tidy(d, ctx)
             if isinstance(d2, PTrue):
                 true = True
                 break
-            for e in (tssa.disjuncts(d2) if isinstance(d2, A.Or) else [d2]):
+            for e in (disjuncts(d2) if isinstance(d2, A.Or) else [d2]):
                 if not isinstance(e, PFalse):
                     alts.append(frozenset(tssa.conjuncts(e)))
         if true:
@@ -96,7 +99,7 @@ def _drop_cached(p: Pred, dims: tuple[Affine, ...]) -> Pred:
     """Drop size-only atoms that hold whenever one of `dims` is non-empty: a mask is only
     evaluated at points of its ranges (`0 < N` inside `gen i:N`, from the index solver)."""
     parts = tssa.conjuncts(p)
-    keep = [A.pred_or(*(_drop_cached(d, dims) for d in tssa.disjuncts(q)))
+    keep = [A.pred_or(*(_drop_cached(d, dims) for d in disjuncts(q)))
             if isinstance(q, A.Or) else q
             for q in parts if not _implied_by_dims(q, dims)]
     return A.pred_and(*keep)
@@ -136,9 +139,9 @@ def project(pred: Pred, names: Sequence[str], sizes: Sequence[Affine]) -> Pred:
             rest.append(q)
         elif isinstance(q, A.Or) and not ors:
             ors.append(q)
-    if ors and len(tssa.disjuncts(ors[0])) <= _MAX_DISJUNCTS:
+    if ors and len(disjuncts(ors[0])) <= _MAX_DISJUNCTS:
         alts = [_fm_project(rest + tssa.conjuncts(d), names, sizes)
-                for d in tssa.disjuncts(ors[0])]
+                for d in disjuncts(ors[0])]
         return A.pred_and(*keep, A.pred_or(*alts))
     return A.pred_and(*keep, _fm_project(rest, names, sizes))
 
@@ -188,7 +191,7 @@ class Val:
 
 
 class Emitter:
-    """A `tssa.Builder` that simplifies the sums it is given and tracks supports."""
+    """A `build.Builder` that simplifies the sums it is given and tracks supports."""
 
     def __init__(self, params: Sequence[A.Param], ix: tuple[str, str, str],
                  naive: bool = False) -> None:
@@ -272,11 +275,11 @@ class Emitter:
         pred = self.canon(pred, gen)
         if value == 0.0 or isinstance(pred, PFalse):
             return None
-        rhs = tssa.make_const(gen, value, pred, self.ix)
+        rhs = make_const(gen, value, pred, self.ix)
         return self._note(self.b.emit(rhs), rhs)
 
     def zeros(self, dims: Sequence[Affine]) -> str:
-        rhs = tssa.make_const(self.gens(dims), 0.0, PTrue(), self.ix)
+        rhs = make_const(self.gens(dims), 0.0, PTrue(), self.ix)
         return self._note(self.b.emit(rhs), rhs)
 
     def map(self, gen: IndexList, fn: str, params: Sequence[float], ops: Sequence[Operand],
@@ -290,7 +293,7 @@ class Emitter:
         pred = self.canon(pred, gen)
         if isinstance(pred, PFalse):
             return None
-        rhs = tssa.make_map(gen, fn, ops, pred, params, self.ix)
+        rhs = make_map(gen, fn, ops, pred, params, self.ix)
         return self._note(self.b.emit(rhs), rhs)
 
     # -- adds ------------------------------------------------------------------------------
@@ -301,7 +304,7 @@ class Emitter:
         strengthened by the operands' supports (the add then counts only where both are
         live)."""
         if self.naive:
-            rhs = tssa.make_add(gen, a[0], b[0], pred, (a[1], b[1]), self.ix)
+            rhs = make_add(gen, a[0], b[0], pred, (a[1], b[1]), self.ix)
             return self._note(self.b.emit(rhs), rhs)
         sides = []
         for o, s in (a, b):
@@ -320,7 +323,7 @@ class Emitter:
         pred = self.canon(pred, gen)
         if isinstance(pred, PFalse):
             return None
-        rhs = tssa.make_add(gen, o1, o2, pred, (s1, s2), self.ix)
+        rhs = make_add(gen, o1, o2, pred, (s1, s2), self.ix)
         return self._note(self.b.emit(rhs), rhs)
 
     def _forward_add_operand(self, o: Operand, s: Pred) -> tuple[Operand | None, Pred]:
@@ -419,9 +422,9 @@ class Emitter:
             assert c is not None
             ops, coeff = [Operand(c, ())], 1.0
         if len(ops) == 1:
-            rhs: Rhs = tssa.make_reduce(gen, sums, ops[0], pred, coeff, self.ix)
+            rhs: Rhs = make_reduce(gen, sums, ops[0], pred, coeff, self.ix)
         else:
-            rhs = tssa.make_contract(gen, sums, ops[0], ops[1], pred, coeff, self.ix)
+            rhs = make_contract(gen, sums, ops[0], ops[1], pred, coeff, self.ix)
         alias = None if self.naive else self._alias(rhs)
         if alias is not None:
             return alias

@@ -17,7 +17,7 @@ vectorised over j -- every statement that depends on the seed gains the generato
 the index solver eliminates the sums it pins, so no loop over n directional derivatives
 remains: the Hessian of `x^T A x` is `A[i, j] + A[j, i]`, O(N^2).
 
-Every result is an ordinary `tssa.Program`: printable (`tssa.to_text`), costable
+Every result is an ordinary `tssa.Program`: printable (`ssa_printer.to_text`), costable
 (`cost_def(tssa.to_core(p), args)`), interpretable and differentiable again.
 
 This module only differentiates Tensor-SSA programs; it never chains passes.  The pipeline

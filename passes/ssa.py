@@ -44,7 +44,8 @@ from tensorlang.ir import ast as A
 from tensorlang.ir import tssa
 from tensorlang.ir.ast import Affine, Pred, PFalse, PTrue
 from tensorlang.syntax.errors import NotYetSupported
-from tensorlang.ir.tssa import Builder, Operand, Program
+from tensorlang.ir.build import Builder
+from tensorlang.ir.tssa import Operand, Program
 
 
 @dataclass(frozen=True)
@@ -188,7 +189,7 @@ class Converter:
         if set(tssa.conjuncts(t.guard)) <= t.clean:
             return True
         names = set(A.free_names(t.guard)) | {n for n, _ in ctx.idx}
-        ex = next(c for c in (f"k{n}_" for n in itertools.count()) if tssa._prefix_ok(c, names))
+        ex = next(c for c in (f"k{n}_" for n in itertools.count()) if tssa.prefix_ok(c, names))
         return isinstance(tssa.canon_pred(t.guard, dict(ctx.idx), ex), PTrue)
 
     def exact(self, t: Term, ctx: Ctx) -> Operand:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from tensorlang.ir import ast as A
 from tensorlang.ir import tssa
+from tensorlang.syntax import ssa_printer
 from tensorlang.ir.ast import TRel, TSize
 from tensorlang.ir.tssa import Input, Program, ReduceRhs, Rhs
 
@@ -75,7 +76,7 @@ def _check_stmt(p: Program, k: int, s: tssa.Stmt, shapes: dict, sizes: frozenset
         except ValueError as err:
             return f"{where}: {err}"
         if not isinstance(A.scalar_of(leaf), A.TReal):
-            return f"{where}: input {tssa.fmt_rhs(rhs)} is not a real tensor"
+            return f"{where}: input {ssa_printer.fmt_rhs(rhs)} is not a real tensor"
         if s.var in p.param_types and s.var != rhs.param:
             return f"{where}: variable shadows parameter {s.var}"
         return None
@@ -108,7 +109,7 @@ def is_tensor_ssa(p: Program) -> str | None:
     if len(set(names)) != len(names):
         return "duplicate parameter names"
     for prefix in p.ix:
-        if not tssa._prefix_ok(prefix, names):
+        if not tssa.prefix_ok(prefix, names):
             return f"index prefix {prefix!r} clashes with a parameter"
     sizes = frozenset(q.name for q in p.params if isinstance(q.type, TSize))
     rels = {q.name: len(q.type.sizes) for q in p.params if isinstance(q.type, TRel)}
@@ -123,7 +124,7 @@ def is_tensor_ssa(p: Program) -> str | None:
         if s.rhs in seen:
             return f"statement {k} ({s.var}): same right-hand side as {seen[s.rhs]} (no CSE)"
         if _is_trivial(s.rhs, shapes):
-            return f"statement {k} ({s.var}): trivial copy {tssa.fmt_stmt(s)}"
+            return f"statement {k} ({s.var}): trivial copy {ssa_printer.fmt_stmt(s)}"
         seen[s.rhs] = s.var
         shapes[s.var] = p.shapes[s.var]
     for v in p.output_vars():

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Union
 
 from tensorlang.ir import ast, tssa
+from tensorlang.syntax import ssa_printer
 from tensorlang.semantics.cost import cost_def
 from tensorlang.syntax import printer
 from tensorlang.syntax.errors import TLError
@@ -165,7 +166,7 @@ def show(program: Program, name: str = "parsed", unicode: bool = False) -> str:
     out = run_to(program, name)
     if isinstance(out, ast.Def):
         return printer.to_unicode(out) if unicode else printer.to_tl(out)
-    return tssa.to_text(out, unicode=unicode)
+    return ssa_printer.to_text(out, unicode=unicode)
 
 
 def cost(program: Program, name: str, args: Mapping[str, Any]) -> Any:

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensorlang.ir import ast as A
-from tensorlang.semantics.cost import Cost, cost_def, cost_expr, cost_scalar_reference
+from tensorlang.semantics.cost import Cost, cost_def, cost_expr
+from scalar_reference import cost_scalar_reference
 from tensorlang.syntax.errors import TLError
 from tensorlang.semantics.interp import bind_args
 from test_interp import R, SIZE, V, acc, aff, call, mat, mk, random_program, vec

@@ -16,6 +16,9 @@ from hypothesis import given
 import tensorlang as tl
 from examples_util import EXAMPLES, WORKLOADS
 from tensorlang.ir import ast, tssa
+from tensorlang.syntax import ssa_printer
+from tensorlang.semantics.cost import cost_program
+from tensorlang.semantics.interp import evaluate_program
 from tensorlang.ir.ast import DerivedDef
 from tensorlang.semantics.cost import cost_def
 from tensorlang.semantics.interp import interpret
@@ -244,13 +247,13 @@ def test_derived_programs_print_parse_cost_and_run(kind, name, x):
     g = derive(d, kind, (x,))
     args = w.inputs(w.sizes(3), np.random.default_rng(9))
     full = args_for(g, args)
-    text = tssa.to_text(g)
+    text = ssa_printer.to_text(g)
     again = tl.parse(text)[g.name]
     np.testing.assert_allclose(flat(again.interpret(**full)), flat(run(g, full)), rtol=1e-12)
     sizes = {k: v for k, v in full.items() if not isinstance(v, (float, tuple))
              and not (isinstance(v, np.ndarray) and v.dtype == np.float64)}
-    assert cost_def(tssa.to_core(g), sizes).total == tssa.cost(g, sizes).total
-    np.testing.assert_allclose(flat(tssa.evaluate(g, full)), flat(run(g, full)), rtol=1e-12)
+    assert cost_def(tssa.to_core(g), sizes).total == cost_program(g, sizes).total
+    np.testing.assert_allclose(flat(evaluate_program(g, full)), flat(run(g, full)), rtol=1e-12)
 
 
 def test_derivatives_compose():

@@ -10,6 +10,7 @@ from hypothesis import given
 import tensorlang as tl
 from examples_util import EXAMPLES, WORKLOADS
 from tensorlang.ir import tssa
+from tensorlang.syntax import ssa_printer
 from tensorlang.syntax.errors import TLError
 from tensorlang.passes.fwd import jvp_program
 from tensorlang.proofs.normal_forms_ssa import is_tensor_ssa
@@ -27,7 +28,7 @@ def assert_ssa(p: tssa.Program) -> None:
     copies, no dead statements) and printable."""
     msg = is_tensor_ssa(p)
     assert msg is None, msg
-    tssa.to_text(p)
+    ssa_printer.to_text(p)
 
 
 def fd_jvp(p, args, xs, dx, h=1e-6):
@@ -88,7 +89,7 @@ def test_jvp_signature_and_tangent_names():
              "    y[i:N] = sum j:N. A[i, j] * x[j]\n    return y\n", "f")
     j = jvp_program(p, ["x"])
     assert [q.name for q in j.params] == ["N", "x", "A", "d_x"]
-    assert tssa.fmt_type(j.ret) == "(R[N], R[N])"
+    assert ssa_printer.fmt_type(j.ret) == "(R[N], R[N])"
     j2 = jvp_program(p, ["A"], tangent_names={"A": "dA"}, outputs="tangent")
     assert [q.name for q in j2.params][-1] == "dA"
     rng = np.random.default_rng(0)

@@ -16,12 +16,13 @@ from tensorlang.ir.ast import (
     RelCall, Sum, Var, walk,
 )
 from tensorlang.semantics.cost import cost_expr
-from tensorlang.semantics.interp import eval_expr, eval_scalar_reference
+from tensorlang.semantics.interp import eval_expr
+from scalar_reference import eval_scalar_reference
 from tensorlang.passes.indexsolve import (
     Bound, LoopBound, affine_to_python, determinant, eliminate_sum, eliminate_sums, eval_pred,
     ext_gcd, fourier_motzkin, loop_nest, smith_normal_form, solve_equalities, solve_for,
 )
-from tensorlang.passes.indexsolve_linalg import matmul
+from tensorlang.passes.indexsolve.snf import matmul
 
 A = Affine.var
 i, j, k, K, L, N, M = (A(n) for n in ("i", "j", "k", "K", "L", "N", "M"))

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from tensorlang.ir import ast as A
 from tensorlang.semantics import builtins as B
 from tensorlang.syntax.errors import ShapeError, TLError
-from tensorlang.semantics.interp import eval_expr, interpret, interpret_reference
+from tensorlang.semantics.interp import eval_expr, interpret
+from scalar_reference import interpret_reference
 
 V = A.Affine.var
 R = A.REAL

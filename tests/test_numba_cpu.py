@@ -25,6 +25,7 @@ import tensorlang as tl
 from examples_util import EXAMPLES, ROOT, WORKLOADS
 from tensorlang.ir import ast as A
 from tensorlang.ir import tssa
+from tensorlang.ir.build import Builder
 from tensorlang.semantics.cost import cost_def
 from tensorlang.syntax.errors import ShapeError, TLError
 from tensorlang.semantics.interp import interpret
@@ -384,7 +385,7 @@ def test_identifiers_in_generated_code_are_generated():
     """Names that are not plain identifiers (possible through the AST or DSL) never reach
     the code: the kernel still runs, and every name token of the source is one of ours."""
     bad = "x; import os\nos.system('echo pwned')"
-    b = tssa.Builder([A.Param("N", A.TSize()), A.Param(bad, A.tensor([A.Affine.var("N")])),
+    b = Builder([A.Param("N", A.TSize()), A.Param(bad, A.tensor([A.Affine.var("N")])),
                       A.Param("E r", A.TRel((A.Affine.var("N"), A.Affine.var("N"))))])
     xv = b.input(bad)
     i, j = "i", "j"

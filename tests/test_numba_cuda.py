@@ -29,6 +29,7 @@ import tensorlang as tl
 from examples_util import EXAMPLE_FILES, EXAMPLES, ROOT, WORKLOADS
 from tensorlang.ir import ast as A
 from tensorlang.ir import tssa
+from tensorlang.ir.build import Builder
 from tensorlang.semantics.interp import interpret
 from tensorlang.testing import programs, random_args
 
@@ -152,7 +153,7 @@ def builtins_program(chain: bool) -> tssa.Program:
     """Every builtin applied to (x, y): one output each, or (chain) each applied to the
     previous result (one fused kernel)."""
     n = A.Affine.var("N")
-    b = tssa.Builder([A.Param("N", A.TSize()), A.Param("x", A.tensor([n])),
+    b = Builder([A.Param("N", A.TSize()), A.Param("x", A.tensor([n])),
                       A.Param("y", A.tensor([n]))])
     x, y = b.input("x"), b.input("y")
     outs: list[str] = []
@@ -240,7 +241,7 @@ def test_identifiers_in_generated_code_are_generated():
     """Names that are not identifiers (possible through the AST or DSL) never reach the
     code: the kernels still run, and no name token of the source comes from them."""
     bad = "x; import os\nos.system('echo pwned')"
-    b = tssa.Builder([A.Param("N", A.TSize()), A.Param(bad, A.tensor([A.Affine.var("N")])),
+    b = Builder([A.Param("N", A.TSize()), A.Param(bad, A.tensor([A.Affine.var("N")])),
                       A.Param("E r", A.TRel((A.Affine.var("N"), A.Affine.var("N"))))])
     xv = b.input(bad)
     v = b.reduce([("i", "N")], [("j", "N")], (xv, ["j"]),

@@ -1,8 +1,7 @@
-"""Tensor SSA IR (tensorlang/ir/tssa.py): primitives, canonical forms, to_core, cost, printer,
-helpers.  Every evaluation is compared with the interpreter on `to_core`."""
+"""Tensor SSA (ir/tssa, ir/canon, ir/build, syntax/ssa_printer): primitives, canonical forms,
+to_core, cost, printer, helpers.  Every evaluation is compared with the slow scalar reference
+on `to_core`, every `prim_cost` with the core cost of `to_core`."""
 from __future__ import annotations
-
-import itertools
 
 import numpy as np
 import pytest
@@ -11,11 +10,14 @@ from hypothesis import given, strategies as st
 from tensorlang.ir import ast as A
 from tensorlang.ir import tssa
 from tensorlang.ir.ast import Affine, And, Cmp, Exists, Or, Param, PFalse, PTrue, RelCall, tensor
-from tensorlang.semantics.cost import cost_def
-from tensorlang.semantics.interp import interpret
+from tensorlang.ir.build import Builder, make_add, make_contract, make_reduce
 from tensorlang.proofs.catalogue import values_close
 from tensorlang.proofs.normal_forms_ssa import is_tensor_ssa
-from tensorlang.ir.tssa import Builder
+from tensorlang.semantics import grid
+from tensorlang.semantics.cost import cost_def, cost_program
+from tensorlang.semantics.interp import evaluate_program
+from tensorlang.syntax import ssa_printer
+from scalar_reference import interpret_reference
 
 N, M = Affine.var("N"), Affine.var("M")
 i, j, k = Affine.var("i"), Affine.var("j"), Affine.var("k")
@@ -32,11 +34,12 @@ def args(n: int = 4, m: int = 3, seed: int = 0) -> dict:
 
 
 def check(p: tssa.Program, a: dict) -> tuple:
-    """evaluate == interpret(to_core) and tssa.cost == cost_def(to_core); returns both."""
+    """evaluate_program == the scalar reference on to_core, and cost_program (prim_cost) ==
+    cost_def(to_core); returns both."""
     core = tssa.to_core(p)
-    got, ref = tssa.evaluate(p, a), interpret(core, a)
+    got, ref = evaluate_program(p, a), interpret_reference(core, a)
     assert values_close(got, ref), (got, ref)
-    c, cc = tssa.cost(p, a), cost_def(core, a)
+    c, cc = cost_program(p, a), cost_def(core, a)
     assert (c.adds, c.muls, c.calls) == (cc.adds, cc.muls, cc.calls), (c, cc)
     return got, c
 
@@ -54,7 +57,7 @@ def test_input_and_const():
     assert np.array_equal(vx, args()["x"])
     assert np.array_equal(vc, [2.5, 2.5, 0.0, 0.0])
     assert cost.total == 0
-    assert tssa.to_text(p).splitlines()[1] == "    v0[i0:N] = [i0 <= 1] * 2.5"
+    assert ssa_printer.to_text(p).splitlines()[1] == "    v0[i0:N] = [i0 <= 1] * 2.5"
 
 
 def test_add_counts_only_where_both_supports_hold():
@@ -137,7 +140,7 @@ def test_relation_masks_and_coordinates_agree():
     a = args()
     dense, cost = check(p, a)
     coords = np.argwhere(a["E"])
-    assert np.isclose(tssa.evaluate(p, {**a, "E": coords}), dense)
+    assert np.isclose(evaluate_program(p, {**a, "E": coords}), dense)
     assert np.isclose(dense, a["A"][a["E"]].sum())
     assert cost.adds == max(0, int(a["E"].sum()) - 1)
 
@@ -152,7 +155,7 @@ def test_exists_predicates():
     a = args(n=5)
     got, _ = check(p, a)
     assert np.allclose(got, [a["x"][0], 0, a["x"][2], 0, a["x"][4]])
-    assert "exists k0:N. i0 == 2*k0" in tssa.to_text(p)
+    assert "exists k0:N. i0 == 2*k0" in ssa_printer.to_text(p)
 
 
 def test_pair_inputs_are_projections():
@@ -185,25 +188,25 @@ def test_zero_sizes():
 
 
 def test_index_names_and_operand_order_are_canonical():
-    r1 = tssa.make_contract([("p", N)], [("q", M)], ("A", ["p", "q"]), ("y", ["q"]),
+    r1 = make_contract([("p", N)], [("q", M)], ("A", ["p", "q"]), ("y", ["q"]),
                             Cmp("<", Affine.var("q"), Affine.var("p")))
-    r2 = tssa.make_contract([("row", N)], [("col", M)], ("y", ["col"]), ("A", ["row", "col"]),
+    r2 = make_contract([("row", N)], [("col", M)], ("y", ["col"]), ("A", ["row", "col"]),
                             Cmp("<=", Affine.var("col") + 1, Affine.var("row")))
     assert r1 is r2
-    a1 = tssa.make_add([("p", N)], ("x", ["p"]), ("y", ["p"]), supports=(PTrue(), Cmp(
+    a1 = make_add([("p", N)], ("x", ["p"]), ("y", ["p"]), supports=(PTrue(), Cmp(
         "<", Affine.var("p"), 2)))
-    a2 = tssa.make_add([("z", N)], ("y", ["z"]), ("x", ["z"]), supports=(Cmp(
+    a2 = make_add([("z", N)], ("y", ["z"]), ("x", ["z"]), supports=(Cmp(
         "<=", Affine.var("z"), 1), PTrue()))
     assert a1 is a2
 
 
 def test_summation_order_is_canonical():
-    r1 = tssa.make_reduce((), [("a", N), ("b", M)], ("A", ["a", "b"]),
+    r1 = make_reduce((), [("a", N), ("b", M)], ("A", ["a", "b"]),
                           Cmp("<=", Affine.var("b"), Affine.var("a")))
-    r2 = tssa.make_reduce((), [("b", M), ("a", N)], ("A", ["a", "b"]),
+    r2 = make_reduce((), [("b", M), ("a", N)], ("A", ["a", "b"]),
                           Cmp("<=", Affine.var("b"), Affine.var("a")))
     assert r1 is r2
-    assert tssa.fmt_rhs(r1) == "sum j0:N, j1:M. [j1 <= j0] * A[j0, j1]"
+    assert ssa_printer.fmt_rhs(r1) == "sum j0:N, j1:M. [j1 <= j0] * A[j0, j1]"
 
 
 def test_builder_shares_equal_statements():
@@ -255,13 +258,10 @@ def test_canonical_predicates_keep_meaning_and_are_idempotent(p, n, m, seed):
     ranges = {"i": N, "j": M}
     c = tssa.canon_pred(p, ranges)
     assert tssa.canon_pred(c, ranges) is c
-    env = tssa._Env({"N": n, "M": m}, {"E": np.random.default_rng(seed).random((n, m)) < 0.5})
-    pts = list(itertools.product(range(n), range(m)))
-    if not pts:
-        return
-    names = {"i": np.array([a for a, _ in pts]), "j": np.array([b for _, b in pts])}
-    assert np.array_equal(tssa.eval_pred(p, names, len(pts), env),
-                          tssa.eval_pred(c, names, len(pts), env))
+    box = grid.Box({"N": n, "M": m}, {"E": np.random.default_rng(seed).random((n, m)) < 0.5})
+    box = box.bind_indices([("i", n), ("j", m)])
+    assert np.array_equal(np.broadcast_to(grid.pred(p, box), (n, m)),
+                          np.broadcast_to(grid.pred(c, box), (n, m)))
 
 
 def test_index_prefixes_avoid_parameter_names():
@@ -290,16 +290,16 @@ def test_text_is_a_list_of_masked_einsums_and_parses_back():
                    Cmp("<=", Affine.var("a"), Affine.var("c")))
     w = b.reduce((), [("a", N)], (v, ["a"]), coeff=-1.0)
     p = b.program(w, "tri")
-    text = tssa.to_text(p)
+    text = ssa_printer.to_text(p)
     assert text.splitlines() == [
         "def tri(N: size, M: size, x: R[N], y: R[M], A: R[N, M], s: R, E: rel(N, M)):",
         "    v0[i0:N] = sum j0:N. [i0 <= j0] * A[i0, j0] * x[j0]",
         "    v1 = sum j0:N. -1.0 * v0[j0]",
         "    return v1"]
-    assert "Σ j0:N. [i0 ≤ j0]·A[i0, j0]·x[j0]" in tssa.to_text(p, unicode=True)
+    assert "Σ j0:N. [i0 ≤ j0]·A[i0, j0]·x[j0]" in ssa_printer.to_text(p, unicode=True)
     a = args(n=3, m=3)
     f = parse(text)["tri"]
-    assert values_close(f.interpret(**a), tssa.evaluate(p, a))
+    assert values_close(f.interpret(**a), evaluate_program(p, a))
 
 
 def test_helpers_users_shapes_dce_toposort():
@@ -317,7 +317,7 @@ def test_helpers_users_shapes_dce_toposort():
     ordered = tssa.toposort(shuffled)
     pos = ordered.position
     assert pos[x] < pos[outer] < pos[tot] and pos[y] < pos[outer]
-    assert values_close(tssa.evaluate(ordered, args()), tssa.evaluate(p, args()))
+    assert values_close(evaluate_program(ordered, args()), evaluate_program(p, args()))
     clean = tssa.renumber(pruned)
     assert [s.var for s in clean.stmts if s.var not in ("x", "y")] == ["v0", "v1"]
     assert is_tensor_ssa(clean) is None
@@ -332,7 +332,7 @@ def test_extend_builder_appends_and_shares():
     b2 = Builder.extend(p)
     assert b2.map([("z", N)], "exp", [(x, ["z"])]) == p.output
     w = b2.add([("z", N)], (p.output, ["z"]), (x, ["z"]))
-    assert values_close(tssa.evaluate(b2.program(w), args()), np.exp(args()["x"]) + args()["x"])
+    assert values_close(evaluate_program(b2.program(w), args()), np.exp(args()["x"]) + args()["x"])
 
 
 def test_checker_rejects_violations():
@@ -348,7 +348,7 @@ def test_checker_rejects_violations():
     copy = b.reduce([("a", N)], (), (x, ["a"]))
     msg = is_tensor_ssa(b.program(copy))
     assert msg is not None and "trivial" in msg
-    bad = tssa.Program("f", PARAMS, (tssa.Stmt("v0", tssa.make_reduce(
+    bad = tssa.Program("f", PARAMS, (tssa.Stmt("v0", make_reduce(
         [("a", N)], (), ("x", ["a"]))),), "v0")
     msg = is_tensor_ssa(bad)
     assert msg is not None and "before it is defined" in msg

@@ -38,7 +38,7 @@ from typing import Callable, Sequence, TypeVar
 import numpy as np
 from scipy import special
 
-from tensorlang.ir import ast as A
+from tensorlang.ir import ast
 from tensorlang.syntax.errors import TLError
 
 ArrayFn = Callable[..., np.ndarray]
@@ -215,7 +215,7 @@ TOWER_END = frozenset({"d2tanh", "d2sigmoid", "d2tan"})
 # The derivative helpers beyond SPEC 2.3's builtins (name -> (arity, nparams)); they are in
 # the grammar too, so derivative programs print and re-parse.
 EXTRA_BUILTINS: dict[str, tuple[int, int]] = {
-    n: (f.arity, f.nparams) for n, f in BUILTIN_FUNCS.items() if n in A.DERIVATIVE_HELPERS}
+    n: (f.arity, f.nparams) for n, f in BUILTIN_FUNCS.items() if n in ast.DERIVATIVE_HELPERS}
 
 
 def lookup(name: str, nargs: int | None = None, nparams: int | None = None) -> Builtin:
@@ -247,15 +247,15 @@ def apply_deriv(name: str, k: int, args: Sequence[np.ndarray],
 
 # --- derivatives as core expressions ------------------------------------------------------
 
-def _call(fn: str, *args: A.Expr, params: Sequence[float] = ()) -> A.Expr:
-    return A.Call(fn, tuple(args), tuple(params))
+def _call(fn: str, *args: ast.Expr, params: Sequence[float] = ()) -> ast.Expr:
+    return ast.Call(fn, tuple(args), tuple(params))
 
 
-def _scale(c: float, e: A.Expr) -> A.Expr:
-    return e if c == 1.0 else A.Mul(A.Const(c), e)
+def _scale(c: float, e: ast.Expr) -> ast.Expr:
+    return e if c == 1.0 else ast.Mul(ast.Const(c), e)
 
 
-def _deriv_template(name: str, xs: Sequence[A.Expr], params: Sequence[float], k: int) -> A.Expr:
+def _deriv_template(name: str, xs: Sequence[ast.Expr], params: Sequence[float], k: int) -> ast.Expr:
     """The k-th partial of `name` at the (atomic) arguments `xs`."""
     x = xs[0]
     one = {"exp": lambda: _call("exp", x), "log": lambda: _call("recip", x),
@@ -266,7 +266,7 @@ def _deriv_template(name: str, xs: Sequence[A.Expr], params: Sequence[float], k:
            "abs": lambda: _call("sign", x), "relu": lambda: _call("step", x),
            "square": lambda: _scale(2.0, x),
            "recip": lambda: _scale(-1.0, _call("pow", x, params=(-2.0,))),
-           "step": lambda: A.Const(0.0), "sign": lambda: A.Const(0.0),
+           "step": lambda: ast.Const(0.0), "sign": lambda: ast.Const(0.0),
            "dtanh": lambda: _call("d2tanh", x), "dsigmoid": lambda: _call("d2sigmoid", x),
            "dtan": lambda: _call("d2tan", x),
            # The tower's end: `g (c0 + c1 g)` with g = dtanh etc., one call used twice (x is
@@ -279,23 +279,23 @@ def _deriv_template(name: str, xs: Sequence[A.Expr], params: Sequence[float], k:
     if name == "pow":
         c = float(params[0])
         if c == 0.0:
-            return A.Const(0.0)
+            return ast.Const(0.0)
         if c == 1.0:
-            return A.Const(1.0)
+            return ast.Const(1.0)
         if c == 2.0:
             return _scale(2.0, x)
         return _scale(c, _call("pow", x, params=(c - 1.0,)))
     if name in INDICATOR_PARTIALS:
         ind = INDICATOR_PARTIALS[name][k]
-        return A.Const(0.0) if ind is None else _call(ind[0], xs[ind[1]], xs[ind[2]])
+        return ast.Const(0.0) if ind is None else _call(ind[0], xs[ind[1]], xs[ind[2]])
     if name in ("ge", "gt"):
-        return A.Const(0.0)
+        return ast.Const(0.0)
     raise TLError(f"no derivative rule for {name}")
 
 
-def _affine_times(g: str, x: A.Expr, c0: float, c1: float) -> A.Expr:
+def _affine_times(g: str, x: ast.Expr, c0: float, c1: float) -> ast.Expr:
     """`g(x) * (c0 + c1 * g(x))`."""
-    return A.Mul(_call(g, x), A.Add(A.Const(c0), A.Mul(A.Const(c1), _call(g, x))))
+    return ast.Mul(_call(g, x), ast.Add(ast.Const(c0), ast.Mul(ast.Const(c1), _call(g, x))))
 
 
 # Builtins whose partial derivatives are all indicators: per argument, None (a zero partial)
@@ -334,20 +334,20 @@ def select_call(name: str, args: Sequence[T], tangents: Sequence[T | None]
     return "sel_ge", (args[i1], args[j1], t1, t2)
 
 
-def _is_atomic(e: A.Expr) -> bool:
+def _is_atomic(e: ast.Expr) -> bool:
     """Cost-free to duplicate: a variable, a constant, or an access of a variable."""
-    return isinstance(e, (A.Var, A.Const)) or (
-        isinstance(e, A.Access) and isinstance(e.e, A.Var))
+    return isinstance(e, (ast.Var, ast.Const)) or (
+        isinstance(e, ast.Access) and isinstance(e.e, ast.Var))
 
 
-def _count_var(e: A.Node, name: str) -> int:
+def _count_var(e: ast.Node, name: str) -> int:
     """Occurrences of `Var(name)` in `e` (counting shared subterms every time they occur)."""
-    if isinstance(e, A.Var):
+    if isinstance(e, ast.Var):
         return int(e.name == name)
-    return sum(_count_var(c, name) for c in A.children(e))
+    return sum(_count_var(c, name) for c in ast.children(e))
 
 
-def deriv_expr(name: str, args: Sequence[A.Expr], params: Sequence[float], k: int) -> A.Expr:
+def deriv_expr(name: str, args: Sequence[ast.Expr], params: Sequence[float], k: int) -> ast.Expr:
     """The core expression of the k-th partial derivative of `name(args; params)`.
 
     Arguments are substituted into the formula; a non-atomic argument that the formula uses
@@ -356,17 +356,17 @@ def deriv_expr(name: str, args: Sequence[A.Expr], params: Sequence[float], k: in
     f = lookup(name, len(args), len(params))
     if not 0 <= k < f.arity:
         raise TLError(f"{name} has no argument {k}")
-    avoid = set().union(*(A.free_names(a) for a in args)) if args else set()
-    holes = [A.fresh("d", avoid) for _ in args]
-    template = _deriv_template(name, [A.Var(h) for h in holes], params, k)
-    mapping: dict[str, A.Expr] = {}
-    lets: list[tuple[str, A.Expr]] = []
+    avoid = set().union(*(ast.free_names(a) for a in args)) if args else set()
+    holes = [ast.fresh("d", avoid) for _ in args]
+    template = _deriv_template(name, [ast.Var(h) for h in holes], params, k)
+    mapping: dict[str, ast.Expr] = {}
+    lets: list[tuple[str, ast.Expr]] = []
     for hole, arg in zip(holes, args):
         if _is_atomic(arg) or _count_var(template, hole) <= 1:
             mapping[hole] = arg
         else:
             lets.append((hole, arg))
-    out = A.subst(template, mapping) if mapping else template
+    out = ast.subst(template, mapping) if mapping else template
     for hole, arg in reversed(lets):
-        out = A.Let(hole, arg, out)
+        out = ast.Let(hole, arg, out)
     return out

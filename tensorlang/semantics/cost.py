@@ -24,8 +24,11 @@ Costs depend only on sizes and relations (predicates never read data), so they a
 exactly and fast the way `interp` evaluates values: vectorised over bound index variables.
 Under `d` enclosing binders a cost is an int64 array of shape (batch axes..., 3) holding
 (adds, muls, calls) per index point (batch axes of length 1 where the cost does not depend on
-that index), and Z is a boolean array of batch shape.  `cost_scalar_reference` is the same
-model transcribed point by point, for tests.
+that index), and Z is a boolean array of batch shape.  The scalar cross-check (SPEC 3
+transcribed point by point) is in tests/scalar_reference.py.
+
+Index arithmetic, predicates and point counting are `grid`'s.  `prim_cost` is the cost of
+one Tensor-SSA primitive, the only SSA cost (`cost_program` adds it up per statement).
 """
 from __future__ import annotations
 
@@ -34,9 +37,12 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from tensorlang.ir import ast as A
+from tensorlang.ir import ast
+from tensorlang.ir import tssa
+from tensorlang.semantics import grid
+from tensorlang.semantics.grid import Box
+from tensorlang.semantics.interp import bind_args
 from tensorlang.syntax.errors import TLError
-from tensorlang.semantics.interp import Env, bind_args, eval_pred, eval_pred_scalar, extent
 
 _ADD, _MUL, _CALL = np.eye(3, dtype=np.int64)
 
@@ -75,88 +81,75 @@ def _zeros(d: int) -> np.ndarray:
     return np.zeros((1,) * d + (3,), dtype=np.int64)
 
 
-def _reduce(a: np.ndarray, sizes: list[int], d: int) -> np.ndarray:
-    """Sum `a` over its batch axes d, d+1, ... (one per entry of `sizes`), exactly.
-
-    A length-1 axis stands for `n` equal entries, so it is multiplied by n instead of summed.
-    """
-    for k in reversed(range(len(sizes))):
-        ax, n = d + k, sizes[k]
-        a = a.sum(axis=ax) if a.shape[ax] != 1 else np.take(a, 0, axis=ax) * n
-    return a
-
-
-def zmask(e: A.Expr, env: Env) -> np.ndarray:
+def zmask(e: ast.Expr, env: Box) -> np.ndarray:
     """SPEC 3's Z(e) at every batch point (boolean array of batch shape)."""
     d = env.depth
-    if isinstance(e, A.Const):
+    if isinstance(e, ast.Const):
         return np.full((1,) * d, e.value == 0.0)
-    if isinstance(e, A.Iverson):
-        return ~eval_pred(e.pred, env) | zmask(e.e, env)
-    if isinstance(e, A.Let):
-        while isinstance(e, A.Let):    # predicates only read indices, sizes and relations
+    if isinstance(e, ast.Iverson):
+        return ~grid.pred(e.pred, env) | zmask(e.e, env)
+    if isinstance(e, ast.Let):
+        while isinstance(e, ast.Let):    # predicates only read indices, sizes and relations
             e = e.body
         return zmask(e, env)
-    if isinstance(e, A.Add):
+    if isinstance(e, ast.Add):
         return zmask(e.a, env) & zmask(e.b, env)
-    if isinstance(e, A.Mul):
+    if isinstance(e, ast.Mul):
         return zmask(e.a, env) | zmask(e.b, env)
     return np.zeros((1,) * d, dtype=bool)
 
 
-def _sum_nest(e: A.Sum) -> tuple[list[tuple[str, A.Affine]], A.Expr]:
+def sum_nest(e: ast.Sum) -> tuple[list[tuple[str, ast.Affine]], ast.Expr]:
     """The maximal nest `sum i1. sum i2. ... body` starting at `e`."""
-    binders: list[tuple[str, A.Affine]] = []
-    body: A.Expr = e
-    while isinstance(body, A.Sum):
+    binders: list[tuple[str, ast.Affine]] = []
+    body: ast.Expr = e
+    while isinstance(body, ast.Sum):
         binders.append((body.idx, body.size))
         body = body.body
     return binders, body
 
 
-def _cost(e: A.Expr, env: Env) -> np.ndarray:
+def _cost(e: ast.Expr, env: Box) -> np.ndarray:
     d = env.depth
-    if isinstance(e, (A.Var, A.Const)):
+    if isinstance(e, (ast.Var, ast.Const)):
         return _zeros(d)
-    if isinstance(e, A.Add):
+    if isinstance(e, ast.Add):
         live = ~(zmask(e.a, env) | zmask(e.b, env))
         return _cost(e.a, env) + _cost(e.b, env) + live[..., None] * _unit(_ADD, d)
-    if isinstance(e, A.Mul):
+    if isinstance(e, ast.Mul):
         live = ~(zmask(e.a, env) | zmask(e.b, env))
         return _cost(e.a, env) + _cost(e.b, env) + live[..., None] * _unit(_MUL, d)
-    if isinstance(e, A.Call):
+    if isinstance(e, ast.Call):
         out = _unit(_CALL, d)
         for a in e.args:
             out = out + _cost(a, env)
         return out
-    if isinstance(e, A.Pair):
+    if isinstance(e, ast.Pair):
         return _cost(e.a, env) + _cost(e.b, env)
-    if isinstance(e, (A.Proj, A.Access)):
+    if isinstance(e, (ast.Proj, ast.Access)):
         return _cost(e.e, env)
-    if isinstance(e, A.Gen):
-        n = extent(e.size, env)
-        return _reduce(_cost(e.body, env.bind_index(e.idx, n)), [n], d)
-    if isinstance(e, A.Sum):
-        binders, body = _sum_nest(e)
-        inner, sizes = env, []
+    if isinstance(e, ast.Gen):
+        inner = env.bind_index(e.idx, grid.extent(e.size, env))
+        return grid.reduce_axes(_cost(e.body, inner), inner, d)
+    if isinstance(e, ast.Sum):
+        binders, body = sum_nest(e)
+        inner = env
         for idx, size in binders:
-            sizes.append(extent(size, inner))
-            inner = inner.bind_index(idx, sizes[-1])
-        total = _reduce(_cost(body, inner), sizes, d)
-        live = _reduce((~zmask(body, inner)).astype(np.int64)[..., None], sizes, d)[..., 0]
-        return total + np.maximum(live - 1, 0)[..., None] * _unit(_ADD, d)
-    if isinstance(e, A.Iverson):
-        mask = eval_pred(e.pred, env)
+            inner = inner.bind_index(idx, grid.extent(size, inner))
+        adds = grid.sum_additions(~zmask(body, inner), inner, d)
+        return grid.reduce_axes(_cost(body, inner), inner, d) + adds[..., None] * _unit(_ADD, d)
+    if isinstance(e, ast.Iverson):
+        mask = grid.pred(e.pred, env)
         if not mask.any():
             return _zeros(d)             # short-circuit: e is never evaluated
         return np.where(mask[..., None], _cost(e.e, env), 0)
-    if isinstance(e, A.Let):
+    if isinstance(e, ast.Let):
         out = _zeros(d)
-        while isinstance(e, A.Let):    # statement chains iteratively: no deep recursion
+        while isinstance(e, ast.Let):    # statement chains iteratively: no deep recursion
             out = out + _cost(e.value, env)
             e = e.body
         return out + _cost(e, env)
-    if isinstance(e, A.DefCall):
+    if isinstance(e, ast.DefCall):
         raise TLError(f"call of {e.name!r} must be inlined (elaborate) before costing", e.loc)
     raise TLError(f"cannot cost {type(e).__name__}")
 
@@ -166,27 +159,27 @@ def _as_cost(v: np.ndarray, per_binding: dict[str, Cost] | None = None) -> Cost:
     return Cost.of(adds, muls, calls, per_binding)
 
 
-def cost_expr(e: A.Expr, env: Env | Mapping[str, Any]) -> Cost:
-    """Cost of `e` in a depth-0 environment (an `Env`, or a mapping of size names to ints
+def cost_expr(e: ast.Expr, env: Box | Mapping[str, Any]) -> Cost:
+    """Cost of `e` in a depth-0 environment (a `grid.Box`, or a mapping of size names to ints
     and relation names to boolean masks)."""
-    if not isinstance(env, Env):
-        env = Env(sizes={k: int(v) for k, v in env.items() if not isinstance(v, np.ndarray)},
+    if not isinstance(env, Box):
+        env = Box(sizes={k: int(v) for k, v in env.items() if not isinstance(v, np.ndarray)},
                   rels={k: v for k, v in env.items() if isinstance(v, np.ndarray)})
     if env.depth != 0:
         raise TLError("cost_expr needs a depth-0 environment")
     return _as_cost(_cost(e, env))
 
 
-def _statements(d: A.Def) -> tuple[list[tuple[str, A.Expr]], A.Expr]:
-    stmts: list[tuple[str, A.Expr]] = []
+def _statements(d: ast.Def) -> tuple[list[tuple[str, ast.Expr]], ast.Expr]:
+    stmts: list[tuple[str, ast.Expr]] = []
     body = d.body
-    while isinstance(body, A.Let):
+    while isinstance(body, ast.Let):
         stmts.append((body.name, body.value))
         body = body.body
     return stmts, body
 
 
-def cost_def(d: A.Def, args: Mapping[str, Any]) -> Cost:
+def cost_def(d: ast.Def, args: Mapping[str, Any]) -> Cost:
     """Exact cost of `d` for the given sizes and relations (value arguments are ignored).
 
     `per_binding` has one entry per top-level statement (a name bound twice gets `name#2`,
@@ -210,72 +203,52 @@ def cost_def(d: A.Def, args: Mapping[str, Any]) -> Cost:
 
 
 # ---------------------------------------------------------------------------------------------
-# Scalar reference (tests only): SPEC 3 transcribed one index point at a time.
+# Tensor SSA: the cost of each primitive (SPEC 5), equal to the SPEC 3 cost of its core form
 
 
-def z_scalar(e: A.Expr, env: Mapping[str, Any]) -> bool:
-    if isinstance(e, A.Const):
-        return e.value == 0.0
-    if isinstance(e, A.Iverson):
-        return not eval_pred_scalar(e.pred, env) or z_scalar(e.e, env)
-    if isinstance(e, A.Let):
-        while isinstance(e, A.Let):
-            e = e.body
-        return z_scalar(e, env)
-    if isinstance(e, A.Add):
-        return z_scalar(e.a, env) and z_scalar(e.b, env)
-    if isinstance(e, A.Mul):
-        return z_scalar(e.a, env) or z_scalar(e.b, env)
-    return False
-
-
-def cost_scalar_reference(e: A.Expr, env: Mapping[str, Any]) -> tuple[int, int, int]:
-    """(adds, muls, calls) of `e`; `env` maps sizes and indices to ints, relations to masks."""
-    def add(*cs: tuple[int, int, int]) -> tuple[int, int, int]:
-        return (sum(c[0] for c in cs), sum(c[1] for c in cs), sum(c[2] for c in cs))
-
-    c = cost_scalar_reference
-    if isinstance(e, (A.Var, A.Const)):
+def prim_cost(rhs: tssa.Rhs, env: Box) -> tuple[int, int, int]:
+    """(adds, muls, calls) of one right-hand side at the sizes and relations of `env` (a
+    depth-0 box).  Equal to `cost_expr(tssa.rhs_to_expr(rhs), env)`: an add costs one
+    addition where its mask and both supports hold, a map one call where its mask holds, a
+    contraction its multiplications at every live (I, J) point and `max(0, m - 1)` additions
+    per output point (m = live J points)."""
+    if isinstance(rhs, (tssa.Input, tssa.ConstRhs)):
         return (0, 0, 0)
-    if isinstance(e, A.Add):
-        live = not (z_scalar(e.a, env) or z_scalar(e.b, env))
-        return add(c(e.a, env), c(e.b, env), (int(live), 0, 0))
-    if isinstance(e, A.Mul):
-        live = not (z_scalar(e.a, env) or z_scalar(e.b, env))
-        return add(c(e.a, env), c(e.b, env), (0, int(live), 0))
-    if isinstance(e, A.Call):
-        return add(*(c(a, env) for a in e.args), (0, 0, 1))
-    if isinstance(e, A.Pair):
-        return add(c(e.a, env), c(e.b, env))
-    if isinstance(e, (A.Proj, A.Access)):
-        return c(e.e, env)
-    if isinstance(e, A.Gen):
-        return add((0, 0, 0), *(c(e.body, {**env, e.idx: i})
-                                for i in range(max(0, e.size.evaluate(env)))))
-    if isinstance(e, A.Sum):
-        binders, body = _sum_nest(e)
-        out, live = (0, 0, 0), 0
-        for point in _tuples(binders, env):
-            out = add(out, c(body, point))
-            live += not z_scalar(body, point)
-        return add(out, (max(0, live - 1), 0, 0))
-    if isinstance(e, A.Iverson):
-        return c(e.e, env) if eval_pred_scalar(e.pred, env) else (0, 0, 0)
-    if isinstance(e, A.Let):
-        out = (0, 0, 0)
-        while isinstance(e, A.Let):
-            out = add(out, c(e.value, env))
-            e = e.body
-        return add(out, c(e, env))
-    raise TLError(f"cannot cost {type(e).__name__}")
+    box = env.bind_indices(zip(rhs.gen_names(), (grid.extent(d, env) for d in rhs.dims)))
+    if isinstance(rhs, tssa.AddRhs):
+        live = grid.pred(rhs.pred, box)
+        for support in rhs.supports:
+            live = live & grid.pred(support, box)
+        return (grid.total(grid.count(live, box), box), 0, 0)
+    if isinstance(rhs, tssa.MapRhs):
+        return (0, 0, grid.total(grid.count(rhs.pred, box), box))
+    first = box.depth
+    box = box.bind_indices(zip(rhs.sum_names(), (grid.extent(d, box) for d in rhs.sdims)))
+    live = grid.pred(rhs.pred, box)
+    muls = grid.total(grid.count(live, box), box) * (len(rhs.operands) - 1 + (rhs.coeff != 1.0))
+    adds = grid.total(grid.sum_additions(live, box, first), box) if rhs.sdims else 0
+    return (adds, muls, 0)
 
 
-def _tuples(binders: list[tuple[str, A.Affine]], env: Mapping[str, Any]):
-    """Every environment of the nest's index tuples (sizes may mention outer indices)."""
-    if not binders:
-        yield env
-        return
-    (idx, size), rest = binders[0], binders[1:]
-    for i in range(max(0, size.evaluate(env))):
-        yield from _tuples(rest, {**env, idx: i})
+@dataclass(frozen=True)
+class SSACost:
+    """SPEC 3 counts of an SSA program; `per_stmt[var] = (adds, muls, calls)`."""
 
+    adds: int
+    muls: int
+    calls: int
+    per_stmt: dict[str, tuple[int, int, int]]
+
+    @property
+    def total(self) -> int:
+        return self.adds + self.muls + self.calls
+
+
+def cost_program(p: tssa.Program, args: Mapping[str, Any]) -> SSACost:
+    """The exact SPEC 3 cost of an SSA program (equal to `cost_def(tssa.to_core(p), args)`),
+    per statement; value arguments in `args` are ignored."""
+    env = bind_args(p, {k: v for k, v in args.items()
+                        if k in {q.name for q in p.params}}, values=False)
+    per = {s.var: prim_cost(s.rhs, env) for s in p.stmts}
+    return SSACost(sum(c[0] for c in per.values()), sum(c[1] for c in per.values()),
+                   sum(c[2] for c in per.values()), per)

@@ -16,9 +16,13 @@ arrays of batch shape; `[p] * e` is `np.where`, so no value of `e` at a point wh
 false can leak (and `e` is not evaluated at all where `p` is false everywhere).  A `let` value
 keeps the depth it was computed at; a read at a deeper depth inserts size-1 axes.
 
+Index arithmetic and predicates are `grid`'s (the one evaluator of affine indices and
+predicates over index boxes); an `Env` is a `grid.Box` plus the values in scope.
+
 Values: R -> float, tensors -> float64 arrays (C order), pairs -> tuples; a tensor of pairs
-is a pair of tensors (struct of arrays).  `eval_scalar_reference` is a slow, purely scalar
-evaluator used only by tests to cross-check the vectorised one.
+is a pair of tensors (struct of arrays).  Tensor-SSA programs are evaluated through their
+core definition (`evaluate_program`), so this is the one interpreter of both IRs.  The slow
+scalar cross-check of the tests lives in tests/scalar_reference.py.
 """
 from __future__ import annotations
 
@@ -28,8 +32,11 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from tensorlang.ir import ast as A
-from tensorlang.semantics import builtins as B
+from tensorlang.ir import ast
+from tensorlang.ir import tssa
+from tensorlang.ir.tssa import soa_type
+from tensorlang.semantics import builtins
+from tensorlang.semantics import grid
 from tensorlang.syntax.errors import ShapeError, TLError
 
 Value = Any   # np.ndarray leaf, or a tuple of Values (pair)
@@ -40,18 +47,11 @@ Value = Any   # np.ndarray leaf, or a tuple of Values (pair)
 
 
 @dataclass(frozen=True)
-class Env:
-    """Evaluation environment.  `depth` is the number of enclosing index binders."""
+class Env(grid.Box):
+    """An index box (`grid.Box`: sizes, relations, bound indices) plus the program values in
+    scope, each with the depth it was computed at."""
 
-    sizes: Mapping[str, int] = field(default_factory=dict)
-    rels: Mapping[str, np.ndarray] = field(default_factory=dict)        # boolean masks
-    vals: Mapping[str, tuple[Value, int]] = field(default_factory=dict)  # value, its depth
-    idx: Mapping[str, tuple[int, int]] = field(default_factory=dict)     # axis, extent
-    depth: int = 0
-
-    def bind_index(self, name: str, n: int) -> "Env":
-        """Enter a binder: `name` ranges over 0..n-1 along the new axis `depth`."""
-        return replace(self, idx={**self.idx, name: (self.depth, n)}, depth=self.depth + 1)
+    vals: Mapping[str, tuple[Value, int]] = field(default_factory=dict)
 
     def bind_value(self, name: str, v: Value) -> "Env":
         return replace(self, vals={**self.vals, name: (v, self.depth)})
@@ -66,103 +66,9 @@ def _map(f: Callable[[np.ndarray], np.ndarray], v: Value) -> Value:
     return tuple(_map(f, c) for c in v) if isinstance(v, tuple) else f(v)
 
 
-def _axis_range(n: int, axis: int, depth: int) -> np.ndarray:
-    """0..n-1 laid along `axis` of a depth-`depth` batch shape."""
-    shape = [1] * depth
-    shape[axis] = n
-    return np.arange(n, dtype=np.int64).reshape(shape)
-
-
-def extent(a: A.Affine, env: Env) -> int:
-    """The value of a size expression (binder extent or type dimension); negative -> 0."""
-    v = eval_affine(a, env)
-    if isinstance(v, np.ndarray):
-        raise TLError(f"size {a} depends on an index variable")
-    return max(0, int(v))
-
-
-def eval_affine(a: A.Affine, env: Env) -> int | np.ndarray:
-    """An int if `a` mentions no index variable, else an int64 array of batch rank."""
-    out: int | np.ndarray = a.const
-    for name, coeff in a.terms:
-        if name in env.idx:
-            axis, n = env.idx[name]
-            out = out + coeff * _axis_range(n, axis, env.depth)
-        elif name in env.sizes:
-            out = out + coeff * env.sizes[name]
-        else:
-            raise TLError(f"unbound index or size variable {name!r}")
-    return out
-
-
-def _batch(x: Any, depth: int) -> np.ndarray:
-    """A scalar or batch-rank array as an array with exactly `depth` (batch) axes."""
-    x = np.asarray(x)
-    return x.reshape((1,) * depth) if x.ndim == 0 else x
-
-
-def eval_pred(p: A.Pred, env: Env) -> np.ndarray:
-    """A boolean array with `env.depth` batch axes."""
-    d = env.depth
-    if isinstance(p, A.PTrue):
-        return np.ones((1,) * d, dtype=bool)
-    if isinstance(p, A.PFalse):
-        return np.zeros((1,) * d, dtype=bool)
-    if isinstance(p, A.Cmp):
-        op = {"<": operator.lt, "<=": operator.le, "==": operator.eq}[p.op]
-        return _batch(op(eval_affine(p.lhs, env), eval_affine(p.rhs, env)), d)
-    if isinstance(p, A.And):
-        return eval_pred(p.a, env) & eval_pred(p.b, env)
-    if isinstance(p, A.Or):
-        return eval_pred(p.a, env) | eval_pred(p.b, env)
-    if isinstance(p, A.RelCall):
-        if p.name not in env.rels:
-            raise TLError(f"unbound relation {p.name!r}", p.loc)
-        mask = env.rels[p.name]
-        if len(p.args) != mask.ndim:
-            raise TLError(f"relation {p.name!r} takes {mask.ndim} indices, got {len(p.args)}",
-                          p.loc)
-        got = _gather(mask, [eval_affine(a, env) for a in p.args], 0, d, fill=False)
-        return _batch(got, d)
-    if isinstance(p, A.Exists):
-        n = extent(p.size, env)
-        body = eval_pred(p.body, env.bind_index(p.idx, n))
-        return np.any(np.broadcast_to(body, body.shape[:d] + (n,)), axis=d)
-    raise TLError(f"not a predicate: {p!r}")
-
-
-def _gather(leaf: np.ndarray, idx: list[int | np.ndarray], leaf_depth: int, depth: int,
-            fill: Any = 0.0) -> np.ndarray:
-    """`leaf[idx]` per batch point, `fill` where any index is out of range (zero extension).
-
-    `leaf` has `leaf_depth` batch axes (0 or `depth`) then the accessed axes; the result has
-    `depth` batch axes then the remaining axes of `leaf`.
-    """
-    k = len(idx)
-    dims = leaf.shape[leaf_depth:leaf_depth + k]
-    rest = leaf.shape[leaf_depth + k:]
-    if all(isinstance(a, (int, np.integer)) for a in idx):
-        if all(0 <= a < n for a, n in zip(idx, dims)):   # plain indexing, keeps batch axes
-            out = leaf[(slice(None),) * leaf_depth + tuple(int(a) for a in idx)]
-        else:
-            out = np.full(leaf.shape[:leaf_depth] + rest, fill, dtype=leaf.dtype)
-        return out.reshape((1,) * (depth - leaf_depth) + out.shape)
-    arrays = [_batch(a, depth) for a in idx]
-    valid = np.ones((1,) * depth, dtype=bool)
-    for a, n in zip(arrays, dims):
-        valid = valid & (a >= 0) & (a < n)
-    bshape = np.broadcast_shapes(valid.shape, leaf.shape[:leaf_depth])
-    if 0 in dims or not valid.any():
-        return np.full(bshape + rest, fill, dtype=leaf.dtype)
-    # Batch axes of the leaf index themselves (0 where the leaf broadcasts along them).
-    bidx = [_axis_range(leaf.shape[t], t, depth) if leaf.shape[t] != 1 else 0
-            for t in range(leaf_depth)]
-    cidx = [np.clip(a, 0, n - 1) for a, n in zip(arrays, dims)]
-    out = leaf[tuple(bidx + cidx)]   # all indices advanced: shape = batch shape + rest
-    if not valid.all():
-        out = np.where(valid.reshape(valid.shape + (1,) * len(rest)), out,
-                       np.asarray(fill, dtype=leaf.dtype))
-    return out
+extent = grid.extent
+eval_affine = grid.affine
+eval_pred = grid.pred
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,48 +103,49 @@ def _reduce_sum(v: np.ndarray, n: int, axis: int) -> np.ndarray:
     return np.take(np.cumsum(full, axis=axis), n - 1, axis=axis) + 0.0
 
 
-def _ev(e: A.Expr, env: Env) -> Value:
+def _ev(e: ast.Expr, env: Env) -> Value:
     d = env.depth
-    if isinstance(e, A.Var):
+    if isinstance(e, ast.Var):
         return _var(e.name, env)
-    if isinstance(e, A.Const):
+    if isinstance(e, ast.Const):
         return np.full((1,) * d, e.value)
-    if isinstance(e, A.Add):
+    if isinstance(e, ast.Add):
         return np.asarray(_scalar_operand(_ev(e.a, env), env, "+")
                           + _scalar_operand(_ev(e.b, env), env, "+"))
-    if isinstance(e, A.Mul):
+    if isinstance(e, ast.Mul):
         return np.asarray(_scalar_operand(_ev(e.a, env), env, "*")
                           * _scalar_operand(_ev(e.b, env), env, "*"))
-    if isinstance(e, A.Call):
-        f = B.lookup(e.fn, len(e.args), len(e.params))
+    if isinstance(e, ast.Call):
+        f = builtins.lookup(e.fn, len(e.args), len(e.params))
         args = [_scalar_operand(_ev(a, env), env, e.fn) for a in e.args]
-        return _batch(f.fn(*args, *e.params), d)
-    if isinstance(e, A.Pair):
+        return grid.batch(f.fn(*args, *e.params), d)
+    if isinstance(e, ast.Pair):
         return (_ev(e.a, env), _ev(e.b, env))
-    if isinstance(e, A.Proj):
+    if isinstance(e, ast.Proj):
         v = _ev(e.e, env)
         if not isinstance(v, tuple):
             raise TLError("projection of a non-pair value", e.loc)
         return v[e.k]
-    if isinstance(e, A.Gen):
+    if isinstance(e, ast.Gen):
         n = extent(e.size, env)
         body = _ev(e.body, env.bind_index(e.idx, n))
         # The binder's batch axis d becomes the tensor's first axis, at full length.
         return _map(lambda x: np.broadcast_to(x, x.shape[:d] + (n,) + x.shape[d + 1:]), body)
-    if isinstance(e, A.Sum):
+    if isinstance(e, ast.Sum):
         n = extent(e.size, env)
         body = _ev(e.body, env.bind_index(e.idx, n))
-        _scalar_operand(body, replace(env, depth=d + 1), "sum")
+        if isinstance(body, tuple) or body.ndim != d + 1:
+            raise TLError("sum needs scalar operands (tensor arithmetic must be elaborated)")
         return _reduce_sum(body, n, d)
-    if isinstance(e, A.Access):
+    if isinstance(e, ast.Access):
         idx = [eval_affine(a, env) for a in e.idx]
         v = _ev(e.e, env)
         for leaf in _leaves(v):
             if leaf.ndim < d + len(idx):
                 raise TLError(f"access with {len(idx)} indices of a tensor of rank "
                               f"{leaf.ndim - d}", e.loc)
-        return _map(lambda x: _gather(x, idx, d, d), v)
-    if isinstance(e, A.Iverson):
+        return _map(lambda x: grid.gather(x, idx, d, d), v)
+    if isinstance(e, ast.Iverson):
         mask = eval_pred(e.pred, env)
         if not mask.any():
             return _zero(e.e, env)          # e is not evaluated at all
@@ -247,42 +154,42 @@ def _ev(e: A.Expr, env: Env) -> Value:
             return v
         return _map(lambda x: np.where(mask.reshape(mask.shape + (1,) * (x.ndim - d)), x, 0.0),
                     v)
-    if isinstance(e, A.Let):
-        while isinstance(e, A.Let):   # statement chains iteratively: no deep recursion
+    if isinstance(e, ast.Let):
+        while isinstance(e, ast.Let):   # statement chains iteratively: no deep recursion
             env = env.bind_value(e.name, _ev(e.value, env))
             e = e.body
         return _ev(e, env)
-    if isinstance(e, A.DefCall):
+    if isinstance(e, ast.DefCall):
         raise TLError(f"call of {e.name!r} must be inlined (elaborate) before evaluation",
                       e.loc)
     raise TLError(f"cannot evaluate {type(e).__name__}")
 
 
-def _zero(e: A.Expr, env: Env) -> Value:
+def _zero(e: ast.Expr, env: Env) -> Value:
     """The zero of `e`'s type (size-1 batch axes), computed from shapes only."""
     d = env.depth
-    if isinstance(e, A.Var):
+    if isinstance(e, ast.Var):
         v, d0 = env.vals[e.name] if e.name in env.vals else (None, 0)
         if v is None:
             raise TLError(f"unbound variable {e.name!r}")
         return _map(lambda x: np.zeros((1,) * d + x.shape[d0:]), v)
-    if isinstance(e, (A.Const, A.Add, A.Mul, A.Call, A.Sum)):
+    if isinstance(e, (ast.Const, ast.Add, ast.Mul, ast.Call, ast.Sum)):
         return np.zeros((1,) * d)
-    if isinstance(e, A.Pair):
+    if isinstance(e, ast.Pair):
         return (_zero(e.a, env), _zero(e.b, env))
-    if isinstance(e, A.Proj):
+    if isinstance(e, ast.Proj):
         return _zero(e.e, env)[e.k]
-    if isinstance(e, A.Gen):
+    if isinstance(e, ast.Gen):
         n = extent(e.size, env)
         body = _zero(e.body, env.bind_index(e.idx, n))
         return _map(lambda x: np.zeros(x.shape[:d] + (n,) + x.shape[d + 1:]), body)
-    if isinstance(e, A.Access):
+    if isinstance(e, ast.Access):
         k = len(e.idx)
         return _map(lambda x: np.zeros(x.shape[:d] + x.shape[d + k:]), _zero(e.e, env))
-    if isinstance(e, A.Iverson):
+    if isinstance(e, ast.Iverson):
         return _zero(e.e, env)
-    if isinstance(e, A.Let):
-        while isinstance(e, A.Let):
+    if isinstance(e, ast.Let):
+        while isinstance(e, ast.Let):
             env = env.bind_value(e.name, _zero(e.value, env))
             e = e.body
         return _zero(e, env)
@@ -298,7 +205,7 @@ def _export(v: Value) -> Any:
     return np.array(v, dtype=np.float64, order="C", copy=True)
 
 
-def eval_expr(e: A.Expr, env: Env | Mapping[str, Any]) -> Any:
+def eval_expr(e: ast.Expr, env: Env | Mapping[str, Any]) -> Any:
     """Evaluate `e`.  `env` is an `Env`, or a plain mapping: ints are sizes, boolean arrays
     are relation masks, everything else (floats, arrays, tuples) are values.
 
@@ -323,7 +230,7 @@ def _env_from_mapping(m: Mapping[str, Any]) -> Env:
             rels[name] = v
         else:
             vals[name] = (_import_value(v), 0)
-    return Env(sizes, rels, vals)
+    return Env(sizes=sizes, rels=rels, vals=vals)
 
 
 def _import_value(v: Any) -> Value:
@@ -337,25 +244,13 @@ def _import_value(v: Any) -> Value:
 # Arguments
 
 
-def soa_type(t: A.Type) -> A.Type:
-    """The run-time type: `[n](t1, t2)` is represented as `([n]t1, [n]t2)`."""
-    if isinstance(t, A.TArr):
-        elem = soa_type(t.elem)
-        if isinstance(elem, A.TPair):
-            return A.TPair(soa_type(A.TArr(t.size, elem.a)), soa_type(A.TArr(t.size, elem.b)))
-        return A.TArr(t.size, elem)
-    if isinstance(t, A.TPair):
-        return A.TPair(soa_type(t.a), soa_type(t.b))
-    return t
-
-
-def _shape(t: A.Type, sizes: Mapping[str, int]) -> tuple[int, ...]:
+def _shape(t: ast.Type, sizes: Mapping[str, int]) -> tuple[int, ...]:
     env = Env(sizes=sizes)
-    return tuple(extent(n, env) for n in A.shape_of(t))
+    return tuple(extent(n, env) for n in ast.shape_of(t))
 
 
-def _check_value(name: str, t: A.Type, v: Any, sizes: Mapping[str, int]) -> Value:
-    if isinstance(t, A.TPair):
+def _check_value(name: str, t: ast.Type, v: Any, sizes: Mapping[str, int]) -> Value:
+    if isinstance(t, ast.TPair):
         if not isinstance(v, (tuple, list)) or len(v) != 2:
             raise ShapeError(f"argument {name!r}: expected a pair, got {type(v).__name__}")
         return (_check_value(f"{name}.0", t.a, v[0], sizes),
@@ -409,8 +304,9 @@ def _size_arg(name: str, v: Any) -> int:
     return n
 
 
-def bind_args(d: A.Def, args: Mapping[str, Any], values: bool = True) -> Env:
-    """Check and normalise the arguments of `d` into a depth-0 `Env`.
+def bind_args(d: ast.Def | tssa.Program, args: Mapping[str, Any], values: bool = True) -> Env:
+    """Check and normalise the arguments of `d` (a core `Def` or an SSA `Program`: its name
+    and parameters) into a depth-0 `Env`.
 
     With `values=False` (cost model) only sizes and relations are needed; value arguments are
     ignored.
@@ -422,19 +318,19 @@ def bind_args(d: A.Def, args: Mapping[str, Any], values: bool = True) -> Env:
                       f"parameters are {', '.join(params)}")
     sizes: dict[str, int] = {}
     for p in d.params:
-        if isinstance(p.type, A.TSize):
+        if isinstance(p.type, ast.TSize):
             if p.name not in args:
                 raise TLError(f"{d.name}: missing size argument {p.name!r}")
             sizes[p.name] = _size_arg(p.name, args[p.name])
     rels: dict[str, np.ndarray] = {}
     vals: dict[str, tuple[Value, int]] = {}
     for p in d.params:
-        if isinstance(p.type, A.TSize) or (not values and not isinstance(p.type, A.TRel)):
+        if isinstance(p.type, ast.TSize) or (not values and not isinstance(p.type, ast.TRel)):
             continue
         if p.name not in args:
             raise TLError(f"{d.name}: missing argument {p.name!r}")
         try:
-            if isinstance(p.type, A.TRel):
+            if isinstance(p.type, ast.TRel):
                 env = Env(sizes=sizes)
                 shape = tuple(extent(n, env) for n in p.type.sizes)
                 rels[p.name] = relation_mask(p.name, args[p.name], shape)
@@ -442,128 +338,21 @@ def bind_args(d: A.Def, args: Mapping[str, Any], values: bool = True) -> Env:
                 vals[p.name] = (_check_value(p.name, soa_type(p.type), args[p.name], sizes), 0)
         except ShapeError as err:
             raise ShapeError(f"{d.name}: {err.message}", p.loc) from None
-    return Env(sizes, rels, vals)
+    return Env(sizes=sizes, rels=rels, vals=vals)
 
 
-def interpret(d: A.Def, args: Mapping[str, Any]) -> Any:
+def interpret(d: ast.Def, args: Mapping[str, Any]) -> Any:
     """Run `d` on `args` (name -> int size, float, array, tuple, relation)."""
     env = bind_args(d, args)
     with np.errstate(all="ignore"):
         return _export(_ev(d.body, env))
 
 
-# ---------------------------------------------------------------------------------------------
-# Scalar reference evaluator (tests only): direct recursion over index values.
+def evaluate_program(p: tssa.Program, args: Mapping[str, Any]) -> Any:
+    """Run a Tensor-SSA program: SPEC 5 gives each primitive its meaning as a core
+    expression (`tssa.to_core`), so an SSA program means exactly its core definition."""
+    return interpret(tssa.to_core(p), args)
 
 
-def eval_pred_scalar(p: A.Pred, env: Mapping[str, Any]) -> bool:
-    """`p` at one point; `env` maps index and size names to ints, relations to masks."""
-    if isinstance(p, A.PTrue):
-        return True
-    if isinstance(p, A.PFalse):
-        return False
-    if isinstance(p, A.Cmp):
-        lhs, rhs = p.lhs.evaluate(env), p.rhs.evaluate(env)
-        return {"<": lhs < rhs, "<=": lhs <= rhs, "==": lhs == rhs}[p.op]
-    if isinstance(p, A.And):
-        return eval_pred_scalar(p.a, env) and eval_pred_scalar(p.b, env)
-    if isinstance(p, A.Or):
-        return eval_pred_scalar(p.a, env) or eval_pred_scalar(p.b, env)
-    if isinstance(p, A.RelCall):
-        mask = env[p.name]
-        pt = tuple(a.evaluate(env) for a in p.args)
-        return all(0 <= a < n for a, n in zip(pt, mask.shape)) and bool(mask[pt])
-    if isinstance(p, A.Exists):
-        return any(eval_pred_scalar(p.body, {**env, p.idx: i})
-                   for i in range(max(0, p.size.evaluate(env))))
-    raise TLError(f"not a predicate: {p!r}")
-
-
-def _ref_zero(v: Any) -> Any:
-    if isinstance(v, tuple):
-        return tuple(_ref_zero(c) for c in v)
-    return 0.0 if np.ndim(v) == 0 else np.zeros(np.shape(v))
-
-
-def _ref_stack(vs: list[Any]) -> Any:
-    if isinstance(vs[0], tuple):
-        return tuple(_ref_stack([v[k] for v in vs]) for k in range(2))
-    return np.array(vs, dtype=np.float64)
-
-
-def _ref_index(v: Any, idx: tuple[int, ...]) -> Any:
-    if isinstance(v, tuple):
-        return tuple(_ref_index(c, idx) for c in v)
-    if all(0 <= a < n for a, n in zip(idx, v.shape)):
-        out = v[idx]
-        return float(out) if np.ndim(out) == 0 else out
-    rest = v.shape[len(idx):]
-    return 0.0 if not rest else np.zeros(rest)
-
-
-def eval_scalar_reference(e: A.Expr, env: Mapping[str, Any]) -> Any:
-    """Slow, obviously-correct evaluation of `e`, one index value at a time.
-
-    `env` maps sizes and bound indices to ints, relations to boolean masks, variables to
-    floats, float64 arrays and tuples.  The zero of a type is found by evaluating and zeroing
-    (the value itself is discarded, so nothing can leak).
-    """
-    ev = eval_scalar_reference
-    if isinstance(e, A.Var):
-        return env[e.name]
-    if isinstance(e, A.Const):
-        return e.value
-    if isinstance(e, A.Add):
-        return float(np.float64(ev(e.a, env)) + np.float64(ev(e.b, env)))
-    if isinstance(e, A.Mul):
-        return float(np.float64(ev(e.a, env)) * np.float64(ev(e.b, env)))
-    if isinstance(e, A.Call):
-        args = [np.float64(ev(a, env)) for a in e.args]
-        return float(B.apply(e.fn, args, e.params))
-    if isinstance(e, A.Pair):
-        return (ev(e.a, env), ev(e.b, env))
-    if isinstance(e, A.Proj):
-        return ev(e.e, env)[e.k]
-    if isinstance(e, A.Gen):
-        n = max(0, e.size.evaluate(env))
-        if n == 0:
-            shape_probe = ev(e.body, {**env, e.idx: 0})
-            return _map(lambda x: np.zeros((0,) + np.shape(x)), _ref_zero(shape_probe))
-        return _ref_stack([ev(e.body, {**env, e.idx: i}) for i in range(n)])
-    if isinstance(e, A.Sum):
-        acc = np.float64(0.0)
-        for i in range(max(0, e.size.evaluate(env))):
-            acc = acc + np.float64(ev(e.body, {**env, e.idx: i}))
-        return float(acc)
-    if isinstance(e, A.Access):
-        return _ref_index(ev(e.e, env), tuple(a.evaluate(env) for a in e.idx))
-    if isinstance(e, A.Iverson):
-        if eval_pred_scalar(e.pred, env):
-            return ev(e.e, env)
-        return _ref_zero(ev(e.e, env))
-    if isinstance(e, A.Let):
-        while isinstance(e, A.Let):
-            env = {**env, e.name: ev(e.value, env)}
-            e = e.body
-        return ev(e, env)
-    raise TLError(f"cannot evaluate {type(e).__name__}")
-
-
-def interpret_reference(d: A.Def, args: Mapping[str, Any]) -> Any:
-    """`interpret` through the scalar reference evaluator (tests only; slow)."""
-    env = bind_args(d, args)
-    flat: dict[str, Any] = {**env.sizes, **env.rels}
-    flat.update({k: _export(v) for k, (v, _) in env.vals.items()})
-    with np.errstate(all="ignore"):
-        return _export_ref(eval_scalar_reference(d.body, flat))
-
-
-def _export_ref(v: Any) -> Any:
-    if isinstance(v, tuple):
-        return tuple(_export_ref(c) for c in v)
-    return float(v) if np.ndim(v) == 0 else np.array(v, dtype=np.float64, order="C")
-
-
-__all__ = ["Env", "interpret", "eval_expr", "eval_pred", "eval_affine", "extent", "bind_args",
-           "relation_mask", "soa_type", "eval_scalar_reference", "eval_pred_scalar",
-           "interpret_reference"]
+__all__ = ["Env", "interpret", "evaluate_program", "eval_expr", "eval_pred", "eval_affine",
+           "extent", "bind_args", "relation_mask", "soa_type"]

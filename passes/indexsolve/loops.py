@@ -16,9 +16,12 @@ from tensorlang.ir.ast import (
     Affine, And, Cmp, Exists, Or, PFalse, Pred, PTrue, RelCall, binder_name, free_names, walk,
 )
 
-from .indexsolve_core import conjuncts, eq_pred, eval_pred, parametrize, split_atoms
-from .indexsolve_fm import Bound, LoopBound, NameFn, affine_to_python, constraint_to_pred
-from .indexsolve_fm import fourier_motzkin
+from tensorlang.ir.canon import conjuncts
+from tensorlang.semantics.grid import holds_at
+
+from .core import eq_pred, parametrize, split_atoms
+from .fm import Bound, LoopBound, NameFn, affine_to_python, constraint_to_pred
+from .fm import fourier_motzkin
 
 RelFn = Callable[[str, list[str]], str]
 
@@ -50,7 +53,7 @@ class LoopNest:
         if not self.feasible:
             return
         scope = dict(env)
-        if all(eval_pred(g, scope) for g in self.guard):
+        if all(holds_at(g, scope) for g in self.guard):
             yield from self._walk(0, scope)
 
     def _walk(self, k: int, env: dict[str, Any]) -> Iterator[dict[str, int]]:
@@ -66,7 +69,7 @@ class LoopNest:
             values = (num // lv.value.div,) if num % lv.value.div == 0 else ()
         for x in values:
             env[lv.var] = x
-            if all(eval_pred(g, env) for g in lv.guards):
+            if all(holds_at(g, env) for g in lv.guards):
                 yield from self._walk(k + 1, env)
 
     def loop_vars(self) -> list[str]:

@@ -7,28 +7,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from math import gcd
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
-import numpy as np
 
 from tensorlang.ir.ast import (
-    Affine, And, Cmp, Exists, Or, PFalse, Pred, PTrue, RelCall, fresh, free_names, pred_and,
+    Affine, And, Cmp, Exists, Or, Pred, PTrue, fresh, free_names, pred_and,
 )
 
-from .indexsolve_fm import content
-from .indexsolve_linalg import rank_of, smith_normal_form_full
+from .fm import content
+from .snf import rank_of, smith_normal_form_full
 
 # ---------------------------------------------------------------------------------------------
 # Predicates
-
-
-def conjuncts(p: Pred) -> list[Pred]:
-    """The atoms of a (nested) conjunction, `true` dropped."""
-    if isinstance(p, And):
-        return conjuncts(p.a) + conjuncts(p.b)
-    if isinstance(p, PTrue):
-        return []
-    return [p]
 
 
 def eq_pred(e: Affine) -> Pred:
@@ -68,45 +58,6 @@ def split_atoms(atoms: Iterable[Pred], solved: set[str]) -> Atoms:
         else:
             out.outer.append(a)
     return out
-
-
-def eval_pred(p: Pred, env: Mapping[str, Any]) -> bool:
-    """Truth of `p`: ints for index/size variables; a relation is a numpy bool array of its
-    shape, a (k, arity) integer coordinate array, a set of tuples, or a callable."""
-    if isinstance(p, PTrue):
-        return True
-    if isinstance(p, PFalse):
-        return False
-    if isinstance(p, Cmp):
-        a, b = p.lhs.evaluate(env), p.rhs.evaluate(env)
-        return a < b if p.op == "<" else a <= b if p.op == "<=" else a == b
-    if isinstance(p, And):
-        return eval_pred(p.a, env) and eval_pred(p.b, env)
-    if isinstance(p, Or):
-        return eval_pred(p.a, env) or eval_pred(p.b, env)
-    if isinstance(p, Exists):
-        inner = dict(env)
-        for t in range(p.size.evaluate(env)):
-            inner[p.idx] = t
-            if eval_pred(p.body, inner):
-                return True
-        return False
-    if isinstance(p, RelCall):
-        return _rel_member(env[p.name], tuple(a.evaluate(env) for a in p.args))
-    raise TypeError(f"not a predicate: {p!r}")
-
-
-def _rel_member(rel: Any, idx: tuple[int, ...]) -> bool:
-    if callable(rel):
-        return bool(rel(*idx))
-    if isinstance(rel, (set, frozenset)):
-        return idx in rel
-    arr = np.asarray(rel)
-    if arr.dtype == np.bool_:
-        if len(idx) != arr.ndim or any(not 0 <= i < n for i, n in zip(idx, arr.shape)):
-            return False
-        return bool(arr[idx])
-    return bool(arr.size) and bool(np.any(np.all(arr.reshape(-1, len(idx)) == idx, axis=1)))
 
 
 # ---------------------------------------------------------------------------------------------

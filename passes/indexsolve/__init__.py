@@ -9,9 +9,10 @@ indices.
 * `solve_for(pred, var)`: a unit-coefficient equality of a conjunction, solved for `var`;
 * `loop_nest(vars_sizes, pred)` -> `LoopNest`: the loops a code generator emits.
 
-The helpers live in `indexsolve_linalg` (Smith normal form), `indexsolve_fm` (Fourier-
-Motzkin, bound printing), `indexsolve_core` (equality systems, parametrisation) and
-`indexsolve_loops` (loop nests).  See docs/indexsolve.md.
+The helpers live in the modules `snf` (Smith normal form), `fm` (Fourier-Motzkin, bound
+printing), `core` (equality systems, parametrisation) and `loops` (loop nests); this
+package exports the public API (sum elimination and `solve_for` are defined here).  See
+docs/indexsolve.md.
 """
 from __future__ import annotations
 
@@ -19,17 +20,19 @@ from tensorlang.ir.ast import (
     Affine, Cmp, Const, Expr, Iverson, Node, Pred, PTrue, Sum, binder_name, fresh, free_names,
     map_fields, pred_and, rename_index, subst, walk,
 )
+from tensorlang.ir.canon import conjuncts
+from tensorlang.semantics.grid import holds_at as eval_pred
 
-from .indexsolve_core import (
-    Parametrization, Quotient, Solution, conjuncts, divisibility_pred, eq_pred, eval_pred,
-    parametrize, solve_equalities, split_atoms, upper_bounds,
+from .core import (
+    Parametrization, Quotient, Solution, divisibility_pred, eq_pred, parametrize,
+    solve_equalities, split_atoms, upper_bounds,
 )
-from .indexsolve_fm import (
+from .fm import (
     Bound, BoundNest, LoopBound, affine_to_python, ceil_div, constraint_to_pred,
     constraints_pred, floor_div, fourier_motzkin,
 )
-from .indexsolve_linalg import determinant, ext_gcd, smith_normal_form
-from .indexsolve_loops import Level, LoopNest, loop_nest, pred_to_python
+from .snf import determinant, ext_gcd, smith_normal_form
+from .loops import Level, LoopNest, loop_nest, pred_to_python
 
 __all__ = [
     "smith_normal_form", "ext_gcd", "determinant",

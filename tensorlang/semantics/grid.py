@@ -1,0 +1,214 @@
+"""Affine expressions and predicates over index boxes: the ONE evaluator of index arithmetic.
+
+The interpreter, the cost model (core and Tensor SSA), the index solver and the simplifier's
+point counting all evaluate affine indices and predicates here, vectorised over a *box* of
+named index variables at concrete sizes and relations.
+
+A `Box` has `depth` numpy axes; the binder at position `k` owns axis `k` and ranges over
+`0..extents[k]-1`.  An index variable is an `arange` along its axis, so an affine expression
+is an int64 array and a predicate a boolean array of *batch shape*: `depth` axes, each of
+length 1 (the value does not depend on that index: numpy broadcasting) or the axis' extent.
+Sizes are ints; a relation is a boolean mask of its shape (`R(a..)` is false outside it).
+
+Counting works on batch-shaped arrays too: `reduce_axes` sums exactly over trailing axes (a
+length-1 axis stands for `extent` equal entries), `count` is the number of points where a
+predicate holds, and `sum_additions` is SPEC 3's addition count of a sum nest,
+`max(0, live - 1)` per outer point, live = points of the summed axes where the summand is
+not a structural zero.
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from tensorlang.ir import ast
+from tensorlang.syntax.errors import TLError
+
+_CMP = {"<": operator.lt, "<=": operator.le, "==": operator.eq}
+
+
+@dataclass(frozen=True)
+class Box:
+    """Sizes, relations and bound index variables (`idx[name] = (axis, extent)`)."""
+
+    sizes: Mapping[str, int] = field(default_factory=dict)
+    rels: Mapping[str, np.ndarray] = field(default_factory=dict)   # boolean masks
+    idx: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    extents: tuple[int, ...] = ()
+
+    @property
+    def depth(self) -> int:
+        return len(self.extents)
+
+    def bind_index(self, name: str, n: int) -> "Box":
+        """Enter a binder: `name` ranges over 0..n-1 along the new axis `depth`."""
+        return replace(self, idx={**self.idx, name: (self.depth, n)},
+                       extents=self.extents + (n,))
+
+    def bind_indices(self, axes: Iterable[tuple[str, int]]) -> "Box":
+        out = self
+        for name, n in axes:
+            out = out.bind_index(name, n)
+        return out
+
+    def axis_range(self, axis: int) -> np.ndarray:
+        """0..extent-1 laid along `axis` of the batch shape."""
+        shape = [1] * self.depth
+        shape[axis] = self.extents[axis]
+        return np.arange(self.extents[axis], dtype=np.int64).reshape(shape)
+
+
+def extent(a: ast.Affine, box: Box) -> int:
+    """The value of a size expression (binder extent or type dimension); negative -> 0."""
+    v = affine(a, box)
+    if isinstance(v, np.ndarray):
+        raise TLError(f"size {a} depends on an index variable")
+    return max(0, int(v))
+
+
+def affine(a: ast.Affine, box: Box) -> int | np.ndarray:
+    """An int if `a` mentions no bound index variable, else an int64 array of batch rank."""
+    out: int | np.ndarray = a.const
+    for name, coeff in a.terms:
+        if name in box.idx:
+            out = out + coeff * box.axis_range(box.idx[name][0])
+        elif name in box.sizes:
+            out = out + coeff * box.sizes[name]
+        else:
+            raise TLError(f"unbound index or size variable {name!r}")
+    return out
+
+
+def batch(x: Any, depth: int) -> np.ndarray:
+    """A scalar or batch-rank array as an array with exactly `depth` (batch) axes."""
+    x = np.asarray(x)
+    return x.reshape((1,) * depth) if x.ndim == 0 else x
+
+
+def pred(p: ast.Pred, box: Box) -> np.ndarray:
+    """Where `p` holds: a boolean array of batch shape."""
+    d = box.depth
+    if isinstance(p, ast.PTrue):
+        return np.ones((1,) * d, dtype=bool)
+    if isinstance(p, ast.PFalse):
+        return np.zeros((1,) * d, dtype=bool)
+    if isinstance(p, ast.Cmp):
+        return batch(_CMP[p.op](affine(p.lhs, box), affine(p.rhs, box)), d)
+    if isinstance(p, ast.And):
+        return pred(p.a, box) & pred(p.b, box)
+    if isinstance(p, ast.Or):
+        return pred(p.a, box) | pred(p.b, box)
+    if isinstance(p, ast.RelCall):
+        if p.name not in box.rels:
+            raise TLError(f"unbound relation {p.name!r}", p.loc)
+        mask = box.rels[p.name]
+        if len(p.args) != mask.ndim:
+            raise TLError(f"relation {p.name!r} takes {mask.ndim} indices, got {len(p.args)}",
+                          p.loc)
+        return batch(gather(mask, [affine(a, box) for a in p.args], 0, d, fill=False), d)
+    if isinstance(p, ast.Exists):
+        n = extent(p.size, box)
+        body = pred(p.body, box.bind_index(p.idx, n))
+        return np.any(np.broadcast_to(body, body.shape[:d] + (n,)), axis=d)
+    raise TLError(f"not a predicate: {p!r}")
+
+
+def holds_at(p: ast.Pred, env: Mapping[str, Any]) -> bool:
+    """`p` at one point: `env` maps index and size names to ints, relations to boolean
+    masks (a depth-0 box)."""
+    sizes: dict[str, int] = {}
+    rels: dict[str, np.ndarray] = {}
+    for name, v in env.items():
+        if not isinstance(v, np.ndarray):
+            sizes[name] = operator.index(v)
+        elif v.dtype == bool:
+            rels[name] = v
+        else:
+            raise TLError(f"relation {name!r} must be a boolean mask, got {v.dtype} array")
+    return bool(pred(p, Box(sizes, rels)))
+
+
+def gather(leaf: np.ndarray, idx: list[int | np.ndarray], leaf_depth: int, depth: int,
+           fill: Any = 0.0) -> np.ndarray:
+    """`leaf[idx]` per batch point, `fill` where any index is out of range (zero extension).
+
+    `leaf` has `leaf_depth` batch axes (0 or `depth`) then the accessed axes; the result has
+    `depth` batch axes then the remaining axes of `leaf`.
+    """
+    k = len(idx)
+    dims = leaf.shape[leaf_depth:leaf_depth + k]
+    rest = leaf.shape[leaf_depth + k:]
+    if all(isinstance(a, (int, np.integer)) for a in idx):
+        if all(0 <= a < n for a, n in zip(idx, dims)):   # plain indexing, keeps batch axes
+            out = leaf[(slice(None),) * leaf_depth + tuple(int(a) for a in idx)]
+        else:
+            out = np.full(leaf.shape[:leaf_depth] + rest, fill, dtype=leaf.dtype)
+        return out.reshape((1,) * (depth - leaf_depth) + out.shape)
+    arrays = [batch(a, depth) for a in idx]
+    valid = np.ones((1,) * depth, dtype=bool)
+    for a, n in zip(arrays, dims):
+        valid = valid & (a >= 0) & (a < n)
+    bshape = np.broadcast_shapes(valid.shape, leaf.shape[:leaf_depth])
+    if 0 in dims or not valid.any():
+        return np.full(bshape + rest, fill, dtype=leaf.dtype)
+    # Batch axes of the leaf index themselves (0 where the leaf broadcasts along them).
+    bidx: list[Any] = []
+    for t in range(leaf_depth):
+        if leaf.shape[t] == 1:
+            bidx.append(0)
+        else:
+            shape = [1] * depth
+            shape[t] = leaf.shape[t]
+            bidx.append(np.arange(leaf.shape[t], dtype=np.int64).reshape(shape))
+    cidx = [np.clip(a, 0, n - 1) for a, n in zip(arrays, dims)]
+    out = leaf[tuple(bidx + cidx)]   # all indices advanced: shape = batch shape + rest
+    if not valid.all():
+        out = np.where(valid.reshape(valid.shape + (1,) * len(rest)), out,
+                       np.asarray(fill, dtype=leaf.dtype))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact counting
+
+
+def reduce_axes(a: np.ndarray, box: Box, first: int = 0) -> np.ndarray:
+    """Sum `a` exactly over the batch axes `first..depth-1` of `box` (trailing non-batch axes
+    of `a` are kept).  A length-1 axis stands for `extent` equal entries."""
+    a = np.asarray(a)
+    if a.dtype == bool:
+        a = a.astype(np.int64)
+    for ax in reversed(range(first, box.depth)):
+        n = box.extents[ax]
+        a = a.sum(axis=ax) if a.shape[ax] != 1 else np.take(a, 0, axis=ax) * n
+    return a
+
+
+def count(p: ast.Pred | np.ndarray, box: Box, first: int = 0) -> np.ndarray:
+    """The number of points of axes `first..` where `p` (a predicate or a batch-shaped mask)
+    holds, per point of the axes before `first` (a 0-d array when `first == 0`)."""
+    mask = pred(p, box) if isinstance(p, ast.Node) else np.asarray(p)
+    return reduce_axes(mask, box, first)
+
+
+def sum_additions(live: ast.Pred | np.ndarray, box: Box, first: int) -> np.ndarray:
+    """SPEC 3's additions of a sum over the axes `first..depth-1`: `max(0, m - 1)` per point
+    of the outer axes, m = summed points where `live` holds."""
+    return np.maximum(count(live, box, first) - 1, 0)
+
+
+def total(a: np.ndarray, box: Box) -> int:
+    """The exact sum of a count array over all its batch axes (the first `a.ndim` axes of
+    `box`: a `count` or `sum_additions` result is summed over the outer points)."""
+    a = np.asarray(a, dtype=np.int64)
+    for ax in reversed(range(a.ndim)):
+        n = box.extents[ax]
+        a = a.sum(axis=ax) if a.shape[ax] != 1 else np.take(a, 0, axis=ax) * n
+    return int(a)
+
+
+__all__ = ["Box", "extent", "affine", "batch", "pred", "holds_at", "gather", "reduce_axes",
+           "count", "sum_additions", "total"]
