@@ -1,6 +1,6 @@
 """Catalogue entries of the simplifier (SPEC 7, SPEC 10): one per rewrite rule of
-`passes/simplify_egglog.RULES` and of the Python pass (`passes/simplify_py`), and the whole
-pass.
+`passes/simplify/rules_egg.RULES` and of the Python rules (`passes/simplify/rules_py`), and
+the whole pass.
 
 An instance is a small gen-pushed definition (the form `tssa.to_core` gives a Tensor-SSA
 program) in which the rule has a redex.  `apply` runs *that rule only*, through the same
@@ -16,7 +16,7 @@ machinery as `simplify` (lowering, the egglog rule, extraction, conversion back 
   then is exact -- the check shows the rule keeps the meaning and that choosing by the cost
   model does not raise the cost;
 * the Python rules (`S-pred-canon`, `S-inline`, `S-sum-solve`, `S-fold-call`, `S-cse`) are
-  functions on core programs (`simplify_py`).
+  functions on core programs (`passes/simplify/rules_py`).
 
 The equalities the e-graph uses in both directions (`S-distribute`, `S-sum-add`,
 `S-sum-factor`, `S-mul-assoc`) are registered in the orientation the schema states; meaning
@@ -29,13 +29,15 @@ from typing import Any, Callable
 
 from hypothesis import strategies as st
 
-from tensorlang.ir import ast as A
+from tensorlang.ir import ast
 from tensorlang.ir import tssa
 from tensorlang.ir.ast import (Access, Add, Affine, Call, Cmp, Const, Def, Gen, Iverson, Let, Mul,
                             Param, Sum, TRel, TSize, Var, tensor)
-from tensorlang.passes import simplify_egglog as G
-from tensorlang.passes import simplify_py as SP
 from tensorlang.passes.simplify import apply_rules
+from tensorlang.passes.simplify.encode import InlinePolicy
+from tensorlang.passes.simplify.rules_egg import RULES as EGGLOG_RULES
+from tensorlang.passes.simplify.rules_py import (canon_brackets, fold_calls,
+                                                 inline_single_use, solve_sums)
 from tensorlang.passes.ssa import to_ssa
 
 N, M = Affine.var("N"), Affine.var("M")
@@ -51,7 +53,7 @@ def params(n: Affine | int, m: Affine | int, sizes: bool = True) -> tuple[Param,
     out: list[Param] = []
     if sizes:
         out += [Param("N", TSize()), Param("M", TSize())]
-    out += [Param("s", A.REAL), Param("x", tensor([n])), Param("z", tensor([n])),
+    out += [Param("s", ast.REAL), Param("x", tensor([n])), Param("z", tensor([n])),
             Param("y", tensor([m])), Param("B", tensor([n, m])), Param("C", tensor([n, m])),
             Param("E", TRel((_aff(n), _aff(m))))]
     return tuple(out)
@@ -60,7 +62,7 @@ def params(n: Affine | int, m: Affine | int, sizes: bool = True) -> tuple[Param,
 SYM = params(N, M)
 
 
-def rd(name: str, *idx: Affine | str) -> A.Expr:
+def rd(name: str, *idx: Affine | str) -> ast.Expr:
     ix = tuple(Affine.var(i) if isinstance(i, str) else i for i in idx)
     return Access(Var(name), ix) if ix else Var(name)
 
@@ -74,15 +76,15 @@ class Draw:
     def pick(self, xs: list) -> Any:
         return self.draw(st.sampled_from(xs))
 
-    def over_i(self) -> A.Expr:
+    def over_i(self) -> ast.Expr:
         return self.pick([rd("x", "i"), rd("z", "i"), Mul(rd("x", "i"), rd("z", "i")),
                           Call("sin", (rd("x", "i"),), ()), Add(rd("z", "i"), rd("s"))])
 
-    def over_j(self) -> A.Expr:
+    def over_j(self) -> ast.Expr:
         return self.pick([rd("y", "j"), Mul(rd("y", "j"), rd("y", "j")),
                           Call("tanh", (rd("y", "j"),), ()), Add(rd("y", "j"), rd("s"))])
 
-    def over_ij(self) -> A.Expr:
+    def over_ij(self) -> ast.Expr:
         return self.pick([rd("B", "i", "j"), rd("C", "i", "j"),
                           Mul(rd("B", "i", "j"), rd("y", "j")),
                           Add(rd("B", "i", "j"), rd("C", "i", "j"))])
@@ -90,23 +92,23 @@ class Draw:
     def const(self) -> float:
         return self.pick([2.0, -1.0, 0.5, 3.0, -2.5])
 
-    def cmps(self, n: Affine) -> list[A.Pred]:
+    def cmps(self, n: Affine) -> list[ast.Pred]:
         """Comparisons of i that its range 0 <= i < n does not imply."""
         i = Affine.var("i")
         return [Cmp("<=", i, Affine.lit(0)), Cmp("<=", i, Affine.lit(1)),
                 Cmp("<", Affine.lit(1), i), Cmp("==", i, Affine.lit(1)),
                 Cmp("==", i, Affine.lit(2)), Cmp("<", i + 1, n), Cmp("<=", i + 3, n)]
 
-    def cmp_i(self, n: Affine) -> A.Pred:
+    def cmp_i(self, n: Affine) -> ast.Pred:
         return self.pick(self.cmps(n))
 
 
-def gen_i(n: Affine, e: A.Expr) -> A.Expr:
+def gen_i(n: Affine, e: ast.Expr) -> ast.Expr:
     return Gen("i", n, e)
 
 
-def program(ps: tuple[Param, ...], *binds: tuple[str, A.Expr]) -> Def:
-    body: A.Expr = Var(binds[-1][0])
+def program(ps: tuple[Param, ...], *binds: tuple[str, ast.Expr]) -> Def:
+    body: ast.Expr = Var(binds[-1][0])
     for name, value in reversed(binds):
         body = Let(name, value, body)
     return Def("inst", ps, None, body)
@@ -118,7 +120,7 @@ def _args(draw: Callable, d: Def, literal: bool) -> dict[str, Any]:
     return random_args(d, sizes, draw(st.integers(0, 2**31 - 1)), rel_encoding="bool")
 
 
-def instances(build: Callable[[Draw, Affine, Affine], list[tuple[str, A.Expr]]],
+def instances(build: Callable[[Draw, Affine, Affine], list[tuple[str, ast.Expr]]],
               literal: bool = False) -> Callable[[], st.SearchStrategy]:
     """The strategy of (Def, args) whose bindings `build` makes (sizes N, M, or literal)."""
     def strategy() -> st.SearchStrategy:
@@ -250,7 +252,7 @@ def _licm(g: Draw, n: Affine, m: Affine) -> list:
 def _pred_canon(g: Draw, n: Affine, m: Affine) -> list:
     i = Affine.var("i")
     noise = g.pick([Cmp("<", i, n), Cmp("<=", Affine.lit(0), i), Cmp("<", i, n + 1)])
-    p = A.And(noise, g.cmp_i(n))
+    p = ast.And(noise, g.cmp_i(n))
     return [("b", gen_i(n, Iverson(p, g.over_i())))]
 
 
@@ -290,7 +292,7 @@ def egglog_apply(rule: str, choose: str = "new") -> Callable[[Def], Def]:
 
 def licm_apply(d: Def) -> Def:
     return apply_rules(d, [], choose="cost",
-                       policy=SP.InlinePolicy(enabled=False, solve=False, licm=True))
+                       policy=InlinePolicy(enabled=False, solve=False, licm=True))
 
 
 def cse_apply(d: Def) -> Def:
@@ -309,13 +311,13 @@ def cse_apply(d: Def) -> Def:
 PYTHON_RULES: dict[str, tuple[str, Callable, Callable[[Def], Def], bool]] = {
     # name: (schema, instance builder, apply, literal sizes)
     "S-pred-canon": ("[p] -> [canon(p)]: comparisons implied by the index ranges dropped, "
-                     "refuted ones make the bracket 0", _pred_canon, SP.canon_brackets, False),
+                     "refuted ones make the bracket 0", _pred_canon, canon_brackets, False),
     "S-inline": ("u[A] (u = gen I. e read once) -> [0 <= A < n] * e{I := A}", _inline,
-                 SP.inline_single_use, False),
+                 inline_single_use, False),
     "S-sum-solve": ("sum j. [j == a and q] * e -> [0 <= a < n and q{j:=a}] * e{j:=a} "
-                    "(index solver)", _sum_solve, SP.solve_sums, False),
+                    "(index solver)", _sum_solve, solve_sums, False),
     "S-fold-call": ("f(c1, ..) -> c (a call of constants is evaluated)", _fold_call,
-                    SP.fold_calls, False),
+                    fold_calls, False),
     "S-licm": ("gen I. e(I) * t, t not over I -> u = t; gen I. e(I) * u  (chosen by cost)",
                _licm, licm_apply, True),
     "S-cse": ("v1 = rhs; v2 = rhs -> one statement (hash-consing)", _cse, cse_apply, False),
@@ -361,12 +363,12 @@ SIMPLIFY_RULES: tuple[str, ...] = tuple(EGGLOG_INSTANCES) + tuple(PYTHON_RULES)
 def schema(name: str) -> str:
     if name in PYTHON_RULES:
         return PYTHON_RULES[name][0]
-    return ORIENTED.get(name, G.RULES[name].schema)
+    return ORIENTED.get(name, EGGLOG_RULES[name].schema)
 
 
 def _register() -> None:
     from .catalogue import PassEntry, Rule, register, register_pass
-    assert set(EGGLOG_INSTANCES) == {r for r in G.RULES if G.RULES[r].group != "analysis"}
+    assert set(EGGLOG_INSTANCES) == {r for r in EGGLOG_RULES if EGGLOG_RULES[r].group != "analysis"}
     for name, (build, choose, literal) in EGGLOG_INSTANCES.items():
         register(Rule(name, "simplify", schema(name), instances(build, literal),
                       egglog_apply(name, choose)))
@@ -381,7 +383,7 @@ def _register() -> None:
     from .normal_forms_ssa import is_tensor_ssa
     register_pass(PassEntry(
         "simplify", lambda d: tssa.to_core(to_ssa(genpush(pairelim(letlift(d))))),
-        lambda d: simplify(to_ssa(d)), is_tensor_ssa, tssa.to_core))
+        lambda d: simplify(to_ssa(d), strict=True).program, is_tensor_ssa, tssa.to_core))
 
 
 _register()

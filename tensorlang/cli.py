@@ -381,6 +381,10 @@ def cmd_show(ns: argparse.Namespace) -> int:
         print(fn.generated_source(ns.stage))
     else:
         print(fn.show(ns.stage, unicode=ns.unicode))
+        from tensorlang import pipeline
+        report = pipeline.report(fn.program(), ns.stage)
+        if report is not None:      # the simplifier's: what it did, or why it did nothing
+            print(report.text())
     return 0
 
 

@@ -9,7 +9,7 @@ Each stage is a pure function from the previous stage's program to its own:
     genpush     passes/genpush.py   Def -> Def
     ssa         passes/ssa.py       Def -> tssa.Program
     derive      passes/derive.py    derived definitions resolved (identity on a written def)
-    simplified  passes/simplify.py  tssa.Program -> tssa.Program
+    simplified  passes/simplify/    tssa.Program -> tssa.Program (+ its report)
 
 A program is a core `Def` (a function as written) or a `Derivation` (`grad(f, x)` and the
 other derived functions of SPEC 2.5).  A derivation's `derive` stage differentiates its base
@@ -26,6 +26,11 @@ A stage that cannot handle a program raises (`NotYetSupported`, a `TLError`): th
 A stage's module is imported only when the stage is first needed (the simplifier loads egglog,
 which is slow to import).  Results are memoised per program: Defs are hash-consed and
 derivations compare by value, so a structurally equal program reuses the work already done.
+A stage may return a result with `.program` and `.report` (the simplifier does): the program
+is the stage's value, the report is kept beside it (`report`).  A stage marked `sized` takes
+the sizes when they are known (`run_to(p, name, sizes)`, `cost(..., specialise=True)`), and is
+then run and memoised per sizes; without them (`show`, `cost`, the kernel compiled for every
+size, the base a derivation differentiates) it works at representative sizes.
 """
 from __future__ import annotations
 
@@ -47,6 +52,7 @@ class Stage:
     module: str  # import path of the module providing the pass ("" for the identity)
     func: str  # the pass function in that module
     doc: str
+    sized: bool = False  # the pass takes the sizes, when known, as a second argument
 
     def load(self) -> Callable[[Any], Any]:
         """The pass function."""
@@ -67,7 +73,8 @@ STAGES: tuple[Stage, ...] = (
     Stage("genpush", "tensorlang.passes.genpush", "genpush", "every binding gen I. scalar"),
     Stage("ssa", "tensorlang.passes.ssa", "to_ssa", "Tensor SSA: one masked primitive each"),
     Stage("derive", "", "", "derived functions: jvp/vjp of the base as compiled"),
-    Stage("simplified", "tensorlang.passes.simplify", "simplify", "egglog simplifier"),
+    Stage("simplified", "tensorlang.passes.simplify", "simplify", "egglog simplifier",
+          sized=True),
 )
 STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
 FINAL: str = STAGE_NAMES[-1]  # the program as it will run
@@ -114,22 +121,41 @@ def previous(name: str) -> str:
     return STAGE_NAMES[index - 1]
 
 
-def run_to(program: Program, name: str) -> Any:
+def run_to(program: Program, name: str, sizes: Mapping[str, int] | None = None) -> Any:
     """`program` after every stage up to and including `name` (a core Def or a
-    tssa.Program).  A stage that cannot handle the program raises."""
+    tssa.Program); `sizes`, when known, go to a `sized` stage `name`.  A stage that cannot
+    handle the program raises."""
     if not isinstance(program, (ast.Def, Derivation)):
         raise TLError("the pipeline runs on core definitions and derivations, not "
                       f"{type(program).__name__}")
     wanted = stage(name).name
+    used = dict(sizes) if sizes and stage(wanted).sized else None
     memo = _MEMO.get(program)
     if memo is None:
         memo = _MEMO[program] = {}
-    if wanted not in memo:
-        memo[wanted] = _compute(program, wanted)
-    return memo[wanted]
+    key = _key(wanted, used)
+    if key not in memo:
+        out = _compute(program, wanted, used)
+        if hasattr(out, "program") and hasattr(out, "report"):
+            memo[_key(wanted + ":report", used)] = out.report
+            out = out.program
+        memo[key] = out
+    return memo[key]
 
 
-def _compute(program: Program, name: str) -> Any:
+def _key(name: str, sizes: Mapping[str, int] | None) -> Any:
+    return (name, tuple(sorted(sizes.items()))) if sizes else name
+
+
+def report(program: Program, name: str, sizes: Mapping[str, int] | None = None) -> Any:
+    """The report the stage `name` made for `program` (None for stages without one)."""
+    wanted = stage(name).name
+    run_to(program, wanted, sizes)
+    used = dict(sizes) if sizes and stage(wanted).sized else None
+    return _MEMO[program].get(_key(wanted + ":report", used))
+
+
+def _compute(program: Program, name: str, sizes: dict[str, int] | None = None) -> Any:
     if isinstance(program, Derivation):
         if name == "derive":
             return _derivative(program)
@@ -140,7 +166,8 @@ def _compute(program: Program, name: str) -> Any:
     before = previous(name)
     if isinstance(program, Derivation) and name == "simplified":
         before = "derive"  # the derivative itself, not its re-normalised core form
-    return stage(name).load()(run_to(program, before))
+    run = stage(name).load()
+    return run(run_to(program, before), sizes) if sizes else run(run_to(program, before))
 
 
 def _derivative(d: Derivation) -> tssa.Program:
@@ -169,10 +196,13 @@ def show(program: Program, name: str = "parsed", unicode: bool = False) -> str:
     return ssa_printer.to_text(out, unicode=unicode)
 
 
-def cost(program: Program, name: str, args: Mapping[str, Any]) -> Any:
+def cost(program: Program, name: str, args: Mapping[str, Any], specialise: bool = False) -> Any:
     """The exact cost (SPEC 3, docs/cost-model.md) of `program` at stage `name` for the sizes
-    and relations in `args`."""
-    return cost_def(as_core(run_to(program, name)), dict(args))
+    and relations in `args`: of the program as it runs for every size (what `compile` and
+    `cost_formula` use), or with `specialise` of the program a `sized` stage makes for
+    exactly these sizes (the simplifier extracts for them)."""
+    sizes = {k: v for k, v in args.items() if isinstance(v, int) and not isinstance(v, bool)}
+    return cost_def(as_core(run_to(program, name, sizes if specialise else None)), dict(args))
 
 
 def derived_core(dd: ast.DerivedDef, defs: Mapping[str, ast.Def],

@@ -1,5 +1,8 @@
-"""Shared test configuration: hypothesis profiles (CI is bounded so the suite stays fast)."""
+"""Shared test configuration: hypothesis profiles (CI is bounded so the suite stays fast);
+the simplifier in strict mode (a failure raises instead of returning its input)."""
 import os
+
+os.environ.setdefault("TENSORLANG_STRICT", "1")
 
 from hypothesis import HealthCheck, settings
 

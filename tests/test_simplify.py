@@ -1,8 +1,9 @@
-"""The simplifier (passes/simplify*.py, SPEC 7): the asymptotic wins of the examples, every
+"""The simplifier (passes/simplify/, SPEC 7): the asymptotic wins of the examples, every
 example and derived function simplified (meaning, cost, normal form), random programs, the
-rules of the catalogue, the cost model of the extraction, and the safety net.
+rules of the catalogue, the cost model of the extraction, the report, the budget and the
+safety net.  Everything runs in strict mode: a failure of the simplifier raises.
 
-Costs are exact SPEC 3 costs of Tensor-SSA programs (`tssa.cost`, equal to
+Costs are exact SPEC 3 costs of Tensor-SSA programs (`cost_program`, equal to
 `cost_def(tssa.to_core(p), args)`); meaning is compared with the reference evaluation."""
 from __future__ import annotations
 
@@ -13,19 +14,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import tensorlang as tl
-from tensorlang.ir import ast as A
+from tensorlang.ir import ast
 from tensorlang import pipeline
 from tensorlang.ir import tssa
+from tensorlang.semantics.cost import cost_program
+from tensorlang.semantics.interp import evaluate_program
+from tensorlang.syntax.ssa_printer import to_text
 from tensorlang.ir.ast import (Access, Add, Affine, Call, Cmp, Const, Def, Gen, Iverson, Let, Mul,
                             Param, Sum, TRel, TSize, Var, tensor)
 from tensorlang.semantics.interp import interpret
-from tensorlang.passes import simplify as S
-from tensorlang.passes import simplify_egglog as G
+from tensorlang.passes.simplify import Budget, SimplifyError, driver, roundtrip
+from tensorlang.passes.simplify.rules_egg import RULES as EGGLOG_RULES
 from tensorlang.passes.derive import derive
 from tensorlang.passes.genpush import genpush
 from tensorlang.passes.letlift import letlift
 from tensorlang.passes.pairelim import pairelim
-from tensorlang.passes.simplify import simplify
+from tensorlang.passes.simplify import Simplified, simplify
 from tensorlang.passes.ssa import to_ssa
 from tensorlang.proofs.catalogue import RULES, check_rule, format_table, values_close
 from tensorlang.proofs.normal_forms_ssa import is_tensor_ssa
@@ -52,6 +56,11 @@ def example(file: str, name: str, kind: str | None = None, wrt: tuple[str, ...] 
     return pipeline.run_to(f.core(), "ssa")
 
 
+def simp(p: tssa.Program, sizes: dict | None = None, **kw) -> tssa.Program:
+    """The simplified program, in strict mode (a failure raises)."""
+    return simplify(p, sizes, strict=True, **kw).program
+
+
 def sized(p: tssa.Program, n: int) -> dict:
     """Every size n; relations full."""
     args: dict = {s: n for s in p.size_params()}
@@ -62,7 +71,7 @@ def sized(p: tssa.Program, n: int) -> dict:
 
 
 def cost(p: tssa.Program, n: int) -> int:
-    return tssa.cost(p, sized(p, n)).total
+    return cost_program(p, sized(p, n)).total
 
 
 def at(p: tssa.Program, **sizes: int) -> dict:
@@ -81,8 +90,8 @@ def growth(p: tssa.Program, n1: int = 20, n2: int = 40) -> float:
 
 def check_simplified(p: tssa.Program, q: tssa.Program, args: dict) -> None:
     assert is_tensor_ssa(q) is None, is_tensor_ssa(q)
-    assert values_close(tssa.evaluate(q, args), tssa.evaluate(p, args))
-    assert tssa.cost(q, args).total <= tssa.cost(p, args).total
+    assert values_close(evaluate_program(q, args), evaluate_program(p, args))
+    assert cost_program(q, args).total <= cost_program(p, args).total
 
 
 def inputs(p: tssa.Program, n: int = 3, seed: int = 0) -> dict:
@@ -96,7 +105,7 @@ def inputs(p: tssa.Program, n: int = 3, seed: int = 0) -> dict:
 
 def test_qform2_is_quadratic() -> None:
     p = example("qform2", "qform2")
-    q = simplify(p)
+    q = simp(p)
     assert growth(p) > 2.8            # x^T (A^T A) x as written materialises A^T A: O(N^3)
     assert growth(q) < 2.1            # reassociated: (A x)^T (A x)
     assert cost(q, 20) < cost(p, 20) / 10
@@ -105,7 +114,7 @@ def test_qform2_is_quadratic() -> None:
 
 def test_qform2_jvp_in_A_is_quadratic() -> None:
     p = example("qform2", "qform2_jvp")
-    q = simplify(p)
+    q = simp(p)
     assert growth(p) > 2.8
     assert growth(q) < 2.1
     check_simplified(p, q, inputs(p))
@@ -113,7 +122,7 @@ def test_qform2_jvp_in_A_is_quadratic() -> None:
 
 def test_hessian_of_qform_is_quadratic() -> None:
     p = example("qform", "qform", "hessian", ("x",))
-    q = simplify(p)
+    q = simp(p)
     assert growth(q) < 2.1            # the one-hot seed left no factor N: A + A^T
     check_simplified(p, q, inputs(p))
 
@@ -121,17 +130,17 @@ def test_hessian_of_qform_is_quadratic() -> None:
 def test_one_hot_seeds_leave_no_factor() -> None:
     # The materialised Hessian of the logistic loss is X^T diag(.) X: M N^2 (3 with M = N);
     # a one-hot seed looped over would make it 4.  The Jacobian of a scalar is its gradient.
-    hess = simplify(example("logreg", "logreg_hess"))
+    hess = simp(example("logreg", "logreg_hess"))
     assert growth(hess) < 3.1
-    jac = simplify(example("qform", "qform", "jacobian", ("x",)))
+    jac = simp(example("qform", "qform", "jacobian", ("x",)))
     assert growth(jac) < 2.1
     for p in (example("logreg", "logreg_hess"), example("qform", "qform", "jacobian", ("x",))):
-        check_simplified(p, simplify(p), inputs(p))
+        check_simplified(p, simp(p), inputs(p))
 
 
 def test_trace_of_a_diagonal_is_linear() -> None:
     p = example("pathological", "trace_diag")
-    q = simplify(p)
+    q = simp(p)
     assert growth(q) < 1.1
     check_simplified(p, q, inputs(p))
 
@@ -151,9 +160,9 @@ def _all_examples() -> list[tuple[str, str]]:
 @pytest.mark.parametrize("file,name", _all_examples())
 def test_every_example_is_simplified(file: str, name: str) -> None:
     p = example(file, name)
-    q = simplify(p)
-    report = S.LAST_REPORT
-    assert report.mode in ("full", "full+repaired"), report.reason
+    q, report = simplify(p, strict=True)
+    assert report.mode in ("full", "full+repaired"), report.text()
+    assert not report.failed, report.text()
     for n, seed in ((2, 1), (3, 2)):
         check_simplified(p, q, inputs(p, n, seed))
 
@@ -182,10 +191,10 @@ def test_random_programs(inst: tuple[Def, dict]) -> None:
     d, args = inst
     p = _ssa(d)
     sizes = {q.name: args[q.name] for q in p.params if isinstance(q.type, TSize)}
-    for q in (simplify(p, sizes), simplify(p)):
+    for q in (simp(p, sizes), simp(p)):
         assert is_tensor_ssa(q) is None, is_tensor_ssa(q)
         assert values_close(interpret(tssa.to_core(q), args), interpret(d, args))
-        assert tssa.cost(q, args).total <= tssa.cost(p, args).total
+        assert cost_program(q, args).total <= cost_program(p, args).total
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,7 +203,7 @@ def test_random_programs(inst: tuple[Def, dict]) -> None:
 
 def test_every_rule_is_in_the_catalogue() -> None:
     from tensorlang.proofs.rules_simplify import PYTHON_RULES, SIMPLIFY_RULES
-    egglog_rules = {r for r in G.RULES if G.RULES[r].group != "analysis"}
+    egglog_rules = {r for r in EGGLOG_RULES if EGGLOG_RULES[r].group != "analysis"}
     assert egglog_rules | set(PYTHON_RULES) == set(SIMPLIFY_RULES)
     for name in SIMPLIFY_RULES:
         assert RULES[name].pass_ == "simplify" and "->" in RULES[name].schema
@@ -208,25 +217,25 @@ def test_every_rule_holds() -> None:
     assert all(r.worst_ratio <= 1.0 for r in reports)
 
 
-def _def(*binds: tuple[str, A.Expr], params=None) -> Def:
+def _def(*binds: tuple[str, ast.Expr], params=None) -> Def:
     from tensorlang.proofs.rules_simplify import SYM
-    body: A.Expr = Var(binds[-1][0])
+    body: ast.Expr = Var(binds[-1][0])
     for name, value in reversed(binds):
         body = Let(name, value, body)
     return Def("f", params or SYM, None, body)
 
 
-def _rd(name: str, *idx: str) -> A.Expr:
+def _rd(name: str, *idx: str) -> ast.Expr:
     return Access(Var(name), tuple(Affine.var(i) for i in idx)) if idx else Var(name)
 
 
 def _simplified_text(d: Def, sizes: dict | None = None) -> str:
-    return tssa.to_text(simplify(to_ssa(d), sizes))
+    return to_text(simp(to_ssa(d), sizes))
 
 
 def _program(d: Def, sizes: dict | None = None) -> tuple[tssa.Program, tssa.Program]:
     p = to_ssa(d)
-    return p, simplify(p, sizes)
+    return p, simp(p, sizes)
 
 
 def test_contradictory_brackets_are_zero() -> None:
@@ -246,7 +255,7 @@ def test_zero_one_and_constant_folding() -> None:
     e = Add(Mul(Const(1.0), Mul(Const(2.0), Mul(Const(3.0), _rd("x", "i")))),
             Mul(Const(0.0), _rd("z", "i")))
     p, q = _program(_def(("b", Gen("i", N, e))))
-    text = tssa.to_text(q)
+    text = to_text(q)
     assert "6.0" in text and cost(q, 10) == 10 < cost(p, 10)
 
 
@@ -265,7 +274,7 @@ def test_loop_invariant_factor_leaves_the_sum() -> None:
     d = _def(("b", Gen("i", N, Sum("j", M, Mul(_rd("x", "i"), _rd("y", "j"))))))
     p, q = _program(d)
     args = at(p, N=20, M=20)
-    assert tssa.cost(q, args).total == 19 + 20 < tssa.cost(p, args).total
+    assert cost_program(q, args).total == 19 + 20 < cost_program(p, args).total
     check_simplified(p, q, inputs(p))
 
 
@@ -274,16 +283,16 @@ def test_common_subexpressions_are_shared() -> None:
     d = _def(("t", Gen("i", N, e)), ("u", Gen("i", N, e)),
              ("b", Gen("i", N, Mul(_rd("t", "i"), _rd("u", "i")))))
     p, q = _program(d)
-    c = tssa.cost(q, at(q, N=10, M=1))
-    assert c.calls == 10 and c.total <= tssa.cost(p, at(p, N=10, M=1)).total
+    c = cost_program(q, at(q, N=10, M=1))
+    assert c.calls == 10 and c.total <= cost_program(p, at(p, N=10, M=1)).total
 
 
 def test_loop_invariant_code_is_hoisted_only_where_it_pays() -> None:
     # exp(s) inside gen i:N is computed once -- and not at all when N = 0
     d = _def(("b", Gen("i", N, Mul(_rd("x", "i"), Call("exp", (_rd("s"),), ())))))
     p, q = _program(d)
-    assert tssa.cost(q, at(q, N=10, M=1)).calls == 1
-    assert tssa.cost(q, at(q, N=0, M=1)).total == 0
+    assert cost_program(q, at(q, N=10, M=1)).calls == 1
+    assert cost_program(q, at(q, N=0, M=1)).total == 0
 
 
 def test_matrix_chain_is_reassociated_by_the_sizes() -> None:
@@ -293,7 +302,7 @@ def test_matrix_chain_is_reassociated_by_the_sizes() -> None:
     d = _def(("t", bc), ("b", Gen("i", N, Sum("k", N, Mul(_rd("t", "i", "k"), _rd("x", "k"))))))
     p, q = _program(d, {"N": 30, "M": 30})
     args = at(p, N=30, M=30)
-    assert tssa.cost(q, args).total < tssa.cost(p, args).total / 5
+    assert cost_program(q, args).total < cost_program(p, args).total / 5
     check_simplified(p, q, inputs(p))
 
 
@@ -308,37 +317,137 @@ def test_extraction_cost_is_the_spec3_cost(file: str, name: str) -> None:
     """The input's own term, extracted and converted back: its model cost is the input's
     exact cost at every cost point, and the converted program costs no more."""
     p = example(file, name)
-    q, model, points = S.roundtrip(p)
+    q, model, points = roundtrip(p)
     for k, pt in enumerate(points):
-        assert model[k] == tssa.cost(p, pt).total
-        assert tssa.cost(q, pt).total <= model[k]
+        assert model[k] == cost_program(p, pt).total
+        assert cost_program(q, pt).total <= model[k]
 
 
 # ---------------------------------------------------------------------------------------------
-# Budget, report, safety net
+# Budget, report, safety net, sizes
 
 
 def test_budget_and_report() -> None:
     p = example("qform2", "qform2")
-    simplify(p, budget=G.Budget(rounds=2))
-    r = S.LAST_REPORT
+    q, r = simplify(p, budget=Budget(rounds=2), strict=True)
     assert r.run is not None and r.run.rounds <= 2 and r.mode.startswith("full")
     assert r.after and all(r.after[k] <= r.before[k] for k in r.after)
+    assert r.run.stopped_early and r.stopped_early      # qform2 needs more than 2 rounds
+    assert "STOPPED EARLY by the round limit" in r.text() and "2/2 rounds" in r.text()
+    full = simplify(p, strict=True).report
+    assert not full.stopped_early and "saturated" in full.text()
+    assert "S-sum-push" in full.text()                   # the rules that matched, by name
+    assert "representative sizes N=16" in full.text()
 
 
-def test_failures_leave_the_program_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_budget_is_in_nodes_not_seconds() -> None:
+    """The same input and budget give the same program and report (no clock involved)."""
+    p = example("imgarap", "imgarap")
+    small = Budget(node_limit=200)
+    a, b = simplify(p, budget=small, strict=True), simplify(p, budget=small, strict=True)
+    assert a.report.run.stopped == "nodes" and "e-node limit" in a.report.text()
+    assert to_text(a.program) == to_text(b.program)
+    assert a.report.text() == b.report.text()
+
+
+def test_failures_raise_in_strict_mode(monkeypatch: pytest.MonkeyPatch) -> None:
     p = example("qform", "qform")
 
     def broken(*a, **k):
         raise RuntimeError("boom")
-    monkeypatch.setattr(S, "_attempt", broken)
-    assert simplify(p) is p
-    assert S.LAST_REPORT.mode == "unchanged" and "boom" in S.LAST_REPORT.reason
+    monkeypatch.setattr(driver, "_attempt", broken)
+    with pytest.raises(SimplifyError, match="boom"):
+        simplify(p, strict=True)
+    monkeypatch.setenv("TENSORLANG_STRICT", "1")
+    with pytest.raises(SimplifyError, match="boom"):
+        simplify(p)
+
+
+def test_failures_are_reported_when_not_strict(monkeypatch: pytest.MonkeyPatch) -> None:
+    p = example("qform", "qform")
+
+    def broken(*a, **k):
+        raise RuntimeError("boom")
+    monkeypatch.setattr(driver, "_attempt", broken)
+    q, r = simplify(p, strict=False)
+    assert q is p and r.mode == "unchanged" and r.failed
+    assert "boom" in r.text() and "FAILED" in r.text()
 
 
 def test_a_costlier_candidate_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
     p = example("qform2", "qform2")
     worse = example("qform2", "qform2_jvp")   # more work (and other outputs): never taken
-    monkeypatch.setattr(S, "_attempt", lambda *a, **k: ([worse], None, ()))
-    assert simplify(p) is p
-    assert "cost would rise" in S.LAST_REPORT.reason
+    monkeypatch.setattr(driver, "_attempt", lambda *a, **k: ([worse], None, ()))
+    q, r = simplify(p, strict=True)           # a verified outcome, not a failure
+    assert q is p and r.mode == "unchanged" and not r.failed
+    assert "cost would rise" in r.text()
+
+
+def test_sizes_that_cannot_be_costed_fail_loudly() -> None:
+    # every panel point makes the dimension N - 20 negative: nothing could be checked
+    d = _def(("b", Gen("i", N - 20, Mul(_rd("x", "i"), _rd("x", "i")))),
+             params=(Param("N", TSize()), Param("x", tensor([N - 20]))))
+    p = to_ssa(d)
+    with pytest.raises(SimplifyError, match="no sizes"):
+        simplify(p, strict=True)
+    q, r = simplify(p, strict=False)
+    assert q is p and r.failed
+    assert simp(p, {"N": 30}) is not None     # with sizes it can be checked
+
+
+def test_a_candidate_that_cannot_be_costed_fails_loudly(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    p = example("qform2", "qform2")
+    alien = example("logreg", "logreg")       # needs a size M that p does not have
+    monkeypatch.setattr(driver, "_attempt", lambda *a, **k: ([alien], None, ()))
+    with pytest.raises(SimplifyError, match="cannot be costed"):
+        simplify(p, strict=True)
+    q, r = simplify(p, strict=False)
+    assert q is p and r.failed and "cannot be costed" in r.text()
+
+
+def test_known_sizes_are_used_for_extraction() -> None:
+    # (B C^T) x with N = M: which grouping is cheaper depends on the sizes; given them, the
+    # extraction and the check use exactly those sizes, and say so
+    bc = Gen("i", N, Gen("k", N, Sum("j", M, Mul(_rd("B", "i", "j"), _rd("C", "k", "j")))))
+    d = _def(("t", bc), ("b", Gen("i", N, Sum("k", N, Mul(_rd("t", "i", "k"), _rd("x", "k"))))))
+    p = to_ssa(d)
+    q, r = simplify(p, {"N": 30, "M": 30}, strict=True)
+    assert r.cost_points == [{"M": 30, "N": 30}] and "at the sizes M=30, N=30" in r.text()
+    assert r.before and all(k.startswith("N=30,M=30,") for k in r.before)
+    args = at(p, N=30, M=30)
+    assert cost_program(q, args).total < cost_program(p, args).total / 5
+
+
+def test_the_pipeline_simplifies_for_known_sizes() -> None:
+    m = tl.load(str(EXAMPLES / "qform2.tl"))
+    d = m.qform2.core()
+    sized = pipeline.run_to(d, "simplified", {"N": 20})
+    assert to_text(sized) == to_text(simp(pipeline.run_to(d, "ssa"), {"N": 20}))
+    assert pipeline.cost(d, "simplified", {"N": 20}, specialise=True).total == cost(sized, 20)
+    rep = pipeline.report(d, "simplified", {"N": 20})
+    assert rep is not None and rep.sizes == {"N": 20} and "at the sizes N=20" in rep.text()
+    # what runs, and what `cost` and `cost_formula` count, serves every size
+    assert pipeline.report(d, "simplified").sizes is None
+    assert m.qform2.cost(N=20).total == cost(pipeline.run_to(d, "simplified"), 20)
+
+
+def test_sizes_no_input_can_have_are_not_used() -> None:
+    m = tl.load(str(EXAMPLES / "conv.tl"))          # x: R[N + K - 1]: N = K = 0 is no input
+    p = pipeline.run_to(m.conv.core(), "ssa")
+    q, r = simplify(p, {"N": 0, "K": 0}, strict=True)
+    assert r.sizes is None and "dimension negative" in r.text()
+
+
+def test_tl_show_prints_the_report(capsys: pytest.CaptureFixture) -> None:
+    from tensorlang.cli import main
+    assert main(["show", str(EXAMPLES / "qform2.tl"), "qform2", "--stage", "simplified"]) == 0
+    out = capsys.readouterr().out
+    assert "# simplifier: full" in out and "cost before -> after" in out
+    assert "saturated" in out
+
+
+def test_the_result_is_a_program_and_a_report() -> None:
+    res = simplify(example("qform", "qform"), strict=True)
+    assert isinstance(res, Simplified) and isinstance(res.program, tssa.Program)
+    assert res.report.function == "qform" and res.report.rules

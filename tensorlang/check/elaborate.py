@@ -35,6 +35,7 @@ pass itself.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Union
 
@@ -315,9 +316,10 @@ class _Elaborator:
         self._seen = {(w.message, w.loc) for w in self.warnings}
         self.avoid = _all_names(d)
         self.generated: set[str] = set()  # names made by `fresh`, unique in this def
+        self.numbers = itertools.count()  # this def's own: its names do not depend on others
 
     def fresh(self, base: str) -> str:
-        name = fresh(base, self.avoid)
+        name = fresh(base, self.avoid, self.numbers)
         self.avoid.add(name)
         self.generated.add(name)
         return name

@@ -634,16 +634,18 @@ def _free_vars(e: Node, memo: Any) -> frozenset[str]:
 _counter = itertools.count()
 
 
-def fresh(base: str, avoid: Iterable[str] = ()) -> str:
+def fresh(base: str, avoid: Iterable[str] = (), counter: Iterator[int] | None = None) -> str:
     """A new identifier derived from `base`, not in `avoid`.
 
     Fresh names contain `_` plus a counter; the grammar accepts them, so printed programs
-    re-parse.
+    re-parse.  `counter`: the caller's own (so that its names do not depend on what the
+    process did before, SPEC 15); by default one shared by the process.
     """
     avoid = set(avoid)
     stem = base.split("_")[0] or "v"
+    numbers = _counter if counter is None else counter
     while True:
-        name = f"{stem}_{next(_counter)}"
+        name = f"{stem}_{next(numbers)}"
         if name not in avoid:
             return name
 
