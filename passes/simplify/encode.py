@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from tensorlang.ir import ast
+from tensorlang.ir.tssa import out_leaves
 from tensorlang.ir.ast import Access, Add, Affine, Call, Const, Iverson, Mul, Pred, Proj, Sum, Var
 
 from .egraph import Graph
-from .lower import Lowered, Stmt, leaves, read_base
+from .lower import Lowered, Stmt, read_base
 from .rules_egg import MAX_ARGS, f64, fn_key, mask_lit, string
 from .rules_py import fold_call, inline_read, solve
 from .universe import FALSE
@@ -335,4 +336,4 @@ class Encoder:
 
     def roots(self, g: Graph) -> dict[str, int]:
         """The e-class of every statement the output reads, in a frozen e-graph."""
-        return {name: g.roots[self.ten(name)[1:]] for name in leaves(self.low.output)}
+        return {name: g.roots[self.ten(name)[1:]] for name in out_leaves(self.low.output)}

@@ -3,9 +3,10 @@ index names of a `Universe` (docs/simplifier.md section 1, step 1)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Container, Iterable
+from typing import Any, Container
 
 from tensorlang.ir import ast
+from tensorlang.ir.tssa import out_leaves
 from tensorlang.ir.ast import (Add, Affine, Const, Def, Gen, Iverson, Let, Mul, Param, Proj,
                                Pred, Sum, Var)
 
@@ -117,7 +118,7 @@ def lower(d: Def, ex: str = "k") -> Lowered:
         order.append(name)
         body = body.body
     out = _out_tree(body)
-    for leaf in leaves(out):
+    for leaf in out_leaves(out):
         if leaf not in stmts:
             raise ValueError(f"output {leaf} is not a statement or real parameter")
     return Lowered(d.name, d.params, d.ret, stmts, order, out, uni)
@@ -131,12 +132,6 @@ def _out_tree(e: ast.Expr) -> Any:
     raise ValueError(f"output must be a tree of variables, not {type(e).__name__}")
 
 
-def leaves(out: Any) -> Iterable[str]:
-    if isinstance(out, str):
-        yield out
-    else:
-        for o in out:
-            yield from leaves(o)
 
 
 

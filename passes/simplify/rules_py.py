@@ -23,12 +23,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from tensorlang.ir import ast
+from tensorlang.ir.tssa import out_leaves
 from tensorlang.ir.ast import Access, Affine, Call, Const, Def, Gen, Iverson, Let, Pred, Var
 from tensorlang.passes.indexsolve import eliminate_sums
 from tensorlang.semantics import builtins
 
 from .egraph import EGraph
-from .lower import Stmt, bracket, leaves, lower, rename_binders
+from .lower import Stmt, bracket, lower, rename_binders
 from .rules_egg import CALLS, f64, mask_lit, parse_fn_key, string
 from .universe import FALSE, Universe
 
@@ -151,7 +152,7 @@ def inline_single_use(d: Def) -> Def:
             for n in ast.walk(st.body):
                 if isinstance(n, Var) and n.name in low.stmts and n.name != name:
                     readers.setdefault(n.name, []).append(name)
-    outs = set(leaves(low.output))
+    outs = set(out_leaves(low.output))
     target = next((v for v in low.order if not low.stmts[v].is_input and v not in outs
                    and len(set(readers.get(v, ()))) == 1), None)
     if target is None:
