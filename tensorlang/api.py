@@ -28,7 +28,7 @@ import numpy as np
 
 from tensorlang import pipeline
 from tensorlang.check import typecheck
-from tensorlang.semantics import interp
+from tensorlang.semantics import interp, memory
 from tensorlang.semantics.bounds import jvp_bound, type_size, vjp_bound
 from tensorlang.syntax import parser
 from tensorlang.ir.ast import Affine, Def, DerivedDef, Param, TArr, TPair, TReal, TRel, TSize, Type
@@ -41,6 +41,7 @@ __all__ = [
 ]
 
 BACKENDS: tuple[str, ...] = ("interp", "numba", "cuda")
+CODE_STAGES: tuple[str, ...] = ("numba", "cuda")  # `show` stages that print generated source
 
 
 # ---------------------------------------------------------------------------------------------
@@ -75,6 +76,9 @@ def _is_real_valued(t: Type) -> bool:
 
 def _is_size(p: Param) -> bool:
     return isinstance(p.type, TSize)
+
+
+MAX_SIZE = 2**63 - 1  # sizes, indices and costs are int64 in the interpreter and backends
 
 
 class _Constraint:
@@ -117,6 +121,10 @@ class _Binder:
         n = int(value)
         if n < 0:
             raise ShapeError(f"size {p.name} of {self.fname} must be non-negative, got {n}",
+                             self.loc(p))
+        if n > MAX_SIZE:
+            raise ShapeError(f"size {p.name} of {self.fname} is {n}, beyond the largest size "
+                             f"{MAX_SIZE} (2**63 - 1: sizes and indices are 64-bit integers)",
                              self.loc(p))
         self.sizes[p.name] = n
         return n
@@ -362,11 +370,21 @@ def _as_float_array(value: Any, path: str, fname: str, p: Param,
     if isinstance(value, (tuple, str, bytes)) or value is None:
         raise TLError(f"argument {path} of {fname} must be a number or a numpy array for type "
                       f"{format_type(p.type)}, got {_describe(value)}", loc)
+    kind = np.asarray(value).dtype.kind if not isinstance(value, np.ndarray) else value.dtype.kind
+    if kind not in _REAL_KINDS:
+        # numpy would drop an imaginary part (with only a ComplexWarning) and turn dates and
+        # numeric strings into numbers: refuse instead of guessing.
+        raise ShapeError(f"argument {path} of {fname} must hold real numbers for type "
+                         f"{format_type(p.type)}, got {_describe(value)}", loc)
     try:
         return np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
         raise TLError(f"argument {path} of {fname} is not numeric: {_describe(value)}",
                       loc) from None
+
+
+# numpy dtype kinds accepted as real values: bool, signed and unsigned integers, floats
+_REAL_KINDS = frozenset("biuf")
 
 
 def _shape_str(shape: Sequence[int]) -> str:
@@ -378,7 +396,8 @@ def _describe(v: Any) -> str:
         return f"a {v.dtype} array of shape {_shape_str(v.shape)}"
     if isinstance(v, (tuple, list)):
         return f"a {type(v).__name__} of length {len(v)}"
-    return f"{type(v).__name__} {v!r}"
+    text = repr(v)
+    return f"{type(v).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
 def to_python(value: Any) -> Any:
@@ -442,7 +461,7 @@ class Function:
 
     # -- running ---------------------------------------------------------------------------
 
-    def bind(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    def bind(self, /, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """The complete argument dict (sizes inferred) the interpreter and backends take."""
         return bind_args(self.name, self.params, args, kwargs, locs=self.param_locs())
 
@@ -461,13 +480,15 @@ class Function:
         """The core `Def` as written (for a derived function: its derivative program)."""
         return pipeline.run_to(self.program(), "parsed")
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         return self.compile(default_backend())(*args, **kwargs)
 
-    def interpret(self, *args: Any, **kwargs: Any) -> Any:
+    def interpret(self, /, *args: Any, **kwargs: Any) -> Any:
         """Run the reference interpreter on the program as written."""
         core = self.core()
-        return to_python(interp.interpret(core, self.bind(*args, **kwargs)))
+        bound = self.bind(*args, **kwargs)
+        memory.check(core, bound, self.name)
+        return to_python(interp.interpret(core, bound))
 
     def compile(self, backend: str = "numba") -> "Compiled":
         """A callable running this function on `backend` ("numba", "cuda" or "interp").
@@ -501,17 +522,27 @@ class Function:
         return pipeline.run_to(self.program(), stage)
 
     def show(self, stage: str = "parsed", unicode: bool = False) -> str:
-        """The program at `stage` as text (`.tl` syntax, or Unicode notation)."""
+        """The program at `stage` as text (`.tl` syntax, or Unicode notation); `stage`
+        "numba" or "cuda": the kernel source that backend generates (as `tl show`)."""
+        if stage in CODE_STAGES:
+            return self.generated_source(stage)
         return pipeline.show(self.program(), stage, unicode=unicode)
 
-    def cost(self, stage: str | None = None, **args: Any) -> Any:
+    def cost(self, given: Mapping[str, Any] | None = None, /, stage: Any = None,
+             **args: Any) -> Any:
         """Exact SPEC 3 cost for the given sizes (and relations; arrays give their sizes).
 
         `stage=None` costs the program as it will run (`default_stage()`: the end of the
         pipeline, simplifier included); `stage="source"` the program as written.  A stage
         that cannot handle the program raises (`NotYetSupported`): the cost is never that of
-        an earlier stage in disguise.
+        an earlier stage in disguise.  The arguments may also come as a mapping
+        (`f.cost({"N": 100})`); a parameter named `stage` is given that way, or as
+        `stage=INT` (a stage is always a name).
         """
+        args = {**(given or {}), **args}
+        if stage is not None and not isinstance(stage, str) and \
+                any(p.name == "stage" for p in self.params):
+            args["stage"], stage = stage, None
         bound = bind_args(self.name, self.params, (), args, need_values=False,
                           locs=self.param_locs())
         return pipeline.cost(self.program(), stage or self.default_stage(), bound)
@@ -542,8 +573,10 @@ class Compiled:
         self.backend = backend
         self._run = run
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return to_python(self._run(self.function.bind(*args, **kwargs)))
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
+        bound = self.function.bind(*args, **kwargs)
+        memory.check(self.function.core(), bound, self.function.name)  # before any allocation
+        return to_python(self._run(bound))
 
     def __repr__(self) -> str:
         return f"<{self.function.name} compiled for {self.backend}>"
