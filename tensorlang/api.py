@@ -32,7 +32,7 @@ from tensorlang.semantics import interp, memory
 from tensorlang.semantics.bounds import jvp_bound, type_size, vjp_bound
 from tensorlang.syntax import parser
 from tensorlang.ir.ast import Affine, Def, DerivedDef, Param, TArr, TPair, TReal, TRel, TSize, Type
-from tensorlang.syntax.errors import Loc, ShapeError, TLError
+from tensorlang.syntax.errors import Loc, ResourceError, ShapeError, TLError
 
 __all__ = [
     "load", "parse", "from_def", "Module", "Function", "DerivedFunction", "Compiled",
@@ -72,6 +72,17 @@ def _is_real_valued(t: Type) -> bool:
     if isinstance(t, TPair):
         return _is_real_valued(t.a) and _is_real_valued(t.b)
     return isinstance(t, TReal)
+
+
+def _type_dims(t: Type) -> list[Affine]:
+    """Every extent written in a type (array sizes, relation sizes)."""
+    if isinstance(t, TArr):
+        return [t.size, *_type_dims(t.elem)]
+    if isinstance(t, TPair):
+        return [*_type_dims(t.a), *_type_dims(t.b)]
+    if isinstance(t, TRel):
+        return list(t.sizes)
+    return []
 
 
 def _is_size(p: Param) -> bool:
@@ -213,6 +224,19 @@ class _Binder:
             rest = c.dim.subst(self.sizes)
             if rest.is_const() and rest.const != c.actual:
                 self._mismatch(c)
+        self._check_extents()
+
+    def _check_extents(self) -> None:
+        """Every extent a parameter's type names must be >= 0 at the sizes known (`R[N - K
+        + 1]` with K > N + 1 has no meaning): a located error, not numpy's."""
+        for p in self.params:
+            for dim in _type_dims(p.type):
+                rest = dim.subst(self.sizes)
+                if rest.is_const() and rest.const < 0:
+                    known = ", ".join(f"{n} = {self.sizes[n]}" for n in sorted(dim.vars()))
+                    raise ShapeError(f"parameter {p.name} of {self.fname} has type "
+                                     f"{format_type(p.type)}: the extent {format_affine(dim)} "
+                                     f"is {rest.const} < 0 with {known}", self.loc(p))
 
     def _mismatch(self, c: _Constraint) -> None:
         shapes = [s for s in self.shapes[c.param.name] if s[0] == c.path]
@@ -618,7 +642,7 @@ class DerivedFunction(Function):
         self._params = tuple(params)
         self._ret = ret_type
         self.module = module
-        self._locs = {}  # its parameters are declared by its base function
+        self._locs = None  # its parameters are declared by its base function
         self._compiled = {}
         # Held here: the pipeline memoises per live program, so the derivative and its
         # simplification are computed once per derived function.
@@ -656,10 +680,22 @@ class DerivedFunction(Function):
         as compiled)."""
         return self._derivation
 
-    def cost_bound(self, **args: Any) -> tuple[int, int | None, str]:
+    def param_locs(self) -> dict[str, Loc]:
+        """The base function's declarations of the parameters they share (tangents and
+        cotangents are declared nowhere)."""
+        if self._locs is None:
+            base = self.base.param_locs()
+            self._locs = {p.name: base[p.name] for p in self.params if p.name in base}
+        return self._locs
+
+    def cost_bound(self, given: Mapping[str, Any] | None = None, /, stage: str | None = None,
+                   **args: Any) -> tuple[int, int | None, str]:
         """(C(f) of the base function, the theorem's bound on this function's cost or None,
-        the bound's formula) for the given sizes and relations (SPEC 6)."""
-        cf = self.base.cost(**args).total
+        the bound's formula) for the given sizes and relations (SPEC 6).  `stage`: the
+        stage the base function is costed at (default: as it runs); compare a derived
+        function's cost at a stage with the bound from its base at the same stage."""
+        args = {**(given or {}), **args}
+        cf = self.base.cost(args, stage=stage).total
         sizes = {p.name: int(args[p.name]) for p in self.base.params
                  if _is_size(p) and p.name in args}
         xs = self.wrt or tuple(p.name for p in self.base.params if p.name in
@@ -829,17 +865,31 @@ def parse(source_text: str, filename: str = "<string>") -> Module:
     return module_from_checked(check_source(source_text, filename), filename, source_text)
 
 
+MAX_SOURCE_BYTES = 8 * 2**20  # a .tl source larger than this is refused (`tl check /dev/zero`)
+
+
+def read_source(path: str | os.PathLike[str]) -> str:
+    """The text of a `.tl` file: UTF-8, at most `MAX_SOURCE_BYTES` (read no further, so a
+    device or a huge file cannot exhaust memory)."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_SOURCE_BYTES + 1)
+    except OSError as err:
+        raise TLError(f"cannot read {path}: {err.strerror or err}") from None
+    if len(data) > MAX_SOURCE_BYTES:
+        raise ResourceError(f"cannot read {path}: a source file may have at most "
+                            f"{MAX_SOURCE_BYTES // 2**20} MiB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise TLError(f"cannot read {path}: not UTF-8 text (byte {err.start})") from None
+
+
 def load(path: str | os.PathLike[str]) -> Module:
     """Load a `.tl` file."""
     path = os.fspath(path)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as err:
-        raise TLError(f"cannot read {path}: {err.strerror or err}") from None
-    except UnicodeDecodeError:
-        raise TLError(f"cannot read {path}: not UTF-8 text") from None
-    return parse(text, path)
+    return parse(read_source(path), path)
 
 
 def from_def(d: Def, earlier: Sequence["Def | Function"] = ()) -> Function:

@@ -216,12 +216,7 @@ class Repl:
         path = _unquote(rest)
         if not path:
             raise TLError(":load needs a file name")
-        try:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
-        except (OSError, UnicodeDecodeError) as err:
-            raise TLError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}") \
-                from None
+        text = api.read_source(path)
         return self._define(text, path, verb=f"loaded from {path}:")
 
     def _cmd_set(self, rest: str) -> str:
