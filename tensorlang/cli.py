@@ -297,6 +297,9 @@ def build_args(fn: Any, given: Mapping[str, Any], random_sizes: Mapping[str, int
     if unknown:
         raise TLError(f"random inputs need every size: give --random "
                       f"{' '.join(n + '=INT' for n in unknown)}")
+    from tensorlang.semantics import memory
+
+    memory.check(fn.core(), {**fixed, **sizes}, fn.name)  # before making the random inputs
     rng = np.random.default_rng(seed)
     values = _random_args(fn, sizes, rng)
     out = dict(fixed)

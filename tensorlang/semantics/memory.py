@@ -19,6 +19,7 @@ to count every byte.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -124,6 +125,13 @@ def _value_bytes(v: Any) -> int:
     return 0
 
 
+def _param_bytes(t: ast.Type, sizes: Mapping[str, int]) -> int:
+    """Bytes of an argument not made yet (random inputs): booleans for a relation."""
+    if isinstance(t, ast.TRel):
+        return math.prod(_extent(a, sizes) for a in t.sizes)
+    return _FLOAT_BYTES * _type_entries(t, sizes)
+
+
 def _type_entries(t: ast.Type, sizes: Mapping[str, int]) -> int:
     if isinstance(t, ast.TArr):
         return max(0, int(t.size.evaluate(sizes))) * _type_entries(t.elem, sizes)
@@ -137,7 +145,8 @@ def estimate(d: ast.Def, args: Mapping[str, Any]) -> Estimate:
     arguments: sizes as ints)."""
     sizes = {p.name: int(args[p.name]) for p in d.params
              if isinstance(p.type, ast.TSize) and p.name in args}
-    inputs = sum(_value_bytes(args.get(p.name)) for p in d.params)
+    inputs = sum(_value_bytes(args[p.name]) if p.name in args else _param_bytes(p.type, sizes)
+                 for p in d.params)
     output = _FLOAT_BYTES * _type_entries(d.ret, sizes) if d.ret is not None else 0
     temps: list[Temporary] = []
     # (node, entries of the enclosing generators, of every enclosing binder, statement name)
