@@ -590,7 +590,7 @@ def format_cost_formula(fn: Any, stage: str | None) -> str:
 def cmd_repl(ns: argparse.Namespace) -> int:
     from tensorlang import repl
 
-    return repl.run(ns.file)
+    return repl.run(ns.file, seed=ns.seed)
 
 
 def cmd_prove(ns: argparse.Namespace) -> int:
@@ -671,6 +671,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     repl = sub.add_parser("repl", help="interactive session")
     repl.add_argument("file", metavar="FILE.tl", nargs="?")
+    repl.add_argument("--seed", type=int, default=None,
+                      help="seed of rand (default: different in every session)")
     repl.set_defaults(handler=cmd_repl)
 
     prove = sub.add_parser("prove", help="check the rewrite-rule catalogue")
