@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from tensorlang.syntax.errors import ResourceError, TLError, diagnostic
+from tensorlang.syntax.errors import ResourceError, TLError, diagnostic, printable
 
 _INT = re.compile(r"[+-]?\d+")
 _FLOAT = re.compile(r"[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?|inf|nan)",
@@ -396,6 +396,7 @@ def nan_warning(fn: Any, args: Mapping[str, Any], result: Any) -> str:
     if not _has_nan(result) or any(_has_nan(v) for v in args.values()):
         return ""
     from tensorlang.semantics import interp
+    from tensorlang.semantics.memory import own_loc
     from tensorlang.ir import ast
 
     where = ""
@@ -406,14 +407,15 @@ def nan_warning(fn: Any, args: Mapping[str, Any], result: Any) -> str:
         while isinstance(body, ast.Let):
             value = interp.eval_expr(body.value, env)
             if _has_nan(value):
-                loc = body.value.loc
+                loc = own_loc(body.value.loc, core) or own_loc(body.loc, core)
                 at = f" at {loc}" if loc is not None else ""
                 where = f": the first NaN appears in statement {body.name}{at}"
                 break
             env = env.bind_value(body.name, _as_interp_value(value))
             body = body.body
         else:
-            at = f" at {body.loc}" if body.loc is not None else ""
+            loc = own_loc(body.loc, core)
+            at = f" at {loc}" if loc is not None else ""
             where = f": the first NaN appears in the returned expression{at}"
     except (TLError, MemoryError):
         where = ""
@@ -463,7 +465,7 @@ def cmd_check(ns: argparse.Namespace) -> int:
         errors = _all_errors(text, ns.file) or [first]
         print("\n".join(str(e) for e in errors), file=sys.stderr)
         n = len(errors)
-        print(f"{ns.file}: {n} error{'s' if n > 1 else ''}", file=sys.stderr)
+        print(f"{printable(ns.file)}: {n} error{'s' if n > 1 else ''}", file=sys.stderr)
         return 1
     if module.warnings:
         print(format_warnings(module.warnings), file=sys.stderr)
@@ -480,7 +482,7 @@ def cmd_check(ns: argparse.Namespace) -> int:
         print(f"{ns.file}: {n} contract{'s' if n > 1 else ''} broken", file=sys.stderr)
         return 1
     nw = len(module.warnings)
-    print(f"{ns.file}: ok, {len(module)} function{'s' if len(module) != 1 else ''}, "
+    print(f"{printable(ns.file)}: ok, {len(module)} function{'s' if len(module) != 1 else ''}, "
           f"{nw} warning{'s' if nw != 1 else ''}")
     return 0
 

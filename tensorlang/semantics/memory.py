@@ -149,35 +149,47 @@ def estimate(d: ast.Def, args: Mapping[str, Any]) -> Estimate:
                  for p in d.params)
     output = _FLOAT_BYTES * _type_entries(d.ret, sizes) if d.ret is not None else 0
     temps: list[Temporary] = []
-    # (node, entries of the enclosing generators, of every enclosing binder, statement name)
-    stack: list[tuple[ast.Node, int, int, str]] = [(d.body, 1, 1, "return")]
-    seen: set[tuple[int, int, int, str]] = set()
+    # (node, the enclosing binders (index, extent, is a gen), statement name)
+    Binders = tuple[tuple[str, int, bool], ...]
+    # ... and the location of the nearest enclosing node written in this def
+    stack: list[tuple[ast.Node, Binders, str, Loc | None]] = [(d.body, (), "return", d.loc)]
+    seen: set[tuple[int, Binders, str]] = set()
     while stack:
-        node, gens, batch, name = stack.pop()
-        key = (id(node), gens, batch, name)
+        node, binders, name, where = stack.pop()
+        key = (id(node), binders, name)
         if key in seen:
             continue
         seen.add(key)
+        where = own_loc(getattr(node, "loc", None), d) or where
         if isinstance(node, (ast.Gen, ast.Sum)):
-            n = _extent(node.size, sizes)
-            inner = batch * n
-            if isinstance(node, ast.Gen):
-                entries = gens * n
-                temps.append(Temporary(name, node.loc, entries, _FLOAT_BYTES * entries))
-                stack.append((node.body, entries, inner, name))
-            else:
-                if not isinstance(node.body, ast.Sum):  # a whole nest works on one array
-                    temps.append(Temporary(name, node.loc, inner, _FLOAT_BYTES * inner, True))
-                stack.append((node.body, gens, inner, name))
+            inner = binders + ((node.idx, _extent(node.size, sizes), isinstance(node, ast.Gen)),)
+            if isinstance(node, ast.Gen):    # materialised in full under the enclosing gens
+                entries = math.prod(n for _, n, is_gen in inner if is_gen)
+                temps.append(Temporary(name, where, entries, _FLOAT_BYTES * entries))
+            elif not isinstance(node.body, ast.Sum):
+                # a sum nest works on one array over the indices its body uses (the
+                # interpreter broadcasts over the others)
+                used = ast.free_names(node.body)
+                entries = math.prod(n for idx, n, _ in inner if idx in used)
+                temps.append(Temporary(name, where, entries, _FLOAT_BYTES * entries, True))
+            stack.append((node.body, inner, name, where))
             continue
         if isinstance(node, ast.Let):
-            stack.append((node.value, gens, batch, node.name))
-            stack.append((node.body, gens, batch, name))
+            stack.append((node.value, binders, node.name, where))
+            stack.append((node.body, binders, name, where))
             continue
         for child in _children(node):
             if isinstance(child, ast.Expr):
-                stack.append((child, gens, batch, name))
+                stack.append((child, binders, name, where))
     return Estimate(inputs, tuple(temps), output)
+
+
+def own_loc(loc: Loc | None, d: ast.Def) -> Loc | None:
+    """`loc` if it lies in the source `d` was parsed from, else None: nodes are hash-consed
+    and keep the location of their first occurrence, possibly in another file."""
+    if loc is None or d.loc is None or loc.source != d.loc.source or loc.line < d.loc.line:
+        return None
+    return loc
 
 
 def _children(node: ast.Node) -> list[Any]:
@@ -219,5 +231,5 @@ def check(d: ast.Def, args: Mapping[str, Any], what: str) -> Estimate:
         big.loc if big is not None else None)
 
 
-__all__ = ["ResourceError", "Estimate", "Temporary", "estimate", "check", "limit",
+__all__ = ["ResourceError", "Estimate", "Temporary", "estimate", "check", "limit", "own_loc",
            "set_limit", "parse_amount", "physical_memory", "format_bytes", "ENV_VAR"]
