@@ -377,7 +377,8 @@ def cmd_run(ns: argparse.Namespace) -> int:
     t4 = time.perf_counter()
     names = result_names(fn)
     print(format_result(result, names), flush=True)
-    warning = nan_warning(fn, args, result)
+    drew = bool(ns.random) or any(v is RAND for v in given.values())
+    warning = nan_warning(fn, args, result, random_inputs=drew)
     if warning:
         print(warning, file=sys.stderr)
     if ns.out:
@@ -388,11 +389,12 @@ def cmd_run(ns: argparse.Namespace) -> int:
     return 0
 
 
-def nan_warning(fn: Any, args: Mapping[str, Any], result: Any) -> str:
+def nan_warning(fn: Any, args: Mapping[str, Any], result: Any,
+                random_inputs: bool = True) -> str:
     """A warning when the result holds NaN but the inputs do not: where the first NaN
     appears (the first statement of the program as written whose value has one, found by
     running the interpreter statement by statement) and, for random inputs, the hint that
-    they are standard normal (log, sqrt and division meet negatives and zeros)."""
+    they take negative values (log, sqrt and division meet negatives and zeros)."""
     if not _has_nan(result) or any(_has_nan(v) for v in args.values()):
         return ""
     from tensorlang.semantics import interp
@@ -419,9 +421,10 @@ def nan_warning(fn: Any, args: Mapping[str, Any], result: Any) -> str:
             where = f": the first NaN appears in the returned expression{at}"
     except (TLError, MemoryError):
         where = ""
-    return (f"warning: the result of {fn.name} contains NaN{where} (random inputs are "
-            f"standard normal: log, sqrt and division of negatives or zeros give NaN; give "
-            f"the inputs with --arg NAME=FILE.npy)")
+    hint = (" (random inputs lie in [-1, 1] (standard normal where no generator knows the "
+            "type): log, sqrt and division of negatives or zeros give NaN; give such inputs "
+            "with --arg NAME=FILE.npy)") if random_inputs else ""
+    return f"warning: the result of {fn.name} contains NaN{where}{hint}"
 
 
 def _as_interp_value(value: Any) -> Any:

@@ -30,7 +30,7 @@ import numpy as np
 from tensorlang import api, pipeline
 from tensorlang.ir import ast
 from tensorlang.ir.ast import Affine, Param, TRel, TSize, Type
-from tensorlang.syntax.errors import Loc, TLError
+from tensorlang.syntax.errors import Loc, ResourceError, TLError
 
 COMMANDS = (":load", ":set", ":type", ":show", ":cost", ":vars", ":help", ":quit")
 KEYWORDS = ("def", "return", "gen", "sum", "let", "in", "and", "or", "exists", "size", "rel",
@@ -100,6 +100,10 @@ class Repl:
         except KeyboardInterrupt:
             self.pending = None
             return "interrupted"
+        except MemoryError as err:  # an allocation the memory estimate did not foresee
+            self.errors += 1
+            return str(ResourceError(f"out of memory: {err or 'an allocation failed'} (lower "
+                                     f"the sizes, or set TENSORLANG_MAX_MEMORY)"))
         except Exception as err:  # noqa: BLE001 -- the session must survive its own bugs
             self.errors += 1
             if os.environ.get("TL_DEBUG"):

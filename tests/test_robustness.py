@@ -394,12 +394,16 @@ def test_nan_from_random_inputs_is_explained(capsys):
                               "--random", "M=3", "--random", "K=2")
     assert code == 0 and out.strip() == "nan"
     assert "warning: the result of nnmatfac contains NaN" in err
-    assert "nnmatfac.tl:4:12" in err and "standard normal" in err
+    assert "nnmatfac.tl:4:12" in err and "[-1, 1]" in err
     src = ("def f(N: size, x: R[N]) -> R:\n    y = gen i:N. x[i] * 2.0\n"
            "    z = gen i:N. log(y[i])\n    return sum i:N. z[i]\n")
     fn = tl.parse(src, "n.tl").f
     warning = cli.nan_warning(fn, {"N": 2, "x": np.array([1.0, -1.0])}, float("nan"))
     assert "first NaN appears in statement z at n.tl:3:" in warning
+    quiet = cli.nan_warning(fn, {"N": 2, "x": np.array([1.0, -1.0])}, float("nan"),
+                            random_inputs=False)
+    assert "statement z" in quiet and "[-1, 1]" not in quiet
+    assert cli.nan_warning(fn, {"N": 1, "x": np.array([np.nan])}, float("nan")) == ""
 
 
 def test_warnings_only_for_the_function_run(capsys, tmp_path):
