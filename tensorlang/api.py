@@ -231,12 +231,14 @@ class _Binder:
         + 1]` with K > N + 1 has no meaning): a located error, not numpy's."""
         for p in self.params:
             for dim in _type_dims(p.type):
-                rest = dim.subst(self.sizes)
-                if rest.is_const() and rest.const < 0:
+                if not all(name in self.sizes for name, _ in dim.terms):
+                    continue
+                extent = dim.evaluate(self.sizes)
+                if extent < 0:
                     known = ", ".join(f"{n} = {self.sizes[n]}" for n in sorted(dim.vars()))
                     raise ShapeError(f"parameter {p.name} of {self.fname} has type "
                                      f"{format_type(p.type)}: the extent {format_affine(dim)} "
-                                     f"is {rest.const} < 0 with {known}", self.loc(p))
+                                     f"is {extent} < 0 with {known}", self.loc(p))
 
     def _mismatch(self, c: _Constraint) -> None:
         shapes = [s for s in self.shapes[c.param.name] if s[0] == c.path]

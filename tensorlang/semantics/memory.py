@@ -19,9 +19,11 @@ to count every byte.
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
+import weakref
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -81,6 +83,7 @@ def parse_amount(text: str) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
 
 
+@functools.lru_cache(maxsize=1)
 def physical_memory() -> int | None:
     try:
         return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
@@ -147,6 +150,24 @@ def estimate(d: ast.Def, args: Mapping[str, Any]) -> Estimate:
              if isinstance(p.type, ast.TSize) and p.name in args}
     inputs = sum(_value_bytes(args[p.name]) if p.name in args else _param_bytes(p.type, sizes)
                  for p in d.params)
+    # the rest depends on the sizes only: kept per def (calls in a loop pay a dict lookup)
+    memo = _MEMO.get(d)
+    if memo is None:
+        memo = _MEMO[d] = {}
+    key = tuple(sorted(sizes.items()))
+    if key not in memo:
+        if len(memo) > 64:
+            memo.clear()
+        memo[key] = _temporaries(d, sizes)
+    temps, output = memo[key]
+    return Estimate(inputs, temps, output)
+
+
+_MEMO: "weakref.WeakKeyDictionary[ast.Def, dict[tuple, tuple[tuple[Temporary, ...], int]]]" = \
+    weakref.WeakKeyDictionary()
+
+
+def _temporaries(d: ast.Def, sizes: Mapping[str, int]) -> tuple[tuple[Temporary, ...], int]:
     output = _FLOAT_BYTES * _type_entries(d.ret, sizes) if d.ret is not None else 0
     temps: list[Temporary] = []
     # (node, the enclosing binders (index, extent, is a gen), statement name)
@@ -181,7 +202,7 @@ def estimate(d: ast.Def, args: Mapping[str, Any]) -> Estimate:
         for child in _children(node):
             if isinstance(child, ast.Expr):
                 stack.append((child, binders, name, where))
-    return Estimate(inputs, tuple(temps), output)
+    return tuple(temps), output
 
 
 def own_loc(loc: Loc | None, d: ast.Def) -> Loc | None:
