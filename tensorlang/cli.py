@@ -398,7 +398,7 @@ def nan_warning(fn: Any, args: Mapping[str, Any], result: Any,
     if not _has_nan(result) or any(_has_nan(v) for v in args.values()):
         return ""
     from tensorlang.semantics import interp
-    from tensorlang.semantics.memory import own_loc
+    from tensorlang.semantics.memory import own_loc, statement_loc
     from tensorlang.ir import ast
 
     where = ""
@@ -409,14 +409,14 @@ def nan_warning(fn: Any, args: Mapping[str, Any], result: Any,
         while isinstance(body, ast.Let):
             value = interp.eval_expr(body.value, env)
             if _has_nan(value):
-                loc = own_loc(body.value.loc, core) or own_loc(body.loc, core)
+                loc = own_loc(body.value.loc, core) or statement_loc(core, body.name)
                 at = f" at {loc}" if loc is not None else ""
                 where = f": the first NaN appears in statement {body.name}{at}"
                 break
             env = env.bind_value(body.name, _as_interp_value(value))
             body = body.body
         else:
-            loc = own_loc(body.loc, core)
+            loc = own_loc(body.loc, core) or statement_loc(core, "return")
             at = f" at {loc}" if loc is not None else ""
             where = f": the first NaN appears in the returned expression{at}"
     except (TLError, MemoryError):

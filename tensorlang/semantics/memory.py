@@ -173,7 +173,8 @@ def _temporaries(d: ast.Def, sizes: Mapping[str, int]) -> tuple[tuple[Temporary,
     # (node, the enclosing binders (index, extent, is a gen), statement name)
     Binders = tuple[tuple[str, int, bool], ...]
     # ... and the location of the nearest enclosing node written in this def
-    stack: list[tuple[ast.Node, Binders, str, Loc | None]] = [(d.body, (), "return", d.loc)]
+    start = statement_loc(d, "return") or d.loc
+    stack: list[tuple[ast.Node, Binders, str, Loc | None]] = [(d.body, (), "return", start)]
     seen: set[tuple[int, Binders, str]] = set()
     while stack:
         node, binders, name, where = stack.pop()
@@ -196,7 +197,8 @@ def _temporaries(d: ast.Def, sizes: Mapping[str, int]) -> tuple[tuple[Temporary,
             stack.append((node.body, inner, name, where))
             continue
         if isinstance(node, ast.Let):
-            stack.append((node.value, binders, node.name, where))
+            statement = own_loc(node.value.loc, d) or statement_loc(d, node.name) or where
+            stack.append((node.value, binders, node.name, statement))
             stack.append((node.body, binders, name, where))
             continue
         for child in _children(node):
@@ -211,6 +213,24 @@ def own_loc(loc: Loc | None, d: ast.Def) -> Loc | None:
     if loc is None or d.loc is None or loc.source != d.loc.source or loc.line < d.loc.line:
         return None
     return loc
+
+
+def statement_loc(d: ast.Def, name: str) -> Loc | None:
+    """Where statement `name = ...` / `name[...] = ...` (or `return`) of `d` is written: found
+    in the def's text, since the nodes may carry another file's locations."""
+    if d.loc is None or d.loc.source is None:
+        return None
+    lines = d.loc.source.text.splitlines()
+    head = re.compile(r"\s*return\b" if name == "return" else
+                      rf"\s*{re.escape(name)}\s*(\[|=(?!=))")
+    for lineno in range(d.loc.line + 1, len(lines) + 1):
+        text = lines[lineno - 1]
+        if re.match(r"def\s", text):
+            break
+        if head.match(text):
+            col = len(text) - len(text.lstrip()) + 1
+            return Loc(d.loc.source, lineno, col, len(text.rstrip()) + 1)
+    return None
 
 
 def _children(node: ast.Node) -> list[Any]:
@@ -253,4 +273,5 @@ def check(d: ast.Def, args: Mapping[str, Any], what: str) -> Estimate:
 
 
 __all__ = ["ResourceError", "Estimate", "Temporary", "estimate", "check", "limit", "own_loc",
-           "set_limit", "parse_amount", "physical_memory", "format_bytes", "ENV_VAR"]
+           "set_limit", "parse_amount", "physical_memory", "format_bytes", "ENV_VAR",
+           "statement_loc"]
