@@ -690,14 +690,13 @@ class DerivedFunction(Function):
             self._locs = {p.name: base[p.name] for p in self.params if p.name in base}
         return self._locs
 
-    def cost_bound(self, given: Mapping[str, Any] | None = None, /, stage: str | None = None,
+    def cost_bound(self, given: Mapping[str, Any] | None = None, /,
                    **args: Any) -> tuple[int, int | None, str]:
-        """(C(f) of the base function, the theorem's bound on this function's cost or None,
-        the bound's formula) for the given sizes and relations (SPEC 6).  `stage`: the
-        stage the base function is costed at (default: as it runs); compare a derived
-        function's cost at a stage with the bound from its base at the same stage."""
+        """(C(f) of the base function as compiled, the theorem's bound on this function's
+        cost or None, the bound's formula) for the given sizes and relations (SPEC 6); they
+        may come as a mapping (a size may be named `stage`)."""
         args = {**(given or {}), **args}
-        cf = self.base.cost(args, stage=stage).total
+        cf = self.base.cost(args).total
         sizes = {p.name: int(args[p.name]) for p in self.base.params
                  if _is_size(p) and p.name in args}
         xs = self.wrt or tuple(p.name for p in self.base.params if p.name in

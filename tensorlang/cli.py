@@ -560,11 +560,12 @@ def cmd_cost(ns: argparse.Namespace) -> int:
     print(format_cost(cost, f"cost of {fn.name} at stage {stage}"
                             f"{' with ' + sizes if sizes else ''}"))
     if fn.is_derived:
-        # the original at the same stage: the passes never raise a cost, so the bound on the
-        # derivative built from the original's SSA holds at every stage of both
-        base_cost, bound, formula = fn.cost_bound(args, stage=stage)
+        # the derivative differentiates the original as compiled, and no pass raises a cost:
+        # at every stage the bound is the one from the original as compiled
+        base_cost, bound, formula = fn.cost_bound(args)
         ratio = f"{cost.total / base_cost:.3f}" if base_cost else "n/a"
-        print(f"original {fn.base.name} at stage {stage}: total {base_cost}; ratio {ratio}")
+        print(f"original {fn.base.name} as compiled ({fn.base.default_stage()}): total "
+              f"{base_cost}; ratio {ratio}")
         if bound is None:
             print(f"bound: {formula}")
         else:
