@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -224,12 +224,14 @@ class _Binder:
             rest = c.dim.subst(self.sizes)
             if rest.is_const() and rest.const != c.actual:
                 self._mismatch(c)
-        self._check_extents()
 
-    def _check_extents(self) -> None:
-        """Every extent a parameter's type names must be >= 0 at the sizes known (`R[N - K
-        + 1]` with K > N + 1 has no meaning): a located error, not numpy's."""
+    def check_extents(self, names: Iterable[str]) -> None:
+        """Every extent the types of parameters `names` name must be >= 0 at the sizes known
+        (`R[N - K + 1]` with K > N + 1 has no value): a located error, not numpy's."""
+        wanted = set(names)
         for p in self.params:
+            if p.name not in wanted:
+                continue
             for dim in _type_dims(p.type):
                 if not all(name in self.sizes for name, _ in dim.terms):
                     continue
@@ -284,6 +286,8 @@ def bind_args(fname: str, params: Sequence[Param], args: Sequence[Any],
                           f"sizes; got {len(args)}")
         given.update({p.name: v for p, v in zip(targets, args)})
     out, binder = _convert_all(fname, params, given, locs)
+    # values to be passed must have a shape; the cost model counts without them
+    binder.check_extents(p.name for p in params if need_values or p.name in given)
     for p in params:
         if not _is_size(p) and p.name not in out and (need_values or isinstance(p.type, TRel)):
             what = "relation" if isinstance(p.type, TRel) else "argument"
@@ -304,6 +308,7 @@ def infer_sizes(fname: str, params: Sequence[Param], given: Mapping[str, Any],
     """The sizes given or implied by the shapes of the values in `given` (others may be missing)."""
     _check_names(fname, params, given)
     _, binder = _convert_all(fname, params, given, locs)
+    binder.check_extents(p.name for p in params)  # the values not given are made from these
     return {p.name: binder.sizes[p.name] for p in params
             if _is_size(p) and p.name in binder.sizes}
 
