@@ -5,8 +5,10 @@ For every workload (examples/numpy_ref.py `WORKLOADS`, derivatives in `bench/tas
 every size N: the time of f and of its derivatives for tensorlang (default backend), the
 hand-written numpy version, and JAX / PyTorch when installed; the Griewank ratio
 (derivative / f), tensorlang's cost-model counts, peak memory, and a check of every value
-against the numpy reference.  Output: a table on stdout, `bench/results.json`, PNG plots in
-`bench/plots/`, progress on stderr; `--doc` also regenerates docs/performance.md.
+against the numpy reference.  Output: a table on stdout, `results.json` and PNG plots in
+`plots/` of the results directory (`--out DIR`; by default a per-user directory, see
+`bench.command.results_dir`, so that a run never overwrites the tracked `bench/results.json`),
+progress on stderr; `--doc` regenerates docs/performance.md and writes to `bench/`.
 
 This module stays light (no tensorlang, jax or torch import) so that `bench.tasks` can be
 imported cheaply, e.g. by the start-up measurement's fresh processes.
@@ -80,8 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-memory", action="store_true", help="skip peak-memory measurement")
     p.add_argument("--startup", action="store_true",
                    help="also time the whole pipeline + cached kernel load in fresh processes")
-    p.add_argument("--out", default=HERE, metavar="DIR",
-                   help="where results.json and plots/ go (default bench/)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="where results.json and plots/ go (default: $TENSORLANG_BENCH_DIR, "
+                        "else ~/.cache/tensorlang/bench; bench/ itself with --doc)")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--doc", nargs="?", const=os.path.join(os.path.dirname(HERE), "docs",
                                                            "performance.md"),

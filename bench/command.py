@@ -1,5 +1,5 @@
 """`tl bench` once its arguments are parsed: pick workloads and systems, run the sweep,
-write results.json, print the table, draw the plots, and (with --doc) the performance page."""
+write results.json (in `results_dir`), print the table, draw the plots, and (with --doc) the performance page."""
 from __future__ import annotations
 
 import argparse
@@ -12,6 +12,23 @@ from . import runner, table
 from .tasks import TASKS, Task
 
 QUICK_BUDGET = 0.5
+RESULTS_VAR = "TENSORLANG_BENCH_DIR"
+
+
+def results_dir(ns: argparse.Namespace) -> str:
+    """Where results.json and plots/ go: `--out`; with `--doc` the tracked bench/ (the page
+    shows those plots); else $TENSORLANG_BENCH_DIR or the user's cache directory, so that a
+    quick run never overwrites the results recorded in the repository."""
+    if ns.out:
+        return ns.out
+    if ns.doc:
+        from . import HERE
+
+        return HERE
+    if os.environ.get(RESULTS_VAR):
+        return os.environ[RESULTS_VAR]
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "tensorlang", "bench")
 
 
 def progress(msg: str) -> None:
@@ -80,8 +97,9 @@ def run(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         from .costs import CostWorker
 
         suite.cost_worker = CostWorker(ns.cost_timeout, cfg.mem_allowance)
-    os.makedirs(ns.out, exist_ok=True)
-    out_json = os.path.join(ns.out, "results.json")
+    out_dir = results_dir(ns)
+    os.makedirs(out_dir, exist_ok=True)
+    out_json = os.path.join(out_dir, "results.json")
     t0 = time.perf_counter()
 
     def checkpoint(s: runner.Suite) -> None:
@@ -108,8 +126,8 @@ def run(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if not ns.no_plots:
         from . import plots as plotting
 
-        plots, why = plotting.make_plots(data, os.path.join(ns.out, "plots"))
-        progress(f"plots: {len(plots)} PNG in {os.path.join(ns.out, 'plots')}"
+        plots, why = plotting.make_plots(data, os.path.join(out_dir, "plots"))
+        progress(f"plots: {len(plots)} PNG in {os.path.join(out_dir, 'plots')}"
                  if plots else f"plots: none ({why})")
     if ns.doc:
         from . import report

@@ -8,7 +8,8 @@ _root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
 if _os.path.isfile(_os.path.join(_root, "passes", "__init__.py")) and _root not in __path__:
     __path__.append(_root)
 
-from tensorlang.syntax.errors import NotYetSupported, ParseError, ShapeError, TLError, TypeCheckError  # noqa: E402
+from tensorlang.syntax.errors import (NotYetSupported, ParseError, ResourceError,  # noqa: E402
+                                      ShapeError, TLError, TypeCheckError)
 
 # The user-facing API (SPEC 9), imported on first use: `import tensorlang.ir.ast` from inside the
 # compiler must not pull in the API (and its imports) or create import cycles.
@@ -17,6 +18,7 @@ _API = ("load", "parse", "from_def", "Module", "Function", "grad", "jvp", "vjp",
 _SUBMODULES = ("dsl", "api", "pipeline")
 
 __all__ = ["TLError", "ParseError", "TypeCheckError", "ShapeError", "NotYetSupported",
+           "ResourceError",
            *_API, *_SUBMODULES]
 
 

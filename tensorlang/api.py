@@ -22,17 +22,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from tensorlang import pipeline
 from tensorlang.check import typecheck
-from tensorlang.semantics import interp
+from tensorlang.semantics import interp, memory
 from tensorlang.semantics.bounds import jvp_bound, type_size, vjp_bound
 from tensorlang.syntax import parser
 from tensorlang.ir.ast import Affine, Def, DerivedDef, Param, TArr, TPair, TReal, TRel, TSize, Type
-from tensorlang.syntax.errors import Loc, ShapeError, TLError
+from tensorlang.syntax.errors import Loc, ResourceError, ShapeError, TLError
 
 __all__ = [
     "load", "parse", "from_def", "Module", "Function", "DerivedFunction", "Compiled",
@@ -41,6 +41,7 @@ __all__ = [
 ]
 
 BACKENDS: tuple[str, ...] = ("interp", "numba", "cuda")
+CODE_STAGES: tuple[str, ...] = ("numba", "cuda")  # `show` stages that print generated source
 
 
 # ---------------------------------------------------------------------------------------------
@@ -73,8 +74,22 @@ def _is_real_valued(t: Type) -> bool:
     return isinstance(t, TReal)
 
 
+def _type_dims(t: Type) -> list[Affine]:
+    """Every extent written in a type (array sizes, relation sizes)."""
+    if isinstance(t, TArr):
+        return [t.size, *_type_dims(t.elem)]
+    if isinstance(t, TPair):
+        return [*_type_dims(t.a), *_type_dims(t.b)]
+    if isinstance(t, TRel):
+        return list(t.sizes)
+    return []
+
+
 def _is_size(p: Param) -> bool:
     return isinstance(p.type, TSize)
+
+
+MAX_SIZE = 2**63 - 1  # sizes, indices and costs are int64 in the interpreter and backends
 
 
 class _Constraint:
@@ -117,6 +132,10 @@ class _Binder:
         n = int(value)
         if n < 0:
             raise ShapeError(f"size {p.name} of {self.fname} must be non-negative, got {n}",
+                             self.loc(p))
+        if n > MAX_SIZE:
+            raise ShapeError(f"size {p.name} of {self.fname} is {n}, beyond the largest size "
+                             f"{MAX_SIZE} (2**63 - 1: sizes and indices are 64-bit integers)",
                              self.loc(p))
         self.sizes[p.name] = n
         return n
@@ -206,6 +225,23 @@ class _Binder:
             if rest.is_const() and rest.const != c.actual:
                 self._mismatch(c)
 
+    def check_extents(self, names: Iterable[str]) -> None:
+        """Every extent the types of parameters `names` name must be >= 0 at the sizes known
+        (`R[N - K + 1]` with K > N + 1 has no value): a located error, not numpy's."""
+        wanted = set(names)
+        for p in self.params:
+            if p.name not in wanted:
+                continue
+            for dim in _type_dims(p.type):
+                if not all(name in self.sizes for name, _ in dim.terms):
+                    continue
+                extent = dim.evaluate(self.sizes)
+                if extent < 0:
+                    known = ", ".join(f"{n} = {self.sizes[n]}" for n in sorted(dim.vars()))
+                    raise ShapeError(f"parameter {p.name} of {self.fname} has type "
+                                     f"{format_type(p.type)}: the extent {format_affine(dim)} "
+                                     f"is {extent} < 0 with {known}", self.loc(p))
+
     def _mismatch(self, c: _Constraint) -> None:
         shapes = [s for s in self.shapes[c.param.name] if s[0] == c.path]
         _, dims, actual = shapes[0]
@@ -250,6 +286,8 @@ def bind_args(fname: str, params: Sequence[Param], args: Sequence[Any],
                           f"sizes; got {len(args)}")
         given.update({p.name: v for p, v in zip(targets, args)})
     out, binder = _convert_all(fname, params, given, locs)
+    # values to be passed must have a shape; the cost model counts without them
+    binder.check_extents(p.name for p in params if need_values or p.name in given)
     for p in params:
         if not _is_size(p) and p.name not in out and (need_values or isinstance(p.type, TRel)):
             what = "relation" if isinstance(p.type, TRel) else "argument"
@@ -270,6 +308,7 @@ def infer_sizes(fname: str, params: Sequence[Param], given: Mapping[str, Any],
     """The sizes given or implied by the shapes of the values in `given` (others may be missing)."""
     _check_names(fname, params, given)
     _, binder = _convert_all(fname, params, given, locs)
+    binder.check_extents(p.name for p in params)  # the values not given are made from these
     return {p.name: binder.sizes[p.name] for p in params
             if _is_size(p) and p.name in binder.sizes}
 
@@ -362,11 +401,21 @@ def _as_float_array(value: Any, path: str, fname: str, p: Param,
     if isinstance(value, (tuple, str, bytes)) or value is None:
         raise TLError(f"argument {path} of {fname} must be a number or a numpy array for type "
                       f"{format_type(p.type)}, got {_describe(value)}", loc)
+    kind = np.asarray(value).dtype.kind if not isinstance(value, np.ndarray) else value.dtype.kind
+    if kind not in _REAL_KINDS:
+        # numpy would drop an imaginary part (with only a ComplexWarning) and turn dates and
+        # numeric strings into numbers: refuse instead of guessing.
+        raise ShapeError(f"argument {path} of {fname} must hold real numbers for type "
+                         f"{format_type(p.type)}, got {_describe(value)}", loc)
     try:
         return np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
         raise TLError(f"argument {path} of {fname} is not numeric: {_describe(value)}",
                       loc) from None
+
+
+# numpy dtype kinds accepted as real values: bool, signed and unsigned integers, floats
+_REAL_KINDS = frozenset("biuf")
 
 
 def _shape_str(shape: Sequence[int]) -> str:
@@ -378,7 +427,8 @@ def _describe(v: Any) -> str:
         return f"a {v.dtype} array of shape {_shape_str(v.shape)}"
     if isinstance(v, (tuple, list)):
         return f"a {type(v).__name__} of length {len(v)}"
-    return f"{type(v).__name__} {v!r}"
+    text = repr(v)
+    return f"{type(v).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
 def to_python(value: Any) -> Any:
@@ -442,7 +492,7 @@ class Function:
 
     # -- running ---------------------------------------------------------------------------
 
-    def bind(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    def bind(self, /, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """The complete argument dict (sizes inferred) the interpreter and backends take."""
         return bind_args(self.name, self.params, args, kwargs, locs=self.param_locs())
 
@@ -461,13 +511,15 @@ class Function:
         """The core `Def` as written (for a derived function: its derivative program)."""
         return pipeline.run_to(self.program(), "parsed")
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         return self.compile(default_backend())(*args, **kwargs)
 
-    def interpret(self, *args: Any, **kwargs: Any) -> Any:
+    def interpret(self, /, *args: Any, **kwargs: Any) -> Any:
         """Run the reference interpreter on the program as written."""
         core = self.core()
-        return to_python(interp.interpret(core, self.bind(*args, **kwargs)))
+        bound = self.bind(*args, **kwargs)
+        memory.check(core, bound, self.name)
+        return to_python(interp.interpret(core, bound))
 
     def compile(self, backend: str = "numba") -> "Compiled":
         """A callable running this function on `backend` ("numba", "cuda" or "interp").
@@ -501,17 +553,27 @@ class Function:
         return pipeline.run_to(self.program(), stage)
 
     def show(self, stage: str = "parsed", unicode: bool = False) -> str:
-        """The program at `stage` as text (`.tl` syntax, or Unicode notation)."""
+        """The program at `stage` as text (`.tl` syntax, or Unicode notation); `stage`
+        "numba" or "cuda": the kernel source that backend generates (as `tl show`)."""
+        if stage in CODE_STAGES:
+            return self.generated_source(stage)
         return pipeline.show(self.program(), stage, unicode=unicode)
 
-    def cost(self, stage: str | None = None, **args: Any) -> Any:
+    def cost(self, given: Mapping[str, Any] | None = None, /, stage: Any = None,
+             **args: Any) -> Any:
         """Exact SPEC 3 cost for the given sizes (and relations; arrays give their sizes).
 
         `stage=None` costs the program as it will run (`default_stage()`: the end of the
         pipeline, simplifier included); `stage="source"` the program as written.  A stage
         that cannot handle the program raises (`NotYetSupported`): the cost is never that of
-        an earlier stage in disguise.
+        an earlier stage in disguise.  The arguments may also come as a mapping
+        (`f.cost({"N": 100})`); a parameter named `stage` is given that way, or as
+        `stage=INT` (a stage is always a name).
         """
+        args = {**(given or {}), **args}
+        if stage is not None and not isinstance(stage, str) and \
+                any(p.name == "stage" for p in self.params):
+            args["stage"], stage = stage, None
         bound = bind_args(self.name, self.params, (), args, need_values=False,
                           locs=self.param_locs())
         return pipeline.cost(self.program(), stage or self.default_stage(), bound)
@@ -542,8 +604,10 @@ class Compiled:
         self.backend = backend
         self._run = run
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return to_python(self._run(self.function.bind(*args, **kwargs)))
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
+        bound = self.function.bind(*args, **kwargs)
+        memory.check(self.function.core(), bound, self.function.name)  # before any allocation
+        return to_python(self._run(bound))
 
     def __repr__(self) -> str:
         return f"<{self.function.name} compiled for {self.backend}>"
@@ -585,7 +649,7 @@ class DerivedFunction(Function):
         self._params = tuple(params)
         self._ret = ret_type
         self.module = module
-        self._locs = {}  # its parameters are declared by its base function
+        self._locs = None  # its parameters are declared by its base function
         self._compiled = {}
         # Held here: the pipeline memoises per live program, so the derivative and its
         # simplification are computed once per derived function.
@@ -623,10 +687,21 @@ class DerivedFunction(Function):
         as compiled)."""
         return self._derivation
 
-    def cost_bound(self, **args: Any) -> tuple[int, int | None, str]:
-        """(C(f) of the base function, the theorem's bound on this function's cost or None,
-        the bound's formula) for the given sizes and relations (SPEC 6)."""
-        cf = self.base.cost(**args).total
+    def param_locs(self) -> dict[str, Loc]:
+        """The base function's declarations of the parameters they share (tangents and
+        cotangents are declared nowhere)."""
+        if self._locs is None:
+            base = self.base.param_locs()
+            self._locs = {p.name: base[p.name] for p in self.params if p.name in base}
+        return self._locs
+
+    def cost_bound(self, given: Mapping[str, Any] | None = None, /,
+                   **args: Any) -> tuple[int, int | None, str]:
+        """(C(f) of the base function as compiled, the theorem's bound on this function's
+        cost or None, the bound's formula) for the given sizes and relations (SPEC 6); they
+        may come as a mapping (a size may be named `stage`)."""
+        args = {**(given or {}), **args}
+        cf = self.base.cost(args).total
         sizes = {p.name: int(args[p.name]) for p in self.base.params
                  if _is_size(p) and p.name in args}
         xs = self.wrt or tuple(p.name for p in self.base.params if p.name in
@@ -796,17 +871,31 @@ def parse(source_text: str, filename: str = "<string>") -> Module:
     return module_from_checked(check_source(source_text, filename), filename, source_text)
 
 
+MAX_SOURCE_BYTES = 8 * 2**20  # a .tl source larger than this is refused (`tl check /dev/zero`)
+
+
+def read_source(path: str | os.PathLike[str]) -> str:
+    """The text of a `.tl` file: UTF-8, at most `MAX_SOURCE_BYTES` (read no further, so a
+    device or a huge file cannot exhaust memory)."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_SOURCE_BYTES + 1)
+    except OSError as err:
+        raise TLError(f"cannot read {path}: {err.strerror or err}") from None
+    if len(data) > MAX_SOURCE_BYTES:
+        raise ResourceError(f"cannot read {path}: a source file may have at most "
+                            f"{MAX_SOURCE_BYTES // 2**20} MiB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise TLError(f"cannot read {path}: not UTF-8 text (byte {err.start})") from None
+
+
 def load(path: str | os.PathLike[str]) -> Module:
     """Load a `.tl` file."""
     path = os.fspath(path)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as err:
-        raise TLError(f"cannot read {path}: {err.strerror or err}") from None
-    except UnicodeDecodeError:
-        raise TLError(f"cannot read {path}: not UTF-8 text") from None
-    return parse(text, path)
+    return parse(read_source(path), path)
 
 
 def from_def(d: Def, earlier: Sequence["Def | Function"] = ()) -> Function:

@@ -17,12 +17,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from tensorlang.syntax.errors import TLError
+from tensorlang.syntax.errors import ResourceError, TLError, diagnostic, printable
 
 _INT = re.compile(r"[+-]?\d+")
 _FLOAT = re.compile(r"[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?|inf|nan)",
                     re.IGNORECASE)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MAX_SIZE = 2**63 - 1  # as api.MAX_SIZE (not imported here: the API is loaded lazily)
 STAGE_CHOICES = ("parsed", "letlift", "pairelim", "genpush", "ssa", "derive", "simplified",
                  "source")
 CODE_STAGES = ("numba", "cuda")   # `tl show --stage numba`: the generated kernel source
@@ -44,16 +45,72 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-def format_result(value: Any) -> str:
-    """A `tl run` result: a pair prints one component per line, labelled by its projection."""
+def format_result(value: Any, names: Sequence[str] = ()) -> str:
+    """A `tl run` result: a tuple prints one component per line, labelled by its name
+    (`names`, see `result_names`) or else by its projection (`result.1.0`)."""
     if not isinstance(value, tuple):
         return format_value(value)
     lines = []
-    for label, leaf in _leaves(value, "result"):
+    for label, leaf in result_leaves(value, names):
         text = format_value(leaf)
         sep = "\n" if "\n" in text else " "
         lines.append(f"{label} ={sep}{text}")
     return "\n".join(lines)
+
+
+def result_leaves(value: Any, names: Sequence[str] = ()) -> list[tuple[str, Any]]:
+    """The components of a result with their labels: the names when there is one per
+    component of the top-level tuple (a nested component gets `name.0`, ...)."""
+    if not isinstance(value, tuple):
+        return [(names[0] if len(names) == 1 else "result", value)]
+    flat = _flatten_tuple(value)
+    if len(names) != len(flat) or len(set(names)) != len(names):
+        return _leaves(value, "result")
+    out: list[tuple[str, Any]] = []
+    for name, part in zip(names, flat):
+        out.extend(_leaves(part, name))
+    return out
+
+
+def _flatten_tuple(value: tuple) -> list[Any]:
+    """An n-tuple nests to the right, `(a, (b, c))`: its n components."""
+    out: list[Any] = []
+    while isinstance(value, tuple) and len(value) == 2:
+        out.append(value[0])
+        value = value[1]
+    out.append(value)
+    return out
+
+
+def result_names(fn: Any) -> list[str]:
+    """Names for the components of `fn`'s result: a derived function's `y`, `d_y`, `d_x`...
+    (SPEC 2.5), a def's returned variables (`return (a, b)`); [] when there are none."""
+    from tensorlang.ir import ast
+
+    kind = getattr(fn, "kind", None) if fn.is_derived else None
+    wrt = list(getattr(fn, "wrt", ()) or ())
+    if kind is not None and not wrt:
+        base_names = {p.name for p in fn.base.params}
+        wrt = [p.name for p in fn.base.params if p.name in base_names
+               and not isinstance(p.type, (ast.TSize, ast.TRel))]
+    if kind == "jvp":
+        return ["y", "d_y"]
+    if kind == "vjp":
+        return ["y", *(f"d_{x}" for x in wrt)]
+    if kind == "grad":
+        return [f"d_{x}" for x in wrt]
+    if kind is not None:
+        return []
+    body = getattr(fn.source, "body", None)
+    while isinstance(body, ast.Let):
+        body = body.body
+    names: list[str] = []
+    while isinstance(body, ast.Pair) and isinstance(body.a, ast.Var):
+        names.append(body.a.name)
+        body = body.b
+    if isinstance(body, ast.Var) and names:
+        return names + [body.name]
+    return []
 
 
 def _leaves(value: Any, label: str) -> list[tuple[str, Any]]:
@@ -93,11 +150,14 @@ def format_cost(cost: Any, title: str) -> str:
     """The totals and a per-binding table."""
     rows = [("total", cost)] + _per_binding(cost)
     width = max(len(name) for name, _ in rows) + 2
-    head = f"{'':<{width}}{'adds':>12}{'muls':>12}{'calls':>12}{'total':>14}"
-    lines = [title, head]
-    for i, (name, c) in enumerate(rows):
-        a, m, k, t = _cost_numbers(c)
-        lines.append(f"{name:<{width}}{a:>12}{m:>12}{k:>12}{t:>14}")
+    numbers = [_cost_numbers(c) for _, c in rows]
+    heads = ("adds", "muls", "calls", "total")
+    # every column as wide as its widest number, and at least two spaces between columns
+    cols = [max(10, len(h), *(len(f"{n[k]:,}") for n in numbers)) + 2
+            for k, h in enumerate(heads)]
+    lines = [title, f"{'':<{width}}" + "".join(f"{h:>{w}}" for h, w in zip(heads, cols))]
+    for i, ((name, _), nums) in enumerate(zip(rows, numbers)):
+        lines.append(f"{name:<{width}}" + "".join(f"{n:>{w},}" for n, w in zip(nums, cols)))
         if i == 0 and len(rows) > 1:
             lines.append("per binding:")
     return "\n".join(lines)
@@ -110,13 +170,7 @@ def format_warnings(warnings: Sequence[Any]) -> str:
 def _warning_text(w: Any) -> str:
     if isinstance(w, TLError):
         return str(w)
-    loc = getattr(w, "loc", None)
-    msg = getattr(w, "message", None) or str(w)
-    if loc is None:
-        return f"warning: {msg}"
-    caret = loc.caret() if hasattr(loc, "caret") else ""
-    head = f"{loc}: warning: {msg}"
-    return f"{head}\n{caret}" if caret else head
+    return diagnostic("warning", getattr(w, "message", None) or str(w), getattr(w, "loc", None))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -134,8 +188,9 @@ def _assignment(text: str) -> tuple[str, str]:
 
 def _size_assignment(text: str) -> tuple[str, int]:
     name, value = _assignment(text)
-    if not _INT.fullmatch(value) or int(value) < 0:
-        raise argparse.ArgumentTypeError(f"expected SIZE=INT with INT >= 0, got {text!r}")
+    if not _INT.fullmatch(value) or not 0 <= int(value) <= MAX_SIZE:
+        raise argparse.ArgumentTypeError(f"expected SIZE=INT with 0 <= INT <= {MAX_SIZE}, "
+                                         f"got {text!r}")
     return name, int(value)
 
 
@@ -164,15 +219,28 @@ def load_array(name: str, path: str) -> Any:
     except (OSError, ValueError) as err:
         raise TLError(f"value of {name}: cannot read {path}: {err}") from None
     if not isinstance(data, np.lib.npyio.NpzFile):
-        return data
+        return _checked_array(name, path, data)
     with data:
         keys = list(data.keys())
         if name in keys:
-            return data[name]
-        if len(keys) == 1:
-            return data[keys[0]]
-        raise TLError(f"value of {name}: {path} has no array named {name} "
-                      f"(it has {', '.join(keys) or 'none'})")
+            key = name
+        elif len(keys) == 1:
+            key = keys[0]
+        else:
+            raise TLError(f"value of {name}: {path} has no array named {name} "
+                          f"(it has {', '.join(keys) or 'none'})")
+        try:
+            return _checked_array(name, f"{path}[{key}]", data[key])
+        except (OSError, ValueError) as err:   # object arrays need pickle: never loaded
+            raise TLError(f"value of {name}: cannot read {path}[{key}]: {err}") from None
+
+
+def _checked_array(name: str, where: str, arr: Any) -> Any:
+    if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "biuf":
+        what = arr.dtype if isinstance(arr, np.ndarray) else type(arr).__name__
+        raise TLError(f"value of {name}: {where} holds {what} values, not real numbers or "
+                      f"booleans")
+    return arr
 
 
 def random_value(t: Any, sizes: Mapping[str, int], rng: np.random.Generator) -> Any:
@@ -229,6 +297,9 @@ def build_args(fn: Any, given: Mapping[str, Any], random_sizes: Mapping[str, int
     if unknown:
         raise TLError(f"random inputs need every size: give --random "
                       f"{' '.join(n + '=INT' for n in unknown)}")
+    from tensorlang.semantics import memory
+
+    memory.check(fn.core(), {**fixed, **sizes}, fn.name)  # before making the random inputs
     rng = np.random.default_rng(seed)
     values = _random_args(fn, sizes, rng)
     out = dict(fixed)
@@ -254,13 +325,30 @@ def _random_args(fn: Any, sizes: Mapping[str, int], rng: np.random.Generator) ->
 # Subcommands
 
 
-def _load(path: str) -> Any:
+def _load_function(path: str, name: str | None) -> Any:
+    """Function `name` (default: the last) of the file, after printing the warnings about it
+    (not those about the other functions of the file)."""
     from tensorlang import api
 
     module = api.load(path)
-    if module.warnings:
-        print(format_warnings(module.warnings), file=sys.stderr)
-    return module
+    fn = _function(module, name)
+    mine = [w for w in module.warnings if _warning_in(w, fn)]
+    if mine:
+        print(format_warnings(mine), file=sys.stderr)
+    return fn
+
+
+def _warning_in(w: Any, fn: Any) -> bool:
+    """Whether warning `w` lies in `fn`'s definition (or the def it derives from): between
+    its `def` line and the next def of the file."""
+    while fn.is_derived:
+        fn = fn.base
+    loc, start = getattr(w, "loc", None), getattr(fn.source, "loc", None)
+    if loc is None or start is None:
+        return True
+    later = [f.source.loc.line for f in fn.module.functions
+             if getattr(f.source, "loc", None) is not None and f.source.loc.line > start.line]
+    return start.line <= loc.line < min(later, default=loc.line + 1)
 
 
 def _function(module: Any, name: str | None) -> Any:
@@ -273,9 +361,12 @@ def _function(module: Any, name: str | None) -> Any:
 
 
 def cmd_run(ns: argparse.Namespace) -> int:
+    from tensorlang.semantics import memory
+
+    if ns.max_memory is not None:
+        memory.set_limit(memory.parse_amount(ns.max_memory))
     t0 = time.perf_counter()
-    module = _load(ns.file)
-    fn = _function(module, ns.func)
+    fn = _load_function(ns.file, ns.func)
     t1 = time.perf_counter()
     compiled = fn.compile(ns.backend)
     t2 = time.perf_counter()
@@ -284,19 +375,78 @@ def cmd_run(ns: argparse.Namespace) -> int:
     t3 = time.perf_counter()
     result = compiled(**args)
     t4 = time.perf_counter()
-    print(format_result(result), flush=True)
+    names = result_names(fn)
+    print(format_result(result, names), flush=True)
+    drew = bool(ns.random) or any(v is RAND for v in given.values())
+    warning = nan_warning(fn, args, result, random_inputs=drew)
+    if warning:
+        print(warning, file=sys.stderr)
     if ns.out:
-        save_result(ns.out, result)
+        save_result(ns.out, result, names)
     if ns.time:
         print(f"time: load+check {t1 - t0:.4f} s, compile {t2 - t1:.4f} s, "
               f"inputs {t3 - t2:.4f} s, run ({ns.backend}) {t4 - t3:.4f} s", file=sys.stderr)
     return 0
 
 
-def save_result(path: str, result: Any) -> None:
+def nan_warning(fn: Any, args: Mapping[str, Any], result: Any,
+                random_inputs: bool = True) -> str:
+    """A warning when the result holds NaN but the inputs do not: where the first NaN
+    appears (the first statement of the program as written whose value has one, found by
+    running the interpreter statement by statement) and, for random inputs, the hint that
+    they take negative values (log, sqrt and division meet negatives and zeros)."""
+    if not _has_nan(result) or any(_has_nan(v) for v in args.values()):
+        return ""
+    from tensorlang.semantics import interp
+    from tensorlang.semantics.memory import own_loc, statement_loc
+    from tensorlang.ir import ast
+
+    where = ""
+    try:
+        core = fn.core()
+        env = interp.bind_args(core, args)
+        body = core.body
+        while isinstance(body, ast.Let):
+            value = interp.eval_expr(body.value, env)
+            if _has_nan(value):
+                loc = own_loc(body.value.loc, core) or statement_loc(core, body.name)
+                at = f" at {loc}" if loc is not None else ""
+                where = f": the first NaN appears in statement {body.name}{at}"
+                break
+            env = env.bind_value(body.name, _as_interp_value(value))
+            body = body.body
+        else:
+            loc = own_loc(body.loc, core) or statement_loc(core, "return")
+            at = f" at {loc}" if loc is not None else ""
+            where = f": the first NaN appears in the returned expression{at}"
+    except (TLError, MemoryError):
+        where = ""
+    hint = (" (random inputs lie in [-1, 1] (standard normal where no generator knows the "
+            "type): log, sqrt and division of negatives or zeros give NaN; give such inputs "
+            "with --arg NAME=FILE.npy)") if random_inputs else ""
+    return f"warning: the result of {fn.name} contains NaN{where}{hint}"
+
+
+def _as_interp_value(value: Any) -> Any:
+    """A user value as the interpreter binds it: pairs as tuples, the rest float64 arrays."""
+    if isinstance(value, tuple):
+        return tuple(_as_interp_value(v) for v in value)
+    return np.asarray(value, dtype=np.float64)
+
+
+def _has_nan(value: Any) -> bool:
+    if isinstance(value, (tuple, list)):
+        return any(_has_nan(v) for v in value)
+    if isinstance(value, (float, np.floating, np.ndarray)) and \
+            np.asarray(value).dtype.kind == "f":
+        return bool(np.isnan(value).any())
+    return False
+
+
+def save_result(path: str, result: Any, names: Sequence[str] = ()) -> None:
     try:
         if path.endswith(".npz"):
-            np.savez(path, **dict(_leaves(result, "result")))
+            np.savez(path, **dict(result_leaves(result, names)))
         elif path.endswith(".npy"):
             if isinstance(result, tuple):
                 raise TLError(f"the result is a tuple: save it with --out FILE.npz, not {path}")
@@ -311,17 +461,14 @@ def cmd_check(ns: argparse.Namespace) -> int:
     from tensorlang import api
     from tensorlang.check import contracts
 
-    try:
-        text = open(ns.file, encoding="utf-8").read()
-    except (OSError, UnicodeDecodeError) as err:
-        raise TLError(f"cannot read {ns.file}: {getattr(err, 'strerror', None) or err}") from None
+    text = api.read_source(ns.file)
     try:
         module = api.parse(text, ns.file)
     except TLError as first:
         errors = _all_errors(text, ns.file) or [first]
         print("\n".join(str(e) for e in errors), file=sys.stderr)
         n = len(errors)
-        print(f"{ns.file}: {n} error{'s' if n > 1 else ''}", file=sys.stderr)
+        print(f"{printable(ns.file)}: {n} error{'s' if n > 1 else ''}", file=sys.stderr)
         return 1
     if module.warnings:
         print(format_warnings(module.warnings), file=sys.stderr)
@@ -338,7 +485,7 @@ def cmd_check(ns: argparse.Namespace) -> int:
         print(f"{ns.file}: {n} contract{'s' if n > 1 else ''} broken", file=sys.stderr)
         return 1
     nw = len(module.warnings)
-    print(f"{ns.file}: ok, {len(module)} function{'s' if len(module) != 1 else ''}, "
+    print(f"{printable(ns.file)}: ok, {len(module)} function{'s' if len(module) != 1 else ''}, "
           f"{nw} warning{'s' if nw != 1 else ''}")
     return 0
 
@@ -375,21 +522,27 @@ def _all_errors(text: str, filename: str) -> list[TLError]:
     return errors
 
 
+UNICODE_HEADER = ("# Unicode notation, for reading: not .tl source (tl show without --unicode "
+                  "prints source)")
+
+
 def cmd_show(ns: argparse.Namespace) -> int:
-    fn = _function(_load(ns.file), ns.func)
+    fn = _load_function(ns.file, ns.func)
     if ns.stage in CODE_STAGES:
         print(fn.generated_source(ns.stage))
-    else:
-        print(fn.show(ns.stage, unicode=ns.unicode))
-        from tensorlang import pipeline
-        report = pipeline.report(fn.program(), ns.stage)
-        if report is not None:      # the simplifier's: what it did, or why it did nothing
-            print(report.text())
+        return 0
+    if ns.unicode:
+        print(UNICODE_HEADER)
+    print(fn.show(ns.stage, unicode=ns.unicode))
+    from tensorlang import pipeline
+    report = pipeline.report(fn.program(), ns.stage)
+    if report is not None:      # the simplifier's: what it did, or why it did nothing
+        print(report.text())
     return 0
 
 
 def cmd_cost(ns: argparse.Namespace) -> int:
-    fn = _function(_load(ns.file), ns.func)
+    fn = _load_function(ns.file, ns.func)
     if ns.symbolic:
         print(format_cost_formula(fn, ns.stage))
         if ns.assign:  # the formula at the sizes given, beside the counted cost
@@ -405,14 +558,17 @@ def cmd_cost(ns: argparse.Namespace) -> int:
     if any(v is RAND for v in args.values()):
         raise TLError("tl cost takes sizes (and relation files), not '@rand'")
     stage = ns.stage or fn.default_stage()
-    cost = fn.cost(stage=stage, **args)
+    cost = fn.cost(args, stage=stage)
     sizes = ", ".join(f"{k}={v}" for k, v in args.items() if isinstance(v, int))
     print(format_cost(cost, f"cost of {fn.name} at stage {stage}"
                             f"{' with ' + sizes if sizes else ''}"))
     if fn.is_derived:
-        base_cost, bound, formula = fn.cost_bound(**args)
+        # the derivative differentiates the original as compiled, and no pass raises a cost:
+        # at every stage the bound is the one from the original as compiled
+        base_cost, bound, formula = fn.cost_bound(args)
         ratio = f"{cost.total / base_cost:.3f}" if base_cost else "n/a"
-        print(f"original {fn.base.name}: total {base_cost}; ratio {ratio}")
+        print(f"original {fn.base.name} as compiled ({fn.base.default_stage()}): total "
+              f"{base_cost}; ratio {ratio}")
         if bound is None:
             print(f"bound: {formula}")
         else:
@@ -443,7 +599,7 @@ def format_cost_formula(fn: Any, stage: str | None) -> str:
 def cmd_repl(ns: argparse.Namespace) -> int:
     from tensorlang import repl
 
-    return repl.run(ns.file)
+    return repl.run(ns.file, seed=ns.seed)
 
 
 def cmd_prove(ns: argparse.Namespace) -> int:
@@ -495,6 +651,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", choices=BACKEND_CHOICES, default="numba")
     run.add_argument("--out", metavar="RESULT.npy|.npz", help="save the result")
     run.add_argument("--time", action="store_true", help="print elapsed times")
+    run.add_argument("--max-memory", metavar="BYTES", default=None,
+                     help="refuse runs estimated to need more (e.g. 512M, 8G; default: "
+                          "$TENSORLANG_MAX_MEMORY, else 80%% of the physical memory)")
     run.set_defaults(handler=cmd_run)
 
     check = sub.add_parser("check", help="parse and type-check a file")
@@ -521,6 +680,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     repl = sub.add_parser("repl", help="interactive session")
     repl.add_argument("file", metavar="FILE.tl", nargs="?")
+    repl.add_argument("--seed", type=int, default=None,
+                      help="seed of rand (default: different in every session)")
     repl.set_defaults(handler=cmd_repl)
 
     prove = sub.add_parser("prove", help="check the rewrite-rule catalogue")
@@ -548,6 +709,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
+        return 1
+    except MemoryError as err:   # an allocation the estimate did not foresee (numpy's message)
+        print(str(ResourceError(f"out of memory: {err or 'an allocation failed'} (lower the "
+                                f"sizes; `tl run --max-memory` refuses such runs before "
+                                f"they start)")), file=sys.stderr)
         return 1
     except Exception as err:  # noqa: BLE001 -- the one place internal errors are reported
         if os.environ.get("TL_DEBUG"):

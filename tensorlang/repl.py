@@ -30,7 +30,7 @@ import numpy as np
 from tensorlang import api, pipeline
 from tensorlang.ir import ast
 from tensorlang.ir.ast import Affine, Param, TRel, TSize, Type
-from tensorlang.syntax.errors import TLError
+from tensorlang.syntax.errors import Loc, ResourceError, TLError
 
 COMMANDS = (":load", ":set", ":type", ":show", ":cost", ":vars", ":help", ":quit")
 KEYWORDS = ("def", "return", "gen", "sum", "let", "in", "and", "or", "exists", "size", "rel",
@@ -42,9 +42,10 @@ def g = grad(f, x)              a derived function
 EXPR                            evaluate an expression with the bound values
 :load FILE                      load the definitions of a .tl file
 :set x = VALUE                  bind x: a number, rand(N, M), load("x.npy") or an expression
+                                (rand(N, M) may also appear inside expressions)
 :type EXPR | :type f            the type of an expression, the signature of a function
-:show f [STAGE] [unicode]       f at a pipeline stage (parsed letlift pairelim genpush ssa
-                                derive simplified)
+:show f [STAGE] [unicode]       f at a pipeline stage (source parsed letlift pairelim
+                                genpush ssa derive simplified), or its kernel (numba cuda)
 :cost f N=100 ... [stage=S]     exact operation counts (sizes, relations from bound names)
 :vars                           the bound values and the functions defined
 :help                           this text
@@ -55,6 +56,7 @@ _INT = re.compile(r"\d+")
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?)")
 _DERIVED_LINE = re.compile(r"def\s+[A-Za-z_][A-Za-z0-9_]*\s*=")
 _RAND = re.compile(r"rand\s*\((.*)\)", re.DOTALL)
+_RAND_CALL = re.compile(r"(?<![A-Za-z0-9_])rand\s*\(")
 _LOAD = re.compile(r"load\s*\(\s*(\"[^\"]*\"|'[^']*')\s*\)")
 
 
@@ -72,12 +74,14 @@ class Binding:
 class Repl:
     """The REPL's state (definitions, bound values) and its line handler."""
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int | None = None) -> None:
         self.defs: list[Any] = []  # surface Defs / DerivedDefs, in definition order
         self.module: api.Module = api.Module({}, filename="<repl>")
         self.values: dict[str, Binding] = {}
         self.pending: list[str] | None = None
         self.done = False
+        self.errors = 0  # errors reported so far (a piped session exits 1 if any)
+        # `rand` differs from session to session unless a seed is given (`tl repl --seed`)
         self.rng = np.random.default_rng(seed)
 
     # -- the line handler ------------------------------------------------------------------
@@ -91,11 +95,17 @@ class Repl:
         try:
             return self._handle(line.rstrip("\r\n"))
         except TLError as err:
+            self.errors += 1
             return str(err)
         except KeyboardInterrupt:
             self.pending = None
             return "interrupted"
+        except MemoryError as err:  # an allocation the memory estimate did not foresee
+            self.errors += 1
+            return str(ResourceError(f"out of memory: {err or 'an allocation failed'} (lower "
+                                     f"the sizes, or set TENSORLANG_MAX_MEMORY)"))
         except Exception as err:  # noqa: BLE001 -- the session must survive its own bugs
+            self.errors += 1
             if os.environ.get("TL_DEBUG"):
                 traceback.print_exc()
             return f"internal error: {type(err).__name__}: {err} (a bug in tensorlang)"
@@ -149,6 +159,34 @@ class Repl:
 
     def _expr_function(self, text: str) -> tuple[api.Function, dict[str, Any]]:
         """The expression as a function of the bound names it uses, and their values."""
+        text, drawn = self._draw_rands(text)
+        try:
+            return self._expr_function_of(text)
+        finally:
+            for name in drawn:
+                self.values.pop(name, None)
+
+    def _draw_rands(self, text: str) -> tuple[str, list[str]]:
+        """`rand(N, M)` in an expression: each call drawn now and bound to a fresh name."""
+        drawn: list[str] = []
+        while True:
+            m = _RAND_CALL.search(text)
+            if m is None:
+                return text, drawn
+            depth, end = 0, m.end() - 1
+            for end in range(m.end() - 1, len(text)):
+                depth += {"(": 1, ")": -1}.get(text[end], 0)
+                if depth == 0:
+                    break
+            if depth != 0:
+                raise TLError(f"rand: unbalanced parentheses in {text[m.start():]!r}")
+            name = _fresh_name("rand", set(self.values) | set(self.module) |
+                               set(_NAME.findall(text)))
+            self.values[name] = self._rand(text[m.end():end])
+            drawn.append(name)
+            text = text[:m.start()] + name + text[end + 1:]
+
+    def _expr_function_of(self, text: str) -> tuple[api.Function, dict[str, Any]]:
         from tensorlang.syntax import parser
         from tensorlang.check import typecheck
         e = _parse_expr(parser, text, "<repl>")
@@ -186,7 +224,10 @@ class Repl:
                 raise TLError(f"{name} is used as a size but is not bound to an integer "
                               f"(:set {name} = INT)")
         wrapper_name = _fresh_name("it", {d.name for d in self.defs} | free)
-        d = ast.Def(wrapper_name, tuple(sizes) + tuple(params.values()), None, e)
+        # Located in the typed line: nodes are hash-consed, and a subterm also written in a
+        # loaded file keeps that file's location, which the checker must not report here.
+        where = Loc(e.loc.source, 1, 1) if e.loc is not None else None
+        d = ast.Def(wrapper_name, tuple(sizes) + tuple(params.values()), None, e, loc=where)
         checked = typecheck.check_module(self.defs + [d], "<repl>",
                                           derive=pipeline.derived_core)
         return api.module_from_checked(checked, "<repl>")[wrapper_name], args
@@ -216,12 +257,7 @@ class Repl:
         path = _unquote(rest)
         if not path:
             raise TLError(":load needs a file name")
-        try:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
-        except (OSError, UnicodeDecodeError) as err:
-            raise TLError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}") \
-                from None
+        text = api.read_source(path)
         return self._define(text, path, verb=f"loaded from {path}:")
 
     def _cmd_set(self, rest: str) -> str:
@@ -242,7 +278,7 @@ class Repl:
         if _NUMBER.fullmatch(rhs):
             return Binding(float(rhs), ast.REAL)
         m = _RAND.fullmatch(rhs)
-        if m:
+        if m and "(" not in m.group(1) and ")" not in m.group(1):
             return self._rand(m.group(1))
         m = _LOAD.fullmatch(rhs)
         if m:
@@ -320,7 +356,8 @@ class Repl:
             key, sep, val = word.partition("=")
             if not sep or not _NAME.fullmatch(key) or not val:
                 raise TLError(f":cost: expected NAME=VALUE, got {word!r}")
-            if key == "stage":
+            if key == "stage" and not (_INT.fullmatch(val) and
+                                       any(p.name == "stage" for p in fn.params)):
                 stage = val
             elif _INT.fullmatch(val):
                 args[key] = int(val)
@@ -333,7 +370,7 @@ class Repl:
                     isinstance(p.type, (TRel, TSize)):
                 args[p.name] = self.values[p.name].value
         stage = stage or fn.default_stage()
-        cost = fn.cost(stage=stage, **args)
+        cost = fn.cost(args, stage=stage)
         given = ", ".join(f"{k}={v}" for k, v in args.items() if isinstance(v, int))
         return format_cost(cost, f"cost of {fn.name} at stage {stage}"
                                  f"{' with ' + given if given else ''}")
@@ -439,18 +476,19 @@ def _warning_text(w: Any) -> str:
 
 
 def run(path: str | None = None, stdin: TextIO | None = None,
-        stdout: TextIO | None = None) -> int:
-    """Run a session: prompt_toolkit on a terminal, plain line reading otherwise."""
+        stdout: TextIO | None = None, seed: int | None = None) -> int:
+    """Run a session: prompt_toolkit on a terminal, plain line reading otherwise.  Exit
+    status 1 when input was piped and some line failed (a script must not pass silently)."""
     stdin = stdin or sys.stdin
     stdout = stdout or sys.stdout
-    repl = Repl()
+    repl = Repl(seed)
     if path:
         _emit(repl.handle(f":load {shlex.quote(path)}"), stdout)
     if stdin.isatty() and stdout.isatty():
         _prompt_loop(repl)
-    else:
-        _stream_loop(repl, stdin, stdout)
-    return 0
+        return 0
+    _stream_loop(repl, stdin, stdout)
+    return 1 if repl.errors else 0
 
 
 def _emit(text: str, out: TextIO) -> None:

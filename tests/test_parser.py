@@ -434,7 +434,7 @@ def test_nodes_carry_locations():
      "unindent does not match any outer indentation level"),
     ("def f(x: R) -> R:\n    y = x\n", 2, 10, "a def body must end with a 'return' statement"),
     ("def f(x: R) -> R:\n", 1, 18, "unexpected end of input, expected an indented block"),
-    ("def f(x: R) -> R:\n    return x\n        y = 2\n", 2, 13, "unexpected indentation"),
+    ("def f(x: R) -> R:\n    return x\n        y = 2\n", 3, 9, "unexpected indentation"),
     ("def f(x: R) -> R: return x\nx = 3\n", 2, 1, "unexpected name 'x', expected 'def'"),
     ("def f(x: Q) -> R: return x", 1, 10, "unexpected name 'Q', expected a type"),
     ("def f(x: R) -> R: return a @ b", 1, 28, "unexpected character '@'"),

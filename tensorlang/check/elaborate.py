@@ -47,7 +47,7 @@ from tensorlang.ir.ast import (
 )
 from tensorlang.syntax.errors import Loc, TypeCheckError
 from tensorlang.check.typecheck import (
-    DeriveCore, TLWarning, TypeEnv, role_text, access_result, access_warning, builtin_arity,
+    SIZE, DeriveCore, TLWarning, TypeEnv, role_text, access_result, access_warning, builtin_arity,
     check_affine, check_pred, check_size, format_type, param_env, pick_loc, prove_nonneg, type_of,
 )
 
@@ -534,9 +534,10 @@ def inline_call(el: _Elaborator, callee: Def, e: DefCall, env: TypeEnv,
     n_sizes = sum(isinstance(p.type, TSize) for p in params)
     if len(args) == len(params):
         pairs = list(zip(params, args))
-    elif n_sizes and len(args) == len(params) - n_sizes:
+    elif n_sizes and len(args) == len(params) - n_sizes and not any(
+            isinstance(a, Var) and env.role(a.name) == SIZE for a in args):
         pairs = list(zip([p for p in params if not isinstance(p.type, TSize)], args))
-    else:
+    else:  # a size among fewer arguments than parameters: some value is missing
         alt = f", or {len(params) - n_sizes} without the sizes" if n_sizes else ""
         raise _err(f"{name} takes {len(params)} argument(s) ({_signature_text(params)}){alt}; "
                    f"found {len(args)}", loc)

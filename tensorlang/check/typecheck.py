@@ -44,6 +44,7 @@ relation's shape; `exists` adds its variable with its range).
 from __future__ import annotations
 
 import math
+import re
 import weakref
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -317,8 +318,28 @@ def check_affine(a: Affine, env: TypeEnv, loc: Loc | None, what: str = "index") 
     """Indices may use bound index variables and size variables."""
     for v in a.vars():
         if env.role(v) not in (INDEX, SIZE):
+            where = _name_in_brackets(v, loc) if env.role(v) is None else loc
             raise _err(f"{what} {format_affine(a)} must use index or size variables only, "
-                       f"but {role_text(env, v)}", loc)
+                       f"but {role_text(env, v)}", where)
+
+
+def _name_in_brackets(name: str, loc: Loc | None) -> Loc | None:
+    """The first `[... name ...]` at or after `loc` within the def being checked: an
+    undefined index is reported where it is used, also when the access node is shared with
+    another def (hash-consing keeps its first location, so `loc` may be an enclosing node or
+    the def itself)."""
+    span = _SPAN.get()
+    if loc is None or loc.source is None or span is None or span[0] != loc.source:
+        return loc
+    lines = loc.source.text.splitlines()
+    word = re.compile(rf"\[[^\]#]*?(?<![A-Za-z0-9_])({re.escape(name)})(?![A-Za-z0-9_])")
+    for lineno in range(loc.line, min(len(lines), int(min(span[2], 1e9)) - 1) + 1):
+        text = lines[lineno - 1].split("#", 1)[0]
+        m = word.search(text, loc.col - 1 if lineno == loc.line else 0)
+        if m is not None:
+            col = m.start(1) + 1
+            return Loc(loc.source, lineno, col, col + len(name))
+    return loc
 
 
 def check_size(a: Affine, env: TypeEnv, loc: Loc | None, what: str = "size") -> None:

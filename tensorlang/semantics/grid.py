@@ -182,9 +182,19 @@ def reduce_axes(a: np.ndarray, box: Box, first: int = 0) -> np.ndarray:
     if a.dtype == bool:
         a = a.astype(np.int64)
     for ax in reversed(range(first, box.depth)):
-        n = box.extents[ax]
-        a = a.sum(axis=ax) if a.shape[ax] != 1 else np.take(a, 0, axis=ax) * n
+        a = _reduce_axis(a, ax, box.extents[ax])
     return a
+
+
+COUNT_LIMIT = float(2**60)  # headroom below 2**63 for the additions that follow a reduction
+
+
+def _reduce_axis(a: np.ndarray, ax: int, n: int) -> np.ndarray:
+    """Sum axis `ax` of extent `n` exactly; a count that int64 would wrap is a TLError."""
+    if a.size and float(np.abs(a).max()) * n > COUNT_LIMIT:
+        raise TLError(f"the operation count exceeds {COUNT_LIMIT:.3g}, beyond the exact 64-bit "
+                      f"count of the cost model (a range of size {n})")
+    return a.sum(axis=ax) if a.shape[ax] != 1 else np.take(a, 0, axis=ax) * n
 
 
 def count(p: ast.Pred | np.ndarray, box: Box, first: int = 0) -> np.ndarray:
@@ -205,8 +215,7 @@ def total(a: np.ndarray, box: Box) -> int:
     `box`: a `count` or `sum_additions` result is summed over the outer points)."""
     a = np.asarray(a, dtype=np.int64)
     for ax in reversed(range(a.ndim)):
-        n = box.extents[ax]
-        a = a.sum(axis=ax) if a.shape[ax] != 1 else np.take(a, 0, axis=ax) * n
+        a = _reduce_axis(a, ax, box.extents[ax])
     return int(a)
 
 

@@ -5,7 +5,17 @@ line and a caret) and never a Python traceback.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+# Control characters (terminal escape sequences among them) are shown escaped, never echoed:
+# a comment or a file name must not be able to drive the user's terminal.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` with every control character except tab and newline written as `\\xNN`."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 @dataclass(frozen=True)
@@ -43,15 +53,21 @@ class Loc:
         width = 1
         if self.end_col is not None and self.end_col > self.col:
             width = self.end_col - self.col
-        return f"    {text}\n    {' ' * (self.col - 1)}{'^' * width}"
+        # Escaping widens control characters: measure the caret on the escaped text, and
+        # expand tabs so that the caret lines up in any terminal.
+        before = printable(text[:self.col - 1]).expandtabs()
+        marked = printable(text[self.col - 1:self.col - 1 + width]).expandtabs()
+        line = printable(text).expandtabs()
+        return f"    {line}\n    {' ' * len(before)}{'^' * max(1, len(marked))}"
 
 
 def diagnostic(kind: str, message: str, loc: Loc | None) -> str:
     """`file:line:col: kind: message`, then the source line with a caret under the place."""
+    message = printable(message)
     if loc is None:
         return f"{kind}: {message}"
     caret = loc.caret()
-    head = f"{loc}: {kind}: {message}"
+    head = f"{printable(str(loc))}: {kind}: {message}"
     return f"{head}\n{caret}" if caret else head
 
 
@@ -83,3 +99,9 @@ class ShapeError(TLError):
 
 class NotYetSupported(TLError):
     kind = "not supported"
+
+
+class ResourceError(TLError):
+    """A run refused before it starts: it would need more memory (or input) than allowed."""
+
+    kind = "resource error"

@@ -125,14 +125,21 @@ class _Indenter(PostLex):
         indent = text.count(" ") + text.count("\t") * self.TAB_LEN
         if indent > levels[-1]:
             levels.append(indent)
-            yield Token.new_borrow_pos("_INDENT", text, nl)
+            yield _at_line_start("_INDENT", text, nl)
             return
         if indent not in levels:
             raise _LexProblem("unindent does not match any outer indentation level",
                               nl.end_line, nl.end_column)
         while indent < levels[-1]:
             levels.pop()
-            yield Token.new_borrow_pos("_DEDENT", text, nl)
+            yield Token.new_borrow_pos("_DEDENT", text, nl)  # "missing return" is at the end
+
+
+def _at_line_start(kind: str, text: str, nl: Token) -> Token:
+    """An INDENT located where the indented line's text starts (not at the newline, which
+    ends the line before: "unexpected indentation" must name the line it is on)."""
+    return Token(kind, text, start_pos=nl.end_pos, line=nl.end_line, column=nl.end_column,
+                 end_line=nl.end_line, end_column=nl.end_column, end_pos=nl.end_pos)
 
 
 _LOCK = threading.Lock()

@@ -1,0 +1,277 @@
+"""Memory estimate of a run, checked before any backend allocates (issue 13).
+
+From the sizes alone (no data is read), `estimate` adds up the bytes of
+
+  * the inputs (every array argument, 8 bytes an entry; boolean relations 1),
+  * the temporaries: every `gen` array a statement materialises, at its full extent under
+    the generators around it (what Tensor SSA stores as one statement), and the widest
+    working array of a `sum` nest (the interpreter evaluates a sum vectorised over every
+    enclosing index, so `gen i. sum j. A[i, j] * x[j]` works on an N x N array),
+  * the output (its type at the given sizes).
+
+`check` refuses a run whose estimate is above the limit with a `ResourceError` naming the
+largest statement, where it is in the source, and its size.  The limit comes from
+`set_limit` (the CLI's `--max-memory`), else the environment variable
+`TENSORLANG_MAX_MEMORY` (bytes, or with a K/M/G/T suffix: `4G`), else 80% of the physical
+memory.  The estimate is an upper bound for the compiled backends (fusion stores less) and
+close for the interpreter; it is meant to turn "the process died" into a clear message, not
+to count every byte.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import os
+import re
+import weakref
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from tensorlang.ir import ast
+from tensorlang.syntax.errors import Loc, ResourceError, TLError
+
+ENV_VAR = "TENSORLANG_MAX_MEMORY"
+_FLOAT_BYTES = 8
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+_AMOUNT = re.compile(r"\s*(\d+(?:\.\d*)?)\s*([KMGT]?)(?:i?B)?\s*", re.IGNORECASE)
+_limit: int | None = None
+
+
+@dataclass(frozen=True)
+class Temporary:
+    """One array a statement needs: its name, where it is written, entries and bytes."""
+
+    name: str
+    loc: Loc | None
+    entries: int
+    nbytes: int
+    working: bool = False  # a sum's working array: freed once reduced
+
+
+@dataclass(frozen=True)
+class Estimate:
+    inputs: int
+    temporaries: tuple[Temporary, ...]
+    output: int
+
+    @property
+    def temporary_bytes(self) -> int:
+        """Every gen array, plus the widest working array of a sum (one lives at a time)."""
+        kept = sum(t.nbytes for t in self.temporaries if not t.working)
+        return kept + max((t.nbytes for t in self.temporaries if t.working), default=0)
+
+    @property
+    def total(self) -> int:
+        return self.inputs + self.temporary_bytes + self.output
+
+    def largest(self) -> Temporary | None:
+        return max(self.temporaries, key=lambda t: t.nbytes, default=None)
+
+
+# ---------------------------------------------------------------------------------------------
+# The limit
+
+
+def parse_amount(text: str) -> int:
+    """Bytes from `123`, `512M`, `4G`, `1.5GiB` (powers of 1024); a `TLError` otherwise."""
+    m = _AMOUNT.fullmatch(text)
+    if m is None:
+        raise TLError(f"memory amount {text!r}: expected bytes or a number with K, M, G or T "
+                      f"(e.g. 4G)")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+@functools.lru_cache(maxsize=1)
+def physical_memory() -> int | None:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def set_limit(nbytes: int | None) -> None:
+    """Set the limit for this process (None: back to the environment / default)."""
+    global _limit
+    _limit = nbytes
+
+
+def limit() -> int | None:
+    """The limit in bytes; None when there is none (physical memory unknown)."""
+    if _limit is not None:
+        return _limit
+    text = os.environ.get(ENV_VAR)
+    if text:
+        return parse_amount(text)
+    phys = physical_memory()
+    return int(phys * 0.8) if phys else None
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+# ---------------------------------------------------------------------------------------------
+# The estimate
+
+
+def _value_bytes(v: Any) -> int:
+    if isinstance(v, (tuple, list)):
+        return sum(_value_bytes(x) for x in v)
+    if isinstance(v, np.ndarray):
+        return int(v.nbytes)
+    return 0
+
+
+def _param_bytes(t: ast.Type, sizes: Mapping[str, int]) -> int:
+    """Bytes of an argument not made yet (random inputs): booleans for a relation."""
+    if isinstance(t, ast.TRel):
+        return math.prod(_extent(a, sizes) for a in t.sizes)
+    return _FLOAT_BYTES * _type_entries(t, sizes)
+
+
+def _type_entries(t: ast.Type, sizes: Mapping[str, int]) -> int:
+    if isinstance(t, ast.TArr):
+        return max(0, int(t.size.evaluate(sizes))) * _type_entries(t.elem, sizes)
+    if isinstance(t, ast.TPair):
+        return _type_entries(t.a, sizes) + _type_entries(t.b, sizes)
+    return 1 if isinstance(t, ast.TReal) else 0
+
+
+def estimate(d: ast.Def, args: Mapping[str, Any]) -> Estimate:
+    """Bytes of inputs, temporaries and output of running core def `d` on `args` (bound
+    arguments: sizes as ints)."""
+    sizes = {p.name: int(args[p.name]) for p in d.params
+             if isinstance(p.type, ast.TSize) and p.name in args}
+    inputs = sum(_value_bytes(args[p.name]) if p.name in args else _param_bytes(p.type, sizes)
+                 for p in d.params)
+    # the rest depends on the sizes only: kept per def (calls in a loop pay a dict lookup)
+    memo = _MEMO.get(d)
+    if memo is None:
+        memo = _MEMO[d] = {}
+    key = tuple(sorted(sizes.items()))
+    if key not in memo:
+        if len(memo) > 64:
+            memo.clear()
+        memo[key] = _temporaries(d, sizes)
+    temps, output = memo[key]
+    return Estimate(inputs, temps, output)
+
+
+_MEMO: "weakref.WeakKeyDictionary[ast.Def, dict[tuple, tuple[tuple[Temporary, ...], int]]]" = \
+    weakref.WeakKeyDictionary()
+
+
+def _temporaries(d: ast.Def, sizes: Mapping[str, int]) -> tuple[tuple[Temporary, ...], int]:
+    output = _FLOAT_BYTES * _type_entries(d.ret, sizes) if d.ret is not None else 0
+    temps: list[Temporary] = []
+    # (node, the enclosing binders (index, extent, is a gen), statement name)
+    Binders = tuple[tuple[str, int, bool], ...]
+    # ... and the location of the nearest enclosing node written in this def
+    start = statement_loc(d, "return") or d.loc
+    stack: list[tuple[ast.Node, Binders, str, Loc | None]] = [(d.body, (), "return", start)]
+    seen: set[tuple[int, Binders, str]] = set()
+    while stack:
+        node, binders, name, where = stack.pop()
+        key = (id(node), binders, name)
+        if key in seen:
+            continue
+        seen.add(key)
+        where = own_loc(getattr(node, "loc", None), d) or where
+        if isinstance(node, (ast.Gen, ast.Sum)):
+            inner = binders + ((node.idx, _extent(node.size, sizes), isinstance(node, ast.Gen)),)
+            if isinstance(node, ast.Gen):    # materialised in full under the enclosing gens
+                entries = math.prod(n for _, n, is_gen in inner if is_gen)
+                temps.append(Temporary(name, where, entries, _FLOAT_BYTES * entries))
+            elif not isinstance(node.body, ast.Sum):
+                # a sum nest works on one array over the indices its body uses (the
+                # interpreter broadcasts over the others)
+                used = ast.free_names(node.body)
+                entries = math.prod(n for idx, n, _ in inner if idx in used)
+                temps.append(Temporary(name, where, entries, _FLOAT_BYTES * entries, True))
+            stack.append((node.body, inner, name, where))
+            continue
+        if isinstance(node, ast.Let):
+            statement = own_loc(node.value.loc, d) or statement_loc(d, node.name) or where
+            stack.append((node.value, binders, node.name, statement))
+            stack.append((node.body, binders, name, where))
+            continue
+        for child in _children(node):
+            if isinstance(child, ast.Expr):
+                stack.append((child, binders, name, where))
+    return tuple(temps), output
+
+
+def own_loc(loc: Loc | None, d: ast.Def) -> Loc | None:
+    """`loc` if it lies in the source `d` was parsed from, else None: nodes are hash-consed
+    and keep the location of their first occurrence, possibly in another file."""
+    if loc is None or d.loc is None or loc.source != d.loc.source or loc.line < d.loc.line:
+        return None
+    return loc
+
+
+def statement_loc(d: ast.Def, name: str) -> Loc | None:
+    """Where statement `name = ...` / `name[...] = ...` (or `return`) of `d` is written: found
+    in the def's text, since the nodes may carry another file's locations."""
+    if d.loc is None or d.loc.source is None:
+        return None
+    lines = d.loc.source.text.splitlines()
+    head = re.compile(r"\s*return\b" if name == "return" else
+                      rf"\s*{re.escape(name)}\s*(\[|=(?!=))")
+    for lineno in range(d.loc.line + 1, len(lines) + 1):
+        text = lines[lineno - 1]
+        if re.match(r"def\s", text):
+            break
+        if head.match(text):
+            col = len(text) - len(text.lstrip()) + 1
+            return Loc(d.loc.source, lineno, col, len(text.rstrip()) + 1)
+    return None
+
+
+def _children(node: ast.Node) -> list[Any]:
+    out: list[Any] = []
+    for f in node._fields:
+        v = getattr(node, f)
+        if isinstance(v, tuple):
+            out.extend(v)
+        else:
+            out.append(v)
+    return out
+
+
+def _extent(a: ast.Affine, sizes: Mapping[str, int]) -> int:
+    try:
+        return max(0, int(a.evaluate(sizes)))
+    except KeyError:
+        return 0
+
+
+def check(d: ast.Def, args: Mapping[str, Any], what: str) -> Estimate:
+    """The estimate of running `d` on `args`; a `ResourceError` naming the largest statement
+    when it is above `limit()`.  `what`: the function's name, for the message."""
+    est = estimate(d, args)
+    cap = limit()
+    if cap is None or est.total <= cap:
+        return est
+    big = est.largest()
+    where = ""
+    if big is not None:
+        where = (f"; the largest array is statement {big.name}: {big.entries:,} entries, "
+                 f"{format_bytes(big.nbytes)}")
+    temps = est.temporary_bytes
+    raise ResourceError(
+        f"{what} needs about {format_bytes(est.total)} (inputs {format_bytes(est.inputs)}, "
+        f"temporaries {format_bytes(temps)}, output {format_bytes(est.output)}), above the "
+        f"memory limit of {format_bytes(cap)}{where}.  Use smaller sizes, or raise the limit "
+        f"with --max-memory or {ENV_VAR} (e.g. {ENV_VAR}=64G)",
+        big.loc if big is not None else None)
+
+
+__all__ = ["ResourceError", "Estimate", "Temporary", "estimate", "check", "limit", "own_loc",
+           "set_limit", "parse_amount", "physical_memory", "format_bytes", "ENV_VAR",
+           "statement_loc"]
