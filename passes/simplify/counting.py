@@ -3,19 +3,18 @@ atoms holds at, evaluated exactly on a numpy grid (each atom once per point of i
 indices, combined by broadcasting).  The static per-node cost of the extraction
 (`cost_model.Spec3Cost`) is made of these counts.
 
-This is the simplifier's only evaluator of predicates over index boxes; it is kept in this
-one module so that it can be replaced by `tensorlang.semantics.grid` (SPEC 17) without
-touching the rest of the package."""
+Predicates are evaluated and points counted by `tensorlang.semantics.grid`, the one
+evaluator of index arithmetic; this module only assembles the simplifier's atoms into
+batch-shaped masks over the box of a node's free indices."""
 from __future__ import annotations
 
-import math
 import zlib
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from tensorlang.ir.ast import Affine
-from tensorlang.semantics.interp import Env, eval_pred
+from tensorlang.semantics import grid
 
 from .universe import FALSE, Universe
 
@@ -67,28 +66,25 @@ class PointCounter:
                 rels[name] = rng.random(shape) < 0.5
         return rels
 
+    def _box(self, names: Sequence[str], k: int) -> grid.Box:
+        """The index box of `names` (in that order) at the k-th cost point."""
+        box = grid.Box(sizes=self.points[k], rels=self._relations(k))
+        return box.bind_indices((n, self.extent(self.uni.ranges[n], k)) for n in names)
+
     def _atom_grid(self, atom: str, k: int) -> np.ndarray:
-        """The atom on the grid of its own indices (in `index_key` order), at point k."""
+        """The atom on the box of its own indices (in `index_key` order), at point k."""
         key = (atom, k)
         hit = self._atom_grids.get(key)
         if hit is None:
             names = sorted(self.uni.atom_vars[atom], key=self.uni.index_key)
-            env = Env(sizes=self.points[k], rels=self._relations(k))
-            shape = []
-            for n in names:
-                m = self.extent(self.uni.ranges[n], k)
-                env = env.bind_index(n, m)
-                shape.append(m)
-            hit = np.broadcast_to(eval_pred(self.uni.atoms[atom], env), tuple(shape))
-            self._atom_grids[key] = hit
+            hit = self._atom_grids[key] = grid.pred(self.uni.atoms[atom], self._box(names, k))
         return hit
 
-    def _grid(self, names: Sequence[str], mask: frozenset[str], k: int) -> np.ndarray:
-        """The conjunction `mask` on the grid of `names` (in `index_key` order)."""
-        shape = tuple(self.extent(self.uni.ranges[n], k) for n in names)
-        out = np.ones(shape, dtype=bool)
+    def _mask(self, names: Sequence[str], mask: frozenset[str], k: int) -> np.ndarray:
+        """The conjunction `mask` in batch shape over the box of `names`."""
+        out = np.ones((1,) * len(names), dtype=bool)
         pos = {n: d for d, n in enumerate(names)}
-        for a in mask:
+        for a in sorted(mask):
             g = self._atom_grid(a, k)
             view = [1] * len(names)
             for n, m in zip(sorted(self.uni.atom_vars[a], key=self.uni.index_key), g.shape):
@@ -102,15 +98,14 @@ class PointCounter:
         key = ("c", free, mask)
         hit = self._counts.get(key)
         if hit is None:
+            names = sorted(free, key=self.uni.index_key)
             out = []
-            names = sorted(self.uni.pfree(mask) & free, key=self.uni.index_key)
             for k in range(len(self.points)):
                 if FALSE in mask:
                     out.append(0)
                     continue
-                rest = math.prod(self.extent(self.uni.ranges[n], k) for n in free if n not in names)
-                out.append(rest * int(np.count_nonzero(self._grid(names, mask, k))) if rest
-                           else 0)
+                box = self._box(names, k)
+                out.append(grid.total(grid.count(self._mask(names, mask, k), box), box))
             hit = self._counts[key] = tuple(out)
         return hit
 
@@ -122,19 +117,14 @@ class PointCounter:
         hit = self._counts.get(key)
         if hit is None:
             allm = mask | body
-            names = sorted(((self.uni.pfree(allm) & free) - {j}) | {j}, key=self.uni.index_key)
+            names = sorted(free - {j}, key=self.uni.index_key) + [j]   # summed axis last
             out = []
             for k in range(len(self.points)):
                 if FALSE in allm:
                     out.append(0)
                     continue
-                rest = math.prod(self.extent(self.uni.ranges[n], k) for n in free
-                                 if n not in names)
-                if not rest:
-                    out.append(0)
-                    continue
-                grid = np.moveaxis(self._grid(names, allm, k), names.index(j), -1)
-                live = grid.sum(axis=-1)
-                out.append(rest * int(np.maximum(live - 1, 0).sum()))
+                box = self._box(names, k)
+                adds = grid.sum_additions(self._mask(names, allm, k), box, len(names) - 1)
+                out.append(grid.total(adds, box))
             hit = self._counts[key] = tuple(out)
         return hit

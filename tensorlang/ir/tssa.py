@@ -581,20 +581,3 @@ def to_core(p: Program) -> ast.Def:
             continue
         body = ast.Let(s.var, rhs_to_expr(s.rhs), body)
     return ast.Def(p.name, p.params, p.ret, body)
-
-
-# Names that moved out of this module, still reachable as `tssa.<name>` for the simplifier
-# (passes/simplify*.py, tests/test_simplify.py) until it imports them from their homes.
-_MOVED = {"evaluate": ("tensorlang.semantics.interp", "evaluate_program"),
-          "cost": ("tensorlang.semantics.cost", "cost_program"),
-          "to_text": ("tensorlang.syntax.ssa_printer", "to_text"),
-          "fmt_affine": ("tensorlang.syntax.ssa_printer", "fmt_affine")}
-_prefix_ok = prefix_ok
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        import importlib
-        module, attr = _MOVED[name]
-        return getattr(importlib.import_module(module), attr)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
