@@ -40,8 +40,8 @@ __all__ = [
     "signature", "bind_args", "infer_sizes", "BACKENDS",
 ]
 
-BACKENDS: tuple[str, ...] = ("interp", "numba", "cuda")
-CODE_STAGES: tuple[str, ...] = ("numba", "cuda")  # `show` stages that print generated source
+BACKENDS: tuple[str, ...] = ("interp", "numba", "cuda", "jax")
+CODE_STAGES: tuple[str, ...] = ("numba", "cuda", "jax")  # `show` stages that print generated source
 
 
 # ---------------------------------------------------------------------------------------------
@@ -521,13 +521,23 @@ class Function:
         memory.check(core, bound, self.name)
         return to_python(interp.interpret(core, bound))
 
-    def compile(self, backend: str = "numba") -> "Compiled":
-        """A callable running this function on `backend` ("numba", "cuda" or "interp").
+    def compile(self, backend: str = "numba", *, mesh: Any = None,
+                shard: Mapping[str, Sequence[Any]] | None = None) -> "Compiled":
+        """A callable running this function on `backend` ("numba", "cuda", "jax" or "interp").
 
         Compiled backends run the program as it comes out of the pipeline (Tensor SSA,
-        simplified); compiled callables are kept, so compiling twice is free."""
+        simplified); compiled callables are kept, so compiling twice is free.  `mesh` (a
+        `jax.sharding.Mesh`) and `shard` (parameter -> partition spec, `{"A": ("data",
+        None)}`) place the inputs of the jax backend across devices (SPEC 14); its results
+        are then `jax.Array`s left on the devices."""
         if backend not in BACKENDS:
             raise TLError(f"unknown backend '{backend}' (backends: {', '.join(BACKENDS)})")
+        if (mesh is not None or shard) and backend != "jax":
+            raise TLError(f"mesh and shard are options of the jax backend, not of '{backend}'")
+        if mesh is not None or shard:
+            program = pipeline.run_to(self.core(), pipeline.furthest(self.core()))
+            return Compiled(self, backend, _backend_module(backend).compile_program(
+                program, mesh=mesh, shard=shard))
         hit = self._compiled.get(backend)
         if hit is not None:
             return hit
@@ -631,7 +641,14 @@ def _backend_module(backend: str) -> Any:
             raise TLError("the cuda backend needs a CUDA GPU (or NUMBA_ENABLE_CUDASIM=1 set "
                           "before numba is imported, for the simulator)")
         return numba_cuda
-    raise TLError(f"backend '{backend}' generates no source (backends: numba, cuda)")
+    if backend == "jax":
+        from tensorlang.backends import jax_backend
+
+        ok, why = jax_backend.available()
+        if not ok:
+            raise TLError(f"the jax backend needs jax: {why}")
+        return jax_backend
+    raise TLError(f"backend '{backend}' generates no source (backends: numba, cuda, jax)")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,522 @@
+"""The JAX backend (SPEC 14): Tensor SSA -> generated `jax.numpy` source -> `jax.jit` (XLA).
+
+    compile_program(p: tssa.Program, mesh=None, shard=None) -> CompiledProgram
+    generated_source(p) -> str              (what `tl show FILE FUNC --stage jax` prints)
+
+The program (our derivative and simplifier have already run: XLA only executes) becomes ONE
+function `tl_program(sizes..., inputs..., relations...)`, jitted once per program with the
+sizes static (shapes depend on them) and kept in this process.  Per statement
+`v = gen I. sum J. [P] * c * u1[A1] * u2[A2]` (docs/gpu-and-clusters.md):
+
+  * a read `u[A]` whose every index is `c * i + o` for a distinct index i (or a constant)
+    is static slices, reversals and pads (`jax_rt.tl_axes`); any other affine read is a
+    gather of clipped indices from index grids (`tl_gather`); both give 0 out of range;
+  * masks: the conjuncts of P over I alone are applied to the result (`jnp.where`); the
+    others inside the sum.  Comparisons are evaluated on index grids (`tl_iota`), a relation
+    `R(a, b)` is a read of its boolean mask, `exists` an `any` over one more axis;
+  * a contract/reduce whose in-sum mask is trivial is ONE `jnp.einsum` (XLA's dot_general)
+    of the aligned operands; otherwise a masked broadcast product summed over J;
+  * const, add and map are element-wise `jnp` expressions under their masks; builtins are
+    `jax_rt.FUNCS`.
+
+Results are float / numpy arrays / tuples as the interpreter returns them.  With a `mesh`
+and `shard={"A": ("data", None)}` the inputs are placed with `NamedSharding`s (others
+replicated), XLA partitions the program (GSPMD), and results stay on the devices as
+`jax.Array`s with the sharding XLA chose.
+"""
+from __future__ import annotations
+
+import threading
+import types
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from tensorlang.ir import ast
+from tensorlang.ir import tssa
+from tensorlang.ir.ast import Affine, And, Cmp, Exists, Or, PFalse, Pred, PTrue, RelCall
+from tensorlang.ir.tssa import Program
+from tensorlang.semantics import interp
+from tensorlang.syntax.errors import TLError
+
+from .codegen import MASK, SIZE, VALUE, Namer, num, safe_comment
+
+BACKEND = "jax"
+INDENT = "    "
+ENTRY = "tl_program"
+LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+__all__ = ["compile_program", "generated_source", "CompiledProgram", "available"]
+
+
+def available() -> tuple[bool, str]:
+    """Whether jax imports (the backend's only requirement)."""
+    try:
+        import jax
+    except Exception as err:  # noqa: BLE001 -- any failure to import means "not installed"
+        return False, f"jax not importable ({type(err).__name__}: {err})"
+    return True, jax.__version__
+
+
+# ---------------------------------------------------------------------------------------------
+# Source generation
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """Index names in scope while printing one statement: name -> (axis, size code)."""
+
+    axes: dict[str, tuple[int, str]]
+    box: str              # code of the tuple of the sizes of all axes
+    top: bool             # the statement's own box (index grids are named locals)
+    ranges: dict[str, Affine]   # the ranges of the indices (as in the program)
+    tag: str = ""         # distinguishes the grids of a second named scope (`_o_i0`)
+
+    @property
+    def rank(self) -> int:
+        return len(self.axes)
+
+
+class JaxEmitter:
+    def __init__(self, p: Program) -> None:
+        self.p = p
+        self.nm = Namer()
+        self.sizes = set(p.size_params())
+        self.rel_sizes = {q.name: q.type.sizes for q in p.params if isinstance(q.type, ast.TRel)}
+        self.lines: list[str] = []
+        self.grids: dict[str, str] = {}      # index grids the current statement uses
+        self.fns: set[str] = set()
+
+    # -- names and affine code ---------------------------------------------------------------
+
+    def var(self, v: str) -> str:
+        return self.nm.get(VALUE, v)
+
+    def size(self, n: str) -> str:
+        return self.nm.get(SIZE, n)
+
+    def affine(self, a: Affine, scope: _Scope | None) -> str:
+        """`a` as code: sizes are Python ints, indices are grids of the scope."""
+        parts: list[str] = []
+        for name, c in a.terms:
+            if name in self.sizes:
+                t = self.size(name)
+            else:
+                if scope is None or name not in scope.axes:
+                    raise TLError(f"index {name!r} out of scope in the JAX backend")
+                t = self.grid(name, scope)
+            parts.append(t if c == 1 else f"{c} * {t}" if c > 0 else
+                         f"-{t}" if c == -1 else f"{c} * {t}")
+        if a.const or not parts:
+            parts.append(str(a.const))
+        out = parts[0]
+        for t in parts[1:]:
+            out += f" - {t[1:]}" if t.startswith("-") else f" + {t}"
+        return out if len(parts) == 1 else f"({out})"
+
+    def dim(self, a: Affine) -> str:
+        return str(max(0, a.const)) if a.is_const() else f"max(0, {self.affine(a, None)})"
+
+    def grid(self, name: str, scope: _Scope) -> str:
+        axis, size = scope.axes[name]
+        if scope.top:
+            code = self.nm.index(name)
+            if scope.tag:      # (generated names never start with `_`: no clash)
+                code = f"_{scope.tag}_{code}"
+            self.grids[code] = f"tl_iota({size}, {axis}, {scope.rank})"
+            return code
+        return f"tl_iota({size}, {axis}, {scope.rank})"
+
+    def offset(self, a: Affine) -> str:
+        """The size-only part of an affine index (a Python int at trace time)."""
+        sizes_only = Affine(tuple((n, c) for n, c in a.terms if n in self.sizes), a.const)
+        return self.affine(sizes_only, None)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def read(self, arr: str, idx: Sequence[Affine], scope: _Scope,
+             shape: Sequence[Affine]) -> tuple[str, tuple[int, ...]]:
+        """`arr[idx]` with zero extension: (code, the box axis of each axis of the result).
+        `shape` is the array's shape: a read of each axis by its own index over the same
+        range is the array itself (its axes in access order); other reads give increasing
+        box axes."""
+        if not idx:
+            return arr, ()
+        per: list[list[tuple[str, int]]] = [
+            [(n, c) for n, c in a.terms if n not in self.sizes] for a in idx]
+        used = sorted({scope.axes[n][0] for comp in per for n, _ in comp})
+        names = [comp[0][0] for comp in per if comp]
+        plain = [a.as_var() for a in idx]
+        if all(v is not None and v in scope.axes for v in plain) and \
+                len(set(plain)) == len(plain) and \
+                all(scope.ranges[v] == d for v, d in zip(plain, shape)):
+            return arr, tuple(scope.axes[v][0] for v in plain)   # (any order: a transpose)
+        if all(len(comp) <= 1 for comp in per) and len(names) == len(set(names)):
+            spec = []
+            for a, comp in zip(idx, per):
+                if comp:
+                    n, c = comp[0]
+                    spec.append(f"({scope.axes[n][0]}, {c}, {self.offset(a)})")
+                else:
+                    spec.append(f"(-1, 0, {self.offset(a)})")
+            return (f"tl_axes({arr}, ({', '.join(spec)},), {scope.box}, "
+                    f"{_tuple(used)})", tuple(used))
+        comps = ", ".join(self.affine(a, scope) for a in idx)
+        shape = ", ".join(f"{scope.box}[{p}]" for p in used)
+        return (f"tl_gather({arr}, ({comps},), ({shape}{',' if len(used) == 1 else ''}))",
+                tuple(used))
+
+    def operand(self, o: tssa.Operand, scope: _Scope) -> tuple[str, tuple[int, ...]]:
+        return self.read(self.var(o.var), o.idx, scope, self.p.shape(o.var))
+
+    def expanded(self, o: tssa.Operand, scope: _Scope) -> str:
+        code, axes = self.operand(o, scope)
+        return self.expand(code, axes, scope.rank)
+
+    @staticmethod
+    def expand(code: str, axes: tuple[int, ...], rank: int) -> str:
+        if axes == tuple(range(rank)):
+            return code
+        if not axes:
+            return code
+        return f"tl_expand({code}, {_tuple(axes)}, {rank})"
+
+    # -- predicates --------------------------------------------------------------------------
+
+    def pred(self, p: Pred, scope: _Scope) -> str:
+        if isinstance(p, PTrue):
+            return "True"
+        if isinstance(p, PFalse):
+            return "False"
+        if isinstance(p, Cmp):
+            op = {"<=": "<=", "<": "<", "==": "=="}[p.op]
+            return f"({self.affine(p.lhs, scope)} {op} {self.affine(p.rhs, scope)})"
+        if isinstance(p, And):
+            return "(" + " & ".join(self.pred(q, scope) for q in tssa.conjuncts(p)) + ")"
+        if isinstance(p, Or):
+            return "(" + " | ".join(self.pred(q, scope) for q in tssa.disjuncts(p)) + ")"
+        if isinstance(p, RelCall):
+            code, axes = self.read(self.nm.get(MASK, p.name), p.args, scope,
+                                   self.rel_sizes[p.name])
+            return self.expand(code, axes, scope.rank)
+        if isinstance(p, Exists):
+            size = self.dim(p.size)
+            axes = dict(scope.axes)
+            axes[p.idx] = (scope.rank, size)
+            inner = _Scope(axes, f"({scope.box} + ({size},))", False,
+                           {**scope.ranges, p.idx: p.size})
+            return f"tl_exists({self.pred(p.body, inner)}, {inner.box})"
+        raise TypeError(f"not a predicate: {p!r}")
+
+    # -- statements --------------------------------------------------------------------------
+
+    def stmt(self, s: tssa.Stmt, k: int) -> list[str]:
+        rhs, name = s.rhs, self.var(s.var)
+        self.grids = {}
+        box = f"_b{k}"
+        gen = rhs.gen_names()
+        names = gen + rhs.sum_names()
+        sizes = rhs.dims + rhs.sdims
+        body: list[str] = []
+        shape = _tuple_code([f"{box}[{p}]" for p in range(len(gen))])
+        if isinstance(rhs, (tssa.ContractRhs, tssa.ReduceRhs)):
+            body = self.summation(rhs, name, box, shape)
+        else:
+            scope = _Scope({n: (p, f"{box}[{p}]") for p, n in enumerate(gen)}, box, True,
+                           rhs.ranges())
+            if isinstance(rhs, tssa.ConstRhs):
+                value = num(rhs.value)
+            elif isinstance(rhs, tssa.AddRhs):
+                (s1, s2), (o1, o2) = rhs.supports, rhs.operands
+                value = (f"{self.masked(s1, self.expanded(o1, scope), scope)} + "
+                         f"{self.masked(s2, self.expanded(o2, scope), scope)}")
+            elif isinstance(rhs, tssa.MapRhs):
+                self.fns.add(rhs.fn)
+                args = [self.expanded(o, scope) for o in rhs.operands] + \
+                    [num(c) for c in rhs.params]
+                value = f"tl_call({rhs.fn!r}, {', '.join(args)})"
+            else:
+                raise TypeError(f"not a right-hand side: {rhs!r}")
+            body = [f"{name} = tl_full({self.masked(rhs.pred, value, scope)}, {shape})"]
+        head = [f"# {safe_comment(tssa.fmt_stmt(s))}"]
+        head.append(f"{box} = {_tuple_code([self.dim(d) for d in sizes])}")
+        head += [f"{g} = {code}" for g, code in self.grids.items()]
+        return head + body
+
+    def masked(self, p: Pred, value: str, scope: _Scope) -> str:
+        if isinstance(p, PTrue):
+            return value
+        return f"tl_mask({self.pred(p, scope)}, {value})"
+
+    def summation(self, rhs: tssa.Rhs, name: str, box: str, shape: str) -> list[str]:
+        gen, sums = rhs.gen_names(), rhs.sum_names()
+        ni = len(gen)
+        full = _Scope({n: (p, f"{box}[{p}]") for p, n in enumerate(gen + sums)}, box, True,
+                      rhs.ranges())
+        outer_scope = _Scope({n: (p, f"{box}[{p}]") for p, n in enumerate(gen)}, box, True,
+                             rhs.ranges(), "o")
+        outer: list[Pred] = []
+        inner: list[Pred] = []
+        for q in tssa.conjuncts(rhs.pred):
+            (inner if ast.free_names(q) & set(sums) else outer).append(q)
+        reads = [self.operand(o, full) for o in rhs.operands]
+        # An in-sum conjunct over the axes of one operand masks that operand (exact on
+        # finite values, like the SSA conversion's hoisting): the product stays an einsum.
+        left: list[Pred] = []
+        for q in inner:
+            qa = {full.axes[n][0] for n in ast.free_names(q) if n in full.axes}
+            k = next((k for k, (_, axes) in enumerate(reads) if qa <= set(axes)), None)
+            if k is None:
+                left.append(q)
+                continue
+            code, axes = reads[k]
+            sub = _Scope({n: (axes.index(a), f"{box}[{a}]") for n, (a, _) in full.axes.items()
+                          if a in axes}, _tuple_code([f"{box}[{a}]" for a in axes]), False,
+                         full.ranges)
+            reads[k] = (f"tl_mask({self.pred(q, sub)}, {code})", axes)
+        inner = left
+        mentioned = set().union(*(set(a) for _, a in reads))
+        for q in inner:
+            mentioned |= {full.axes[n][0] for n in ast.free_names(q) if n in full.axes}
+        sum_axes = [p for p in range(ni, ni + len(sums)) if p in mentioned]
+        unread = [p for p in range(ni, ni + len(sums)) if p not in mentioned]
+        coeff = "" if rhs.coeff == 1.0 else f"{num(rhs.coeff)} * "
+        lines: list[str] = []
+        out_axes = tuple(p for p in range(ni) if p in mentioned)
+        broadcast = True      # value: rank ni, size 1 on the axes it does not depend on
+        if not inner and not sum_axes:       # element-wise: a broadcast product
+            value = coeff + " * ".join(self.expand(code, axes, ni) for code, axes in reads)
+        elif not inner and len(mentioned) <= len(LETTERS):
+            ins = ",".join("".join(LETTERS[p] for p in axes) for _, axes in reads)
+            spec = f"{ins}->{''.join(LETTERS[p] for p in out_axes)}"
+            value = f"jnp.einsum({spec!r}, {', '.join(code for code, _ in reads)})"
+            value = coeff + value
+            broadcast = False
+        else:
+            rank = full.rank
+            factors = [self.expand(code, axes, rank) for code, axes in reads]
+            prod = coeff + " * ".join(factors)
+            pred = And(inner[0], inner[1]) if len(inner) == 2 else (
+                inner[0] if len(inner) == 1 else PTrue())
+            for q in inner[2:]:
+                pred = And(pred, q)
+            value = f"tl_sum({self.masked(pred, prod, full)}, {_tuple(tuple(range(ni, rank)))})"
+        if unread:
+            count = " * ".join(f"{box}[{p}]" for p in unread)
+            value = f"tl_summed({value}, {count})"
+        if not broadcast:
+            value = self.expand(value, out_axes, ni)
+        outer_pred = PTrue()
+        for q in outer:
+            outer_pred = q if isinstance(outer_pred, PTrue) else And(outer_pred, q)
+        lines.append(f"{name} = tl_full({self.masked(outer_pred, value, outer_scope)}, {shape})")
+        return lines
+
+    # -- the module --------------------------------------------------------------------------
+
+    def arguments(self) -> list[tuple[str, str, str]]:
+        """(kind, code name, key) of each argument of `tl_program`, in order."""
+        args: list[tuple[str, str, str]] = []
+        for q in self.p.params:
+            if isinstance(q.type, ast.TSize):
+                args.append(("size", self.size(q.name), q.name))
+        for s in self.p.stmts:
+            if isinstance(s.rhs, tssa.Input):
+                args.append(("input", self.var(s.var), s.var))
+        for q in self.p.params:
+            if isinstance(q.type, ast.TRel):
+                args.append(("mask", self.nm.get(MASK, q.name), q.name))
+        return args
+
+    def source(self) -> str:
+        args = self.arguments()
+        body: list[str] = []
+        k = 0
+        for s in self.p.stmts:
+            if isinstance(s.rhs, tssa.Input):
+                continue
+            body += self.stmt(s, k)
+            k += 1
+        missing = sorted(self.fns - set(_runtime_funcs()))
+        if missing:
+            raise TLError(f"the JAX backend has no implementation of {', '.join(missing)} "
+                          f"(backends/jax_rt.py)")
+        outs = [self.var(v) for v in self.p.output_vars()]
+        lines = ["# Generated by tensorlang's JAX backend. Do not edit.",
+                 "# Tensor-SSA program:"]
+        lines += ["#   " + safe_comment(ln) for ln in tssa.to_text(self.p).splitlines()]
+        lines += ["import math", "", "import jax.numpy as jnp", "",
+                  "from tensorlang.backends.jax_rt import (tl_axes, tl_call, tl_exists, "
+                  "tl_expand, tl_full,",
+                  "                                        tl_gather, tl_iota, tl_mask, tl_sum, "
+                  "tl_summed)", "",
+                  "TL_ARGS = " + repr(tuple((kind, key) for kind, _, key in args)), "", ""]
+        lines.append(f"def {ENTRY}({', '.join(a[1] for a in args)}):")
+        legend = self.nm.legend()
+        if legend:
+            lines.append(INDENT + "# renamed: " + ", ".join(
+                f"{g} = {safe_comment(o)!r}" for g, o in legend))
+        lines += [INDENT + ln for ln in body]
+        lines.append(INDENT + f"return ({', '.join(outs)},)")
+        return "\n".join(lines) + "\n"
+
+
+def _runtime_funcs() -> list[str]:
+    from . import jax_rt
+
+    return list(jax_rt.FUNCS)
+
+
+def _tuple(t: Sequence[int]) -> str:
+    return "(" + ", ".join(map(str, t)) + ("," if len(t) == 1 else "") + ")"
+
+
+def _tuple_code(items: Sequence[str]) -> str:
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+def generated_source(p: Program) -> str:
+    """The readable source of the module for `p` (what `tl show --stage jax` prints); the
+    same text `compile_program` runs."""
+    return JaxEmitter(p).source()
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiled programs
+
+
+class _Jitted:
+    """The generated module of one program and its jitted entry (shared by every
+    `CompiledProgram` of that program, whatever its mesh)."""
+
+    def __init__(self, p: Program) -> None:
+        import jax
+
+        self.source = generated_source(p)
+        self.module = types.ModuleType(f"tensorlang_kernels.jax.{safe_comment(p.name)}")
+        exec(compile(self.source, f"<tensorlang jax program {safe_comment(p.name)}>", "exec"),
+             self.module.__dict__)
+        self.args: tuple[tuple[str, str], ...] = self.module.TL_ARGS
+        static = tuple(k for k, (kind, _) in enumerate(self.args) if kind == "size")
+        self.fn = jax.jit(getattr(self.module, ENTRY), static_argnums=static)
+
+
+class CompiledProgram:
+    """A Tensor-SSA program jitted by XLA: call it with the interpreter's argument dict (or
+    keywords).  Without a mesh the result is a float, a numpy array or a tuple, as
+    `interpret` returns; with a mesh the leaves are `jax.Array`s left on the devices."""
+
+    def __init__(self, program: Program, jitted: _Jitted, mesh: Any = None,
+                 shard: Mapping[str, Sequence[Any]] | None = None) -> None:
+        self.program = program
+        self.source = jitted.source
+        self.module = jitted.module
+        self._jitted = jitted
+        self.mesh = mesh
+        self.shard = dict(shard or {})
+        self._sig = ast.Def(program.name, program.params, program.ret, ast.Const(0.0))
+        self._inputs = program.inputs()
+        self._shardings = self._check_shard() if mesh is not None else {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        where = f", mesh {dict(self.mesh.shape)}" if self.mesh is not None else ""
+        return f"<CompiledProgram {self.program.name} (jax{where})>"
+
+    def _check_shard(self) -> dict[str, Any]:
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        params = {q.name: q for q in self.program.params}
+        names = set(self.mesh.axis_names)
+        out: dict[str, Any] = {}
+        for key, spec in self.shard.items():
+            q = params.get(key)
+            if q is None or isinstance(q.type, ast.TSize):
+                raise TLError(f"shard: {key!r} is not a tensor or relation parameter of "
+                              f"{self.program.name}")
+            spec = tuple(spec)
+            rank = len(q.type.sizes) if isinstance(q.type, ast.TRel) else \
+                len(ast.shape_of(q.type))
+            if len(spec) > rank:
+                raise TLError(f"shard: {key!r} has {rank} dimension(s), the spec {spec!r} "
+                              f"names {len(spec)}")
+            for axis in spec:
+                for a in (axis if isinstance(axis, tuple) else (axis,)):
+                    if a is not None and a not in names:
+                        raise TLError(f"shard: mesh has no axis {a!r} (axes: "
+                                      f"{', '.join(map(str, self.mesh.axis_names))})")
+            out[key] = NamedSharding(self.mesh, PartitionSpec(*spec))
+        out[""] = NamedSharding(self.mesh, PartitionSpec())   # everything else: replicated
+        return out
+
+    # -- calling -----------------------------------------------------------------------------
+
+    def __call__(self, args: Mapping[str, Any] | None = None, /, **kwargs: Any) -> Any:
+        given = dict(args or {}, **kwargs)
+        env = interp.bind_args(self._sig, given)
+        values = self._marshal(env)
+        out = self._jitted.fn(*values)
+        return self._result(out)
+
+    def lower(self, args: Mapping[str, Any]) -> Any:
+        """`jax.jit(...).lower` on these arguments (to inspect XLA's HLO and shardings)."""
+        env = interp.bind_args(self._sig, dict(args))
+        return self._jitted.fn.lower(*self._marshal(env))
+
+    def _marshal(self, env: interp.Env) -> list[Any]:
+        import jax
+        import jax.numpy as jnp
+
+        values: list[Any] = []
+        for kind, key in self._jitted.args:
+            if kind == "size":
+                values.append(int(env.sizes[key]))
+                continue
+            if kind == "input":
+                rhs = self._inputs[key]
+                v = env.vals[rhs.param][0]
+                for k in rhs.path:
+                    v = v[k]
+                arr, param = np.asarray(v, dtype=np.float64), rhs.param
+            else:
+                arr, param = np.ascontiguousarray(env.rels[key], dtype=np.bool_), key
+            if self.mesh is None:
+                values.append(jnp.asarray(arr))
+            else:
+                sharding = self._shardings.get(param, self._shardings[""])
+                values.append(jax.device_put(arr, sharding))
+        return values
+
+    def _result(self, out: tuple) -> Any:
+        if self.mesh is not None:
+            leaves = list(out)
+        else:
+            leaves = [float(x) if np.ndim(x) == 0 else np.array(x, dtype=np.float64)
+                      for x in out]
+        pos = iter(leaves)
+
+        def build(o: tssa.Out) -> Any:
+            return next(pos) if isinstance(o, str) else tuple(build(c) for c in o)
+
+        return build(self.program.output)
+
+
+_JITTED: dict[str, _Jitted] = {}
+_LOCK = threading.Lock()
+
+
+def compile_program(p: Program, mesh: Any = None,
+                    shard: Mapping[str, Sequence[Any]] | None = None) -> CompiledProgram:
+    """Jit a Tensor-SSA program with XLA (once per program text in this process; XLA
+    compiles once per combination of sizes and input shardings).  `mesh`: a
+    `jax.sharding.Mesh`; `shard`: parameter name -> `PartitionSpec` entries over its
+    dimensions (mesh axis names or None), e.g. `{"T": ("data", None)}`."""
+    if shard and mesh is None:
+        raise TLError("shard needs a mesh (compile(backend='jax', mesh=..., shard=...))")
+    key = tssa.to_text(p)
+    with _LOCK:
+        hit = _JITTED.get(key)
+        if hit is None:
+            hit = _JITTED[key] = _Jitted(p)
+    return CompiledProgram(p, hit, mesh, shard)
