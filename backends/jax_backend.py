@@ -520,3 +520,52 @@ def compile_program(p: Program, mesh: Any = None,
         if hit is None:
             hit = _JITTED[key] = _Jitted(p)
     return CompiledProgram(p, hit, mesh, shard)
+
+
+# ---------------------------------------------------------------------------------------------
+# Meshes for `tl run --devices N`
+
+
+def request_host_devices(n: int) -> None:
+    """Ask XLA for `n` CPU devices (`--xla_force_host_platform_device_count`); XLA reads the
+    flag when jax initialises its backends, so this only helps before the first use."""
+    import os
+
+    flag = f"--xla_force_host_platform_device_count={int(n)}"
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" not in flags:
+        os.environ["XLA_FLAGS"] = (flags + " " + flag).strip()
+
+
+def data_mesh(n: int, axis: str = "data") -> Any:
+    """A one-axis mesh over the first `n` devices of the default platform."""
+    import jax
+    from jax.sharding import Mesh
+
+    devices = jax.devices()
+    if n < 1 or n > len(devices):
+        raise TLError(f"{n} device(s) asked for, {len(devices)} available "
+                      f"({devices[0].platform}); on CPU set XLA_FLAGS="
+                      f"--xla_force_host_platform_device_count={n} before jax starts")
+    return Mesh(np.array(devices[:n]), (axis,))
+
+
+def row_shard(params: Sequence[ast.Param], sizes: Mapping[str, int], n: int,
+              axis: str = "data") -> dict[str, tuple[Any, ...]]:
+    """Shard the first dimension of every tensor and relation parameter over `axis` where
+    it divides evenly by `n` (the rest are replicated)."""
+    out: dict[str, tuple[Any, ...]] = {}
+    for q in params:
+        dims = q.type.sizes if isinstance(q.type, ast.TRel) else (
+            ast.shape_of(q.type) if isinstance(q.type, ast.TArr) else ())
+        if dims and int(dims[0].evaluate(sizes)) % n == 0:
+            out[q.name] = (axis,) + (None,) * (len(dims) - 1)
+    return out
+
+
+def to_host(value: Any) -> Any:
+    """Results left on devices as numpy values (float for 0-d), tuples kept."""
+    if isinstance(value, tuple):
+        return tuple(to_host(v) for v in value)
+    arr = np.asarray(value, dtype=np.float64)
+    return float(arr) if arr.ndim == 0 else arr

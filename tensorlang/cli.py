@@ -26,8 +26,8 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_SIZE = 2**63 - 1  # as api.MAX_SIZE (not imported here: the API is loaded lazily)
 STAGE_CHOICES = ("parsed", "letlift", "pairelim", "genpush", "ssa", "derive", "simplified",
                  "source")
-CODE_STAGES = ("numba", "cuda")   # `tl show --stage numba`: the generated kernel source
-BACKEND_CHOICES = ("interp", "numba", "cuda")
+CODE_STAGES = ("numba", "cuda", "jax")   # `tl show --stage numba`: the generated source
+BACKEND_CHOICES = ("interp", "numba", "cuda", "jax")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -368,12 +368,25 @@ def cmd_run(ns: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     fn = _load_function(ns.file, ns.func)
     t1 = time.perf_counter()
-    compiled = fn.compile(ns.backend)
+    if ns.devices is None:
+        compiled = fn.compile(ns.backend)
+    elif ns.backend != "jax":
+        raise TLError("--devices needs --backend jax")
+    else:
+        from tensorlang.backends import jax_backend
+
+        jax_backend.request_host_devices(ns.devices)
     t2 = time.perf_counter()
     given = {name: parse_value(name, text) for name, text in ns.arg}
     args = build_args(fn, given, dict(ns.random), ns.seed)
+    if ns.devices is not None:   # rows of every tensor and relation over a mesh of N devices
+        sizes = fn.bind(**args)
+        compiled = fn.compile("jax", mesh=jax_backend.data_mesh(ns.devices),
+                              shard=jax_backend.row_shard(fn.params, sizes, ns.devices))
     t3 = time.perf_counter()
     result = compiled(**args)
+    if ns.devices is not None:
+        result = jax_backend.to_host(result)
     t4 = time.perf_counter()
     names = result_names(fn)
     print(format_result(result, names), flush=True)
@@ -649,6 +662,9 @@ def build_parser() -> argparse.ArgumentParser:
                      metavar="SIZE=INT", help="set a size and fill every other input randomly")
     run.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     run.add_argument("--backend", choices=BACKEND_CHOICES, default="numba")
+    run.add_argument("--devices", type=int, default=None, metavar="N",
+                     help="jax: shard the rows of every tensor over N devices (on CPU: N "
+                          "host devices)")
     run.add_argument("--out", metavar="RESULT.npy|.npz", help="save the result")
     run.add_argument("--time", action="store_true", help="print elapsed times")
     run.add_argument("--max-memory", metavar="BYTES", default=None,
