@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="timing time per measurement after warm-up (default 2; quick 0.5)")
     p.add_argument("--systems", type=_systems, default=list(SYSTEMS), metavar="S,S,...",
                    help=f"systems to run (default all installed: {','.join(SYSTEMS)})")
-    p.add_argument("--backend", choices=("interp", "numba", "cuda"), default=None,
+    p.add_argument("--backend", choices=("interp", "numba", "cuda", "jax"), default=None,
                    help="tensorlang backend (default: the API's default backend)")
     p.add_argument("--max-n", type=int, default=None, help="skip sizes above this")
     p.add_argument("--seed", type=int, default=0)
