@@ -216,12 +216,23 @@ class JaxEmitter:
         self.grids = {}
         box = f"_b{k}"
         gen = rhs.gen_names()
-        names = gen + rhs.sum_names()
         sizes = rhs.dims + rhs.sdims
         body: list[str] = []
         shape = _tuple_code([f"{box}[{p}]" for p in range(len(gen))])
-        if isinstance(rhs, (tssa.ContractRhs, tssa.ReduceRhs)):
-            body = self.summation(rhs, name, box, shape)
+        boxes = [f"{box} = {_tuple_code([self.dim(d) for d in sizes])}"]
+        alt = self.sheared(rhs) if isinstance(rhs, (tssa.ContractRhs, tssa.ReduceRhs)) \
+            else None
+        if alt is not None:
+            # A stencil's sum also runs over the range of one of its shifted reads: take
+            # the smaller box when the sizes are known (trace time).
+            sbox = f"_s{k}"
+            boxes.append(f"{sbox} = {_tuple_code([self.dim(d) for d in alt.dims + alt.sdims])}")
+            body = [f"if math.prod({sbox}) < math.prod({box}):",
+                    *[INDENT + ln for ln in self.summation(alt, name, sbox, shape, "s")],
+                    "else:",
+                    *[INDENT + ln for ln in self.summation(rhs, name, box, shape, "")]]
+        elif isinstance(rhs, (tssa.ContractRhs, tssa.ReduceRhs)):
+            body = self.summation(rhs, name, box, shape, "")
         else:
             scope = _Scope({n: (p, f"{box}[{p}]") for p, n in enumerate(gen)}, box, True,
                            rhs.ranges())
@@ -240,7 +251,7 @@ class JaxEmitter:
                 raise TypeError(f"not a right-hand side: {rhs!r}")
             body = [f"{name} = tl_full({self.masked(rhs.pred, value, scope)}, {shape})"]
         head = [f"# {safe_comment(tssa.fmt_stmt(s))}"]
-        head.append(f"{box} = {_tuple_code([self.dim(d) for d in sizes])}")
+        head += boxes
         head += [f"{g} = {code}" for g, code in self.grids.items()]
         return head + body
 
@@ -249,13 +260,44 @@ class JaxEmitter:
             return value
         return f"tl_mask({self.pred(p, scope)}, {value})"
 
-    def summation(self, rhs: tssa.Rhs, name: str, box: str, shape: str) -> list[str]:
+    def sheared(self, rhs: tssa.Rhs) -> tssa.Rhs | None:
+        """`sum j. ... u[i - j + c] ...` summed over `t = i - j + c` in u's range instead of
+        j's (j := i + c - t, j's range becomes a mask): the stencil's band as a box of
+        N x K points instead of N x N.  None when no read has this form."""
+        gen, sums = rhs.gen_names(), rhs.sum_names()
+        ranges = rhs.ranges()
+        t = Affine.var("t")
+        for jn in sums:
+            for o in rhs.operands:
+                for k, a in enumerate(o.idx):
+                    sign = a.coeff(jn)
+                    others = [n for n, _ in a.terms if n != jn and n not in self.sizes]
+                    if abs(sign) != 1 or not others or any(n not in gen for n in others):
+                        continue
+                    rest = a - Affine.var(jn) * sign          # a = sign * j + rest
+                    jval = (t - rest) * sign
+                    sub = {jn: jval}
+                    pred = And(ast.subst(rhs.pred, sub),
+                               And(Cmp("<=", Affine.lit(0), jval),
+                                   Cmp("<=", jval + 1, ranges[jn])))
+                    ops = [op.subst(sub) for op in rhs.operands]
+                    gens = list(zip(gen, rhs.dims))
+                    sumlist = [("t", self.p.shape(o.var)[k]) if n == jn else (n, d)
+                               for n, d in zip(sums, rhs.sdims)]
+                    if isinstance(rhs, tssa.ContractRhs):
+                        return tssa.make_contract(gens, sumlist, ops[0], ops[1], pred,
+                                                  rhs.coeff, rhs.ix)
+                    return tssa.make_reduce(gens, sumlist, ops[0], pred, rhs.coeff, rhs.ix)
+        return None
+
+    def summation(self, rhs: tssa.Rhs, name: str, box: str, shape: str,
+                  tag: str) -> list[str]:
         gen, sums = rhs.gen_names(), rhs.sum_names()
         ni = len(gen)
         full = _Scope({n: (p, f"{box}[{p}]") for p, n in enumerate(gen + sums)}, box, True,
-                      rhs.ranges())
+                      rhs.ranges(), tag)
         outer_scope = _Scope({n: (p, f"{box}[{p}]") for p, n in enumerate(gen)}, box, True,
-                             rhs.ranges(), "o")
+                             rhs.ranges(), tag + "o")
         outer: list[Pred] = []
         inner: list[Pred] = []
         for q in tssa.conjuncts(rhs.pred):

@@ -182,6 +182,11 @@ def test_generated_code_shape():
     assert "tl_mask(rm_Om, v_v3)" in src and "tl_sum(" not in src
     conv = tl.load(str(EXAMPLES / "conv.tl")).conv.generated_source("jax")
     assert "tl_gather(v_x, ((i0 + j0),)" in conv
+    # the adjoint of a convolution (a correlation over a band) sums over w's range, not N
+    conv_vjp = jax_backend.generated_source(derived.derive(
+        tl.load(str(EXAMPLES / "conv.tl")).conv.core(), "vjp", ("x",)))
+    assert "if math.prod(_s1) < math.prod(_b1):" in conv_vjp
+    assert "_s1 = (max(0, (n_K + n_N - 1)), max(0, n_K))" in conv_vjp
     shift = tl.parse("def s(N: size, x: R[N]) -> R[N]:\n    return gen i:N. x[i + 1]\n")
     assert "tl_axes(v_x, ((0, 1, 1),)" in shift.s.generated_source("jax")
 
