@@ -435,6 +435,8 @@ class _Jitted:
     def __init__(self, p: Program) -> None:
         import jax
 
+        from . import jax_rt  # noqa: F401 -- sets jax_enable_x64 before anything is traced
+
         self.source = generated_source(p)
         self.module = types.ModuleType(f"tensorlang_kernels.jax.{safe_comment(p.name)}")
         exec(compile(self.source, f"<tensorlang jax program {safe_comment(p.name)}>", "exec"),

@@ -187,6 +187,8 @@ def _gt(a: Array, b: Array) -> Array:
 
 
 def _pow(x: Array, c: float) -> Array:
+    if float(c).is_integer() and abs(c) <= 16:   # repeated multiplication, no exp/log
+        return lax.integer_pow(x, int(c))
     y = jnp.power(x, c)
     if c != 0.5:
         return y
