@@ -266,7 +266,10 @@ class JaxEmitter:
         N x K points instead of N x N.  None when no read has this form."""
         gen, sums = rhs.gen_names(), rhs.sum_names()
         ranges = rhs.ranges()
-        t = Affine.var("t")
+        taken = set(ast.free_names(rhs.pred)) | set(self.sizes) | set(ranges) | {
+            n for o in rhs.operands for a in o.idx for n in a.vars()}
+        tname = next(f"t{k}" for k in range(len(taken) + 1) if f"t{k}" not in taken)
+        t = Affine.var(tname)
         for jn in sums:
             for o in rhs.operands:
                 for k, a in enumerate(o.idx):
@@ -282,7 +285,7 @@ class JaxEmitter:
                                    Cmp("<=", jval + 1, ranges[jn])))
                     ops = [op.subst(sub) for op in rhs.operands]
                     gens = list(zip(gen, rhs.dims))
-                    sumlist = [("t", self.p.shape(o.var)[k]) if n == jn else (n, d)
+                    sumlist = [(tname, self.p.shape(o.var)[k]) if n == jn else (n, d)
                                for n, d in zip(sums, rhs.sdims)]
                     if isinstance(rhs, tssa.ContractRhs):
                         return tssa.make_contract(gens, sumlist, ops[0], ops[1], pred,
@@ -296,8 +299,8 @@ class JaxEmitter:
         ni = len(gen)
         full = _Scope({n: (p, f"{box}[{p}]") for p, n in enumerate(gen + sums)}, box, True,
                       rhs.ranges(), tag)
-        outer_scope = _Scope({n: (p, f"{box}[{p}]") for p, n in enumerate(gen)}, box, True,
-                             rhs.ranges(), tag + "o")
+        outer_scope = _Scope({n: (p, f"{box}[{p}]") for p, n in enumerate(gen)},
+                             f"{box}[:{ni}]", True, rhs.ranges(), tag + "o")
         outer: list[Pred] = []
         inner: list[Pred] = []
         for q in tssa.conjuncts(rhs.pred):

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("jax")
 
@@ -26,7 +27,7 @@ from tensorlang.ir import tssa  # noqa: E402
 from tensorlang.semantics import builtins  # noqa: E402
 from tensorlang.semantics.interp import interpret  # noqa: E402
 from tensorlang.syntax.errors import ShapeError, TLError  # noqa: E402
-from tensorlang.testing import programs, random_args  # noqa: E402
+from tensorlang.testing import differentiable_programs, programs, random_args  # noqa: E402
 from tensorlang.backends import jax_backend, jax_rt  # noqa: E402
 from tensorlang.passes import derived  # noqa: E402
 
@@ -211,6 +212,19 @@ def test_random_programs(case):
 @given(programs(max_size=8))
 def test_random_programs_sweep(case):
     _check_random(*case)
+
+
+@settings(max_examples=10, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(differentiable_programs(), st.sampled_from(["jvp", "vjp"]))
+def test_derived_random_programs(case, kind):
+    """Our jvp/vjp of random programs, simplified as the pipeline runs them, on XLA."""
+    d, args, wrt = case
+    p = derived.derive(d, kind, tuple(wrt))
+    core = tssa.to_core(p)
+    sizes = {q.name: args[q.name] for q in d.params if isinstance(q.type, ast.TSize)}
+    a = random_args(core, sizes, np.random.default_rng(0))
+    assert_same(jax_backend.compile_program(p)(a), interpret(core, a), atol=1e-9)
 
 
 # ---------------------------------------------------------------------------------------------
