@@ -535,9 +535,8 @@ class Function:
         if (mesh is not None or shard) and backend != "jax":
             raise TLError(f"mesh and shard are options of the jax backend, not of '{backend}'")
         if mesh is not None or shard:
-            program = pipeline.run_to(self.core(), pipeline.furthest(self.core()))
             return Compiled(self, backend, _backend_module(backend).compile_program(
-                program, mesh=mesh, shard=shard))
+                pipeline.run_to(self.program(), pipeline.FINAL), mesh=mesh, shard=shard))
         hit = self._compiled.get(backend)
         if hit is not None:
             return hit

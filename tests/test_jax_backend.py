@@ -24,12 +24,13 @@ import tensorlang as tl  # noqa: E402
 from examples_util import EXAMPLES, ROOT, WORKLOADS  # noqa: E402
 from tensorlang.ir import ast  # noqa: E402
 from tensorlang.ir import tssa  # noqa: E402
+from tensorlang.ir.build import Builder  # noqa: E402
 from tensorlang.semantics import builtins  # noqa: E402
 from tensorlang.semantics.interp import interpret  # noqa: E402
 from tensorlang.syntax.errors import ShapeError, TLError  # noqa: E402
 from tensorlang.testing import differentiable_programs, programs, random_args  # noqa: E402
 from tensorlang.backends import jax_backend, jax_rt  # noqa: E402
-from tensorlang.passes import derived  # noqa: E402
+from tensorlang.passes import derive  # noqa: E402
 
 RTOL, ATOL = 1e-9, 1e-12
 
@@ -98,13 +99,14 @@ def _derived_cases() -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("name,kind", _derived_cases())
 def test_derived_examples_agree_with_the_interpreter(name, kind):
-    """Our derivatives (simplified, as the pipeline runs them) on the jax backend."""
+    """Our derivatives of the examples (the derive stage on their SSA) on the jax backend."""
     w = WORKLOADS[name]
     d = tl.load(str(EXAMPLES / w.file))[w.func].core()
     real = [q.name for q in d.params if isinstance(ast.scalar_of(q.type), ast.TReal)]
     if kind == "hessian" and d.ret != ast.REAL:
         pytest.skip("hessian needs a real-valued function")
-    p = derived.derive(d, kind, tuple(real[:1]) if kind == "hessian" else tuple(real))
+    p = derive.derive(to_program(d), kind,
+                      tuple(real[:1]) if kind == "hessian" else tuple(real))
     c = jax_backend.compile_program(p)
     core = tssa.to_core(p)
     for n in (0, 1, 4):
@@ -185,8 +187,8 @@ def test_generated_code_shape():
     conv = tl.load(str(EXAMPLES / "conv.tl")).conv.generated_source("jax")
     assert "tl_gather(v_x, ((i0 + j0),)" in conv
     # the adjoint of a convolution (a correlation over a band) sums over w's range, not N
-    conv_vjp = jax_backend.generated_source(derived.derive(
-        tl.load(str(EXAMPLES / "conv.tl")).conv.core(), "vjp", ("x",)))
+    conv_vjp = jax_backend.generated_source(derive.derive(
+        tl.load(str(EXAMPLES / "conv.tl")).conv.run_to("ssa"), "vjp", ("x",)))
     assert "if math.prod(_s1) < math.prod(_b1):" in conv_vjp
     assert "_s1 = (max(0, (n_K + n_N - 1)), max(0, n_K))" in conv_vjp
     shift = tl.parse("def s(N: size, x: R[N]) -> R[N]:\n    return gen i:N. x[i + 1]\n")
@@ -218,9 +220,9 @@ def test_random_programs_sweep(case):
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(differentiable_programs(), st.sampled_from(["jvp", "vjp"]))
 def test_derived_random_programs(case, kind):
-    """Our jvp/vjp of random programs, simplified as the pipeline runs them, on XLA."""
+    """Our jvp/vjp of random programs on XLA."""
     d, args, wrt = case
-    p = derived.derive(d, kind, tuple(wrt))
+    p = derive.derive(to_program(d), kind, tuple(wrt))
     core = tssa.to_core(p)
     sizes = {q.name: args[q.name] for q in d.params if isinstance(q.type, ast.TSize)}
     a = random_args(core, sizes, np.random.default_rng(0))
@@ -273,7 +275,7 @@ def test_cli_run_and_show(tmp_path):
 
 def test_identifiers_in_generated_code_are_generated():
     bad = "x; import os\nos.system('echo pwned')"
-    b = tssa.Builder([ast.Param("N", ast.TSize()),
+    b = Builder([ast.Param("N", ast.TSize()),
                       ast.Param(bad, ast.tensor([ast.Affine.var("N")])),
                       ast.Param("E r", ast.TRel((ast.Affine.var("N"), ast.Affine.var("N"))))])
     xv = b.input(bad)
