@@ -11,11 +11,14 @@ sizes static (shapes depend on them) and kept in this process.  Per statement
   * a read `u[A]` whose every index is `c * i + o` for a distinct index i (or a constant)
     is static slices, reversals and pads (`jax_rt.tl_axes`); any other affine read is a
     gather of clipped indices from index grids (`tl_gather`); both give 0 out of range;
-  * masks: the conjuncts of P over I alone are applied to the result (`jnp.where`); the
-    others inside the sum.  Comparisons are evaluated on index grids (`tl_iota`), a relation
-    `R(a, b)` is a read of its boolean mask, `exists` an `any` over one more axis;
-  * a contract/reduce whose in-sum mask is trivial is ONE `jnp.einsum` (XLA's dot_general)
-    of the aligned operands; otherwise a masked broadcast product summed over J;
+  * masks: the conjuncts of P over I alone are applied to the result (`jnp.where`), those
+    over the indices of one operand to that operand, the others inside the sum.
+    Comparisons are evaluated on index grids (`tl_iota`), a relation `R(a, b)` is a read
+    of its boolean mask, `exists` an `any` over one more axis;
+  * a contract/reduce whose remaining in-sum mask is trivial is ONE `jnp.einsum` (XLA's
+    dot_general) of the aligned operands; otherwise a masked broadcast product summed over
+    J.  A sum index read as `u[i - j + c]` (a stencil) may instead run over u's range
+    (`sheared`), whichever box is smaller once the sizes are known;
   * const, add and map are element-wise `jnp` expressions under their masks; builtins are
     `jax_rt.FUNCS`.
 
