@@ -33,8 +33,8 @@ from tensorlang.ir.ast import DerivedDef, Param, Type
 from tensorlang.ir.tssa import Program
 from tensorlang.syntax.errors import TLError
 
-from .adjoint import vjp_program
-from .fwd import jvp_program, wrt_params
+from .vjp import vjp_program
+from .jvp import jvp_program, wrt_params
 
 KINDS = ("jvp", "vjp", "grad", "hvp", "hessian", "jacobian")
 

@@ -3,7 +3,7 @@
 Cost bounds (exact SPEC 3 cost of the Tensor-SSA programs via `cost_def(tssa.to_core(p))`),
 at two levels:
 
-* `check_bounds(p, args)`: the derivative rules (passes/fwd.py, passes/adjoint.py) on one
+* `check_bounds(p, args)`: the derivative rules (passes/jvp/, passes/vjp/) on one
   Tensor-SSA program `p`: the derivative costs within the bound of the program it was
   derived from.
 * `check_compiled_bounds(f, args)`: the promise users rely on, end to end: the derivative as
@@ -45,8 +45,8 @@ from tensorlang import pipeline
 from tensorlang.ir import tssa
 from tensorlang.ir.ast import Def, TRel, TSize
 from tensorlang.ir.tssa import Program
-from tensorlang.passes.adjoint import vjp_program
-from tensorlang.passes.fwd import is_real_valued, jvp_program, wrt_params
+from tensorlang.passes.vjp import vjp_program
+from tensorlang.passes.jvp import is_real_valued, jvp_program, wrt_params
 from tensorlang.semantics.bounds import (JVP_FACTOR, VJP_FACTOR, jvp_bound, type_size,
                                          vjp_bound)
 from tensorlang.semantics.cost import cost_def

@@ -1,4 +1,4 @@
-"""Adjoint differentiation (passes/adjoint.py): vjp programs pass the dot-product test
+"""Adjoint differentiation (passes/vjp/): vjp programs pass the dot-product test
 against the jvp, agree with finite-difference gradients, and are gathers: the index solver
 turns every contribution `gen K. sum I. [A(I) == K] ...` into a read of K's preimage."""
 from __future__ import annotations
@@ -12,8 +12,8 @@ from examples_util import EXAMPLES, WORKLOADS
 from tensorlang.ir import tssa
 from tensorlang.syntax import ssa_printer
 from tensorlang.semantics.cost import cost_program
-from tensorlang.passes.adjoint import vjp_program
-from tensorlang.passes.fwd import jvp_program
+from tensorlang.passes.vjp import vjp_program
+from tensorlang.passes.jvp import jvp_program
 from tensorlang.proofs.theorems import (check_derivatives, dense_points, flat, program_cost, run,
                                         to_program)
 from tensorlang.testing import differentiable_programs

@@ -1,4 +1,4 @@
-"""Forward differentiation (passes/fwd.py): jvp programs are Tensor SSA, agree with central
+"""Forward differentiation (passes/jvp/): jvp programs are Tensor SSA, agree with central
 finite differences (interpreter as oracle), return the primal, and follow the rules of
 SPEC 6 statement by statement (zero tangents dropped, exp' shares the primal map, ...)."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from examples_util import EXAMPLES, WORKLOADS
 from tensorlang.ir import tssa
 from tensorlang.syntax import ssa_printer
 from tensorlang.syntax.errors import TLError
-from tensorlang.passes.fwd import jvp_program
+from tensorlang.passes.jvp import jvp_program
 from tensorlang.proofs.normal_forms_ssa import is_tensor_ssa
 from tensorlang.proofs.theorems import (axpy, check_derivatives, flat, like, program_cost, run,
                                         to_program)

@@ -15,9 +15,9 @@ import tensorlang as tl
 from examples_util import EXAMPLES, WORKLOADS
 from tensorlang import pipeline
 from tensorlang.ir import ast, tssa
-from tensorlang.passes.adjoint import vjp_program
+from tensorlang.passes.vjp import vjp_program
 from tensorlang.passes.derive import derive as derive_ssa
-from tensorlang.passes.fwd import is_real_valued, jvp_program
+from tensorlang.passes.jvp import is_real_valued, jvp_program
 from tensorlang.proofs.theorems import (BoundReport, TheoremReport, check_bounds,
                                         check_compiled_bounds, check_theorems, program_cost,
                                         to_program)

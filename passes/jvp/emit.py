@@ -1,4 +1,4 @@
-"""Statement emission shared by the derivative passes (jvp, vjp, derived functions).
+"""Statement emission shared by the derivative rules (jvp, vjp, derived functions).
 
 The derivative rules of SPEC 6 produce masked sums `gen I. sum J. [P] * c * u1[A1] * u2[A2]`
 whose summation indices are often determined by equalities in P (the adjoint of a read
@@ -33,7 +33,7 @@ import functools
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from tensorlang.ir import ast as A
+from tensorlang.ir import ast
 from tensorlang.ir import tssa
 from tensorlang.ir.build import (Builder, make_add, make_const, make_contract, make_map,
                                  make_reduce)
@@ -43,8 +43,8 @@ from tensorlang.semantics.builtins import INDICATOR_PARTIALS, deriv_expr, select
 from tensorlang.ir.tssa import (AddRhs, ConstRhs, Input, MapRhs, Operand, ReduceRhs,
                              Rhs)
 
-from .indexsolve import eliminate_sum
-from .indexsolve import constraint_to_pred, fourier_motzkin
+from ..indexsolve import eliminate_sum
+from ..indexsolve import constraint_to_pred, fourier_motzkin
 
 IndexList = Sequence[tuple[str, Affine]]
 _ROUNDS = 8  # forwarding rounds per emitted sum (each round removes a statement level)
@@ -59,13 +59,13 @@ def tidy(p: Pred, context: frozenset = frozenset()) -> Pred:
     nested disjunctions are spliced and absorbed (`B or B and C` -> `B`).  Supports of sums
     of products of supports are built by conjunction and disjunction, and would otherwise
     repeat themselves at every level."""
-    atoms = [q for q in tssa.conjuncts(p) if not isinstance(q, A.Or)]
+    atoms = [q for q in tssa.conjuncts(p) if not isinstance(q, ast.Or)]
     if any(isinstance(q, PFalse) for q in atoms):
         return PFalse()
     ctx = context | frozenset(atoms)
     out = [q for q in atoms if q not in context]
     for q in tssa.conjuncts(p):
-        if not isinstance(q, A.Or):
+        if not isinstance(q, ast.Or):
             continue
         alts: list[frozenset] = []
         true = False
@@ -74,7 +74,7 @@ def tidy(p: Pred, context: frozenset = frozenset()) -> Pred:
             if isinstance(d2, PTrue):
                 true = True
                 break
-            for e in (disjuncts(d2) if isinstance(d2, A.Or) else [d2]):
+            for e in (disjuncts(d2) if isinstance(d2, ast.Or) else [d2]):
                 if not isinstance(e, PFalse):
                     alts.append(frozenset(tssa.conjuncts(e)))
         if true:
@@ -86,8 +86,8 @@ def tidy(p: Pred, context: frozenset = frozenset()) -> Pred:
         if len(uniq) == 1:
             out += [a for a in uniq[0] if a not in ctx]
         else:
-            out.append(A.pred_or(*(A.pred_and(*sorted(a, key=tssa.node_key)) for a in uniq)))
-    return A.pred_and(*out)
+            out.append(ast.pred_or(*(ast.pred_and(*sorted(a, key=tssa.node_key)) for a in uniq)))
+    return ast.pred_and(*out)
 
 
 def _drop_range_implied(p: Pred, dims: Sequence[Affine]) -> Pred:
@@ -99,10 +99,10 @@ def _drop_cached(p: Pred, dims: tuple[Affine, ...]) -> Pred:
     """Drop size-only atoms that hold whenever one of `dims` is non-empty: a mask is only
     evaluated at points of its ranges (`0 < N` inside `gen i:N`, from the index solver)."""
     parts = tssa.conjuncts(p)
-    keep = [A.pred_or(*(_drop_cached(d, dims) for d in disjuncts(q)))
-            if isinstance(q, A.Or) else q
+    keep = [ast.pred_or(*(_drop_cached(d, dims) for d in disjuncts(q)))
+            if isinstance(q, ast.Or) else q
             for q in parts if not _implied_by_dims(q, dims)]
-    return A.pred_and(*keep)
+    return ast.pred_and(*keep)
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -118,7 +118,7 @@ def _implied_by_dims(q: Pred, dims: tuple[Affine, ...]) -> bool:
 
 
 def _range_pred(idx: Sequence[Affine], dims: Sequence[Affine]) -> Pred:
-    return A.pred_and(*(A.in_range(a, n) for a, n in zip(idx, dims)))
+    return ast.pred_and(*(ast.in_range(a, n) for a, n in zip(idx, dims)))
 
 
 def project(pred: Pred, names: Sequence[str], sizes: Sequence[Affine]) -> Pred:
@@ -129,21 +129,21 @@ def project(pred: Pred, names: Sequence[str], sizes: Sequence[Affine]) -> Pred:
     drop = set(names)
     keep: list[Pred] = []
     rest: list[Pred] = []
-    ors: list[A.Or] = []
+    ors: list[ast.Or] = []
     for q in tssa.conjuncts(pred):
         if isinstance(q, PFalse):
             return PFalse()
-        if not (A.free_names(q) & drop):
+        if not (ast.free_names(q) & drop):
             keep.append(q)
         elif isinstance(q, Cmp):
             rest.append(q)
-        elif isinstance(q, A.Or) and not ors:
+        elif isinstance(q, ast.Or) and not ors:
             ors.append(q)
     if ors and len(disjuncts(ors[0])) <= _MAX_DISJUNCTS:
         alts = [_fm_project(rest + tssa.conjuncts(d), names, sizes)
                 for d in disjuncts(ors[0])]
-        return A.pred_and(*keep, A.pred_or(*alts))
-    return A.pred_and(*keep, _fm_project(rest, names, sizes))
+        return ast.pred_and(*keep, ast.pred_or(*alts))
+    return ast.pred_and(*keep, _fm_project(rest, names, sizes))
 
 
 _MAX_DISJUNCTS = 16
@@ -158,7 +158,7 @@ def _fm_project(atoms: Sequence[Pred], names: Sequence[str], sizes: Sequence[Aff
     for q in atoms:
         if isinstance(q, PFalse):
             return PFalse()
-        if not (A.free_names(q) & drop):
+        if not (ast.free_names(q) & drop):
             keep.append(q)
         elif isinstance(q, Cmp):
             d = q.rhs - q.lhs
@@ -175,7 +175,7 @@ def _fm_project(atoms: Sequence[Pred], names: Sequence[str], sizes: Sequence[Aff
         if not nest.feasible:
             return PFalse()
         keep += [constraint_to_pred(a) for a in nest.guard]
-    return A.pred_and(*keep)
+    return ast.pred_and(*keep)
 
 
 @dataclass
@@ -193,7 +193,7 @@ class Val:
 class Emitter:
     """A `build.Builder` that simplifies the sums it is given and tracks supports."""
 
-    def __init__(self, params: Sequence[A.Param], ix: tuple[str, str, str],
+    def __init__(self, params: Sequence[ast.Param], ix: tuple[str, str, str],
                  naive: bool = False) -> None:
         self.b = Builder(params, ix=ix)
         self.ix = self.b.ix
@@ -234,8 +234,8 @@ class Emitter:
         if isinstance(rhs, AddRhs):
             parts = []
             for s, o in zip(rhs.supports, rhs.operands):
-                parts.append(A.pred_and(s, *self._atoms_at(o)))
-            return A.pred_and(rhs.pred, A.pred_or(*parts))
+                parts.append(ast.pred_and(s, *self._atoms_at(o)))
+            return ast.pred_and(rhs.pred, ast.pred_or(*parts))
         return project(rhs.pred, rhs.sum_names(), rhs.sdims)
 
     def _note(self, var: str, rhs: Rhs) -> str:
@@ -255,7 +255,7 @@ class Emitter:
         m = {f"{self.ix[0]}{k}": a for k, a in enumerate(o.idx)}
         if isinstance(s, PFalse):
             return [PFalse()]
-        return rng + [A.subst(q, m) for q in tssa.conjuncts(s)]
+        return rng + [ast.subst(q, m) for q in tssa.conjuncts(s)]
 
     # -- plain statements ------------------------------------------------------------------
 
@@ -288,8 +288,8 @@ class Emitter:
         selection's tangents), whose supports then join the mask, so the call runs only
         where one of them is live."""
         if linear and not self.naive:
-            live = [A.pred_and(*self._atoms_at(o)) for o in linear]
-            pred = A.pred_and(pred, A.pred_or(*live))
+            live = [ast.pred_and(*self._atoms_at(o)) for o in linear]
+            pred = ast.pred_and(pred, ast.pred_or(*live))
         pred = self.canon(pred, gen)
         if isinstance(pred, PFalse):
             return None
@@ -310,7 +310,7 @@ class Emitter:
         for o, s in (a, b):
             o, s = self._forward_add_operand(o, s)
             if o is not None:
-                s = self.canon(A.pred_and(s, *self._atoms_at(o)), gen,
+                s = self.canon(ast.pred_and(s, *self._atoms_at(o)), gen,
                                context=pred)
                 if not isinstance(s, PFalse):
                     sides.append((o, s))
@@ -318,7 +318,7 @@ class Emitter:
             return None
         if len(sides) == 1:
             (o, s), = sides
-            return self.sum(gen, [], A.pred_and(pred, s), 1.0, [o])
+            return self.sum(gen, [], ast.pred_and(pred, s), 1.0, [o])
         (o1, s1), (o2, s2) = sides
         pred = self.canon(pred, gen)
         if isinstance(pred, PFalse):
@@ -334,7 +334,7 @@ class Emitter:
             if not (isinstance(d, ReduceRhs) and not d.sdims and d.coeff == 1.0):
                 break
             o, extra = self._through(d, o)
-            s = A.pred_and(s, extra)
+            s = ast.pred_and(s, extra)
         return o, s
 
     def add_all(self, dims: Sequence[Affine], terms: Sequence[str | None]) -> str | None:
@@ -354,7 +354,7 @@ class Emitter:
     def _through(self, d: Rhs, o: Operand) -> tuple[Operand, Pred]:
         """Read through the gather / constant `d` at o's access: (new operand or o, mask)."""
         m = {n: a for n, a in zip(d.gen_names(), o.idx)}
-        mask = A.pred_and(A.subst(d.pred, m), _range_pred(o.idx, d.dims))
+        mask = ast.pred_and(ast.subst(d.pred, m), _range_pred(o.idx, d.dims))
         if isinstance(d, ReduceRhs):
             u = d.operands[0]
             return Operand(u.var, tuple(a.subst(m) for a in u.idx)), mask
@@ -372,7 +372,7 @@ class Emitter:
         s2 = [(f"{self.tmp}s{k}", s) for k, (_, s) in enumerate(sums)]
         for (n, _), (t, _) in zip(list(gen) + list(sums), g2 + s2):
             ren[n] = Affine.var(t)
-        pred = A.subst(pred, ren)
+        pred = ast.subst(pred, ren)
         cur = [o.subst(ren) for o in ops]
         sums_l = list(s2)
         for _ in range(0 if self.naive else _ROUNDS):
@@ -385,19 +385,19 @@ class Emitter:
                         return None
                     coeff *= d.value
                     _, mask = self._through(d, o)
-                    pred = A.pred_and(pred, mask)
+                    pred = ast.pred_and(pred, mask)
                     changed = True
                     continue
                 if (isinstance(d, ReduceRhs) and not d.sdims
                         and (d.coeff == 1.0 or coeff != 1.0)):
                     o, mask = self._through(d, o)
                     coeff *= d.coeff
-                    pred = A.pred_and(pred, mask)
+                    pred = ast.pred_and(pred, mask)
                     changed = True
                 nxt.append(o)
             cur = nxt
             for o in cur:
-                pred = A.pred_and(pred, *self._atoms_at(o))
+                pred = ast.pred_and(pred, *self._atoms_at(o))
             if isinstance(self.canon(pred, g2, sums_l), PFalse):
                 return None
             if sums_l:
@@ -447,19 +447,19 @@ def _solve(sums: list[tuple[str, Affine]], pred: Pred, ops: list[Operand]
            ) -> tuple[list[tuple[str, Affine]], Pred, list[Operand], float] | None:
     """Eliminate the summation indices that the equalities of `pred` determine (index
     solver); returns (sums, pred, operands, factor) or None for a structural zero."""
-    factors: list[A.Expr] = [A.Access(A.Var(o.var), o.idx) if o.idx else A.Var(o.var)
+    factors: list[ast.Expr] = [ast.Access(ast.Var(o.var), o.idx) if o.idx else ast.Var(o.var)
                              for o in ops]
-    body: A.Expr = factors[0] if factors else A.Const(1.0)
+    body: ast.Expr = factors[0] if factors else ast.Const(1.0)
     for f in factors[1:]:
-        body = A.Mul(body, f)
-    e: A.Expr = body if isinstance(pred, PTrue) else A.Iverson(pred, body)
+        body = ast.Mul(body, f)
+    e: ast.Expr = body if isinstance(pred, PTrue) else ast.Iverson(pred, body)
     for name, size in reversed(sums):
-        e = A.Sum(name, size, e)
+        e = ast.Sum(name, size, e)
     r = eliminate_sum(e)
     guards: list[Pred] = []
     new_sums: list[tuple[str, Affine]] = []
-    while isinstance(r, (A.Sum, A.Iverson)):
-        if isinstance(r, A.Iverson):
+    while isinstance(r, (ast.Sum, ast.Iverson)):
+        if isinstance(r, ast.Iverson):
             guards.append(r.pred)
             r = r.e
         else:
@@ -470,35 +470,35 @@ def _solve(sums: list[tuple[str, Affine]], pred: Pred, ops: list[Operand]
     stack = [r]
     while stack:
         f = stack.pop(0)
-        if isinstance(f, A.Mul):
+        if isinstance(f, ast.Mul):
             stack[:0] = [f.a, f.b]
-        elif isinstance(f, A.Const):
+        elif isinstance(f, ast.Const):
             coeff *= f.value
-        elif isinstance(f, A.Access) and isinstance(f.e, A.Var):
+        elif isinstance(f, ast.Access) and isinstance(f.e, ast.Var):
             out.append(Operand(f.e.name, f.idx))
-        elif isinstance(f, A.Var):
+        elif isinstance(f, ast.Var):
             out.append(Operand(f.name, ()))
         else:
             raise AssertionError(f"unexpected factor from the index solver: {f!r}")
     if coeff == 0.0:
         return None
-    return new_sums, A.pred_and(*guards), out, coeff
+    return new_sums, ast.pred_and(*guards), out, coeff
 
 
 # ---------------------------------------------------------------------------------------------
 # Derivatives of builtins as statements
 
 
-def emit_scalar(em: Emitter, gen: IndexList, pred: Pred, e: A.Expr,
+def emit_scalar(em: Emitter, gen: IndexList, pred: Pred, e: ast.Expr,
                 env: Mapping[str, Operand]) -> Val:
     """Statements computing the scalar expression `e` at every point of `gen` under `pred`
     (`env` maps the expression's variables to operands).  A constant factor is left pending
     in the result (`Val.coeff`) so the consumer can fold it into its own coefficient."""
-    if isinstance(e, A.Const):
+    if isinstance(e, ast.Const):
         return Val(float(e.value))
-    if isinstance(e, A.Var):
+    if isinstance(e, ast.Var):
         return Val(1.0, env[e.name])
-    if isinstance(e, A.Let):
+    if isinstance(e, ast.Let):
         v = emit_scalar(em, gen, pred, e.value, env)
         op = materialise(em, gen, pred, v)
         if op is None:
@@ -506,7 +506,7 @@ def emit_scalar(em: Emitter, gen: IndexList, pred: Pred, e: A.Expr,
             op = Operand(zero, ids(n for n, _ in gen))
         return emit_scalar(em, gen, pred, e.body, {**env, e.name: op})
     here = ids(n for n, _ in gen)
-    if isinstance(e, A.Call):
+    if isinstance(e, ast.Call):
         args = []
         for a in e.args:
             op = materialise(em, gen, pred, emit_scalar(em, gen, pred, a, env))
@@ -515,7 +515,7 @@ def emit_scalar(em: Emitter, gen: IndexList, pred: Pred, e: A.Expr,
             args.append(op)
         var = em.map(gen, e.fn, e.params, args, pred)
         return Val(0.0) if var is None else Val(1.0, Operand(var, here))
-    if isinstance(e, A.Mul):
+    if isinstance(e, ast.Mul):
         a, b = emit_scalar(em, gen, pred, e.a, env), emit_scalar(em, gen, pred, e.b, env)
         if a.zero or b.zero:
             return Val(0.0)
@@ -523,7 +523,7 @@ def emit_scalar(em: Emitter, gen: IndexList, pred: Pred, e: A.Expr,
             return Val(a.coeff * b.coeff, a.op or b.op)
         var = em.sum(gen, [], pred, 1.0, [a.op, b.op])
         return Val(0.0) if var is None else Val(a.coeff * b.coeff, Operand(var, here))
-    if isinstance(e, A.Add):
+    if isinstance(e, ast.Add):
         a, b = emit_scalar(em, gen, pred, e.a, env), emit_scalar(em, gen, pred, e.b, env)
         if a.zero:
             return b
@@ -560,7 +560,7 @@ def builtin_partial(em: Emitter, gen: IndexList, pred: Pred, fn: str, params: Se
     `pred`: usually one map (shared with an equal primal map by hash-consing) times a
     pending constant (`builtins.deriv_expr`)."""
     holes = [f"{em.tmp}h{m}" for m in range(len(args))]
-    e = deriv_expr(fn, [A.Var(h) for h in holes], params, k)
+    e = deriv_expr(fn, [ast.Var(h) for h in holes], params, k)
     return emit_scalar(em, gen, pred, e, dict(zip(holes, args)))
 
 
@@ -586,7 +586,7 @@ def builtin_select(em: Emitter, gen: IndexList, pred: Pred, fn: str, args: Seque
     for t in ops[2:]:
         o, s = (None, PTrue()) if em.naive else em._forward_add_operand(t, PTrue())
         if o is not None and (len(ops) == 3 or isinstance(em.canon(s, gen), PTrue)):
-            pred, t = A.pred_and(pred, s), o
+            pred, t = ast.pred_and(pred, s), o
         lin.append(t)
     if len(lin) == 1 and not em.naive:
         d = em.b.defs.get(lin[0].var)
