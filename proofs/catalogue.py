@@ -1,27 +1,37 @@
-"""The rule catalogue of SPEC 10: one entry per rewrite rule, checked on random instances.
+"""The rule catalogue of SPEC 10: one entry per rule of every registry, checked on random
+instances; and the derivative theorems, checked on random programs and every example.
 
-A `Rule` names a rewrite (`L1`, `P8`, `G1`, `SSA-contract`, ...), the pass it belongs to, its
-schema (`LHS -> RHS` in ASCII), a hypothesis strategy drawing well-typed instances
-`(lhs: Def, args)` of its left-hand side, and `apply`, which rewrites an instance with that
-one rule.  `check_rule` draws instances and checks, for each,
+A `Rule` names a rule (`L1`, `P8`, `G1`, `SSA-contract`, `S-fold`, `FWD-map`, `ADJ-contract`,
+...), the pass it belongs to, its schema (`LHS -> RHS` in ASCII) and a hypothesis strategy
+drawing well-typed instances of its left-hand side.  A rewrite rule has `apply`, which
+rewrites an instance `(lhs: Def, args)` with that one rule; `check_instance` then checks
 
 * meaning: the interpreter gives the same value for lhs and rhs (rtol 1e-9, relative to the
   largest magnitude of the output, and equal NaN patterns);
-* cost: `cost_def(rhs).total <= cost_def(lhs).total` (SPEC 3, exact);
+* cost: `cost_def(rhs).total <= cost_def(lhs).total` (SPEC 3, exact).
 
-and reports how many instances it checked, whether all passed, the worst cost ratio
-rhs/lhs and the smallest counterexample found.  Rule modules (`proofs/rules_*.py`) register
-their rules on import; `check_all` imports them all.
+A derivative rule (proofs/rules_derivative.py) has `check` instead, which checks one drawn
+instance itself and returns a `Verdict` (meaning against finite differences, the dot-product
+test and the interpreter; cost within the rule's budget; the result in Tensor-SSA normal
+form).  `check_rule` draws instances and reports how many it checked, whether all passed,
+the worst ratio of cost to budget (for a rewrite the budget is the cost of the lhs) and the
+smallest counterexample found.  A rule with no instance checked fails.  Rule modules
+(`proofs/rules_*.py`) register their rules on import; `check_all` imports them all.
 
-`tl prove` prints `format_table(check_all(n))` and exits non-zero unless `all_ok(reports)`.
+`tl prove` prints `format_table(check_all(k))`, `format_pass_table(check_passes(k))` and
+`format_theorem_table(check_theorems(k, examples))` and exits non-zero unless every report
+is `ok`.
 """
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import math
 import pkgutil
+import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
@@ -31,12 +41,25 @@ from tensorlang.ir.ast import Def
 
 
 @dataclass(frozen=True)
+class Verdict:
+    """The checks of one instance."""
+
+    meaning: bool
+    cost: bool
+    normal_form: bool | None      # None: the rule claims no normal form
+    ratio: float | None           # cost / budget (None: both zero, nothing to compare)
+    why: str | None               # what failed, with the instance, or None
+
+
+@dataclass(frozen=True)
 class Rule:
-    name: str                     # rule id: "L1", "P8", "G1", "SSA-contract", "S-iv-and", ...
-    pass_: str                    # "letlift" | "pairelim" | "genpush" | "ssa" | "simplify" | ...
+    name: str                     # rule id: "L1", "P8", "G1", "SSA-contract", "FWD-map", ...
+    pass_: str                    # "letlift" | "pairelim" | "genpush" | "ssa" | "simplify" |
+                                  # "jvp" | "vjp"
     schema: str                   # "LHS -> RHS" in ASCII, for the table and docs
-    instances: Callable[[], SearchStrategy]   # draws (lhs: Def, args: dict) instances
-    apply: Callable[[Def], Def]   # rewrites the instance with this one rule
+    instances: Callable[[], SearchStrategy]   # draws instances ((lhs: Def, args) for rewrites)
+    apply: Callable[[Def], Def] | None = None  # a rewrite: the instance with this one rule
+    check: Callable[[Any], Verdict] | None = None  # any other rule: checks one instance
 
 
 @dataclass(frozen=True)
@@ -46,12 +69,14 @@ class RuleReport:
     instances: int                # instances checked
     meaning_ok: bool
     cost_ok: bool
-    worst_ratio: float            # max cost(rhs) / cost(lhs) over instances with cost(lhs) > 0
+    worst_ratio: float            # max cost / budget over the instances (nan: none)
     counterexample: str | None    # the smallest failing instance, printed, if any
+    normal_form_ok: bool | None = None   # None: the rule claims no normal form
 
     @property
     def ok(self) -> bool:
-        return self.meaning_ok and self.cost_ok and self.instances > 0
+        return (self.meaning_ok and self.cost_ok and self.normal_form_ok is not False
+                and self.instances > 0)
 
 
 RULES: dict[str, Rule] = {}
@@ -63,16 +88,20 @@ def register(rule: Rule) -> Rule:
     return rule
 
 
+# Pipeline order of the rule modules (the table's order); any other `rules_*` module follows.
+RULE_MODULES = ("rules_normalize", "rules_ssa", "rules_derivative", "rules_simplify")
+
+
 def load_rule_modules() -> list[str]:
     """Import every `tensorlang.proofs.rules_*` module (each registers its rules)."""
     from tensorlang import proofs
 
-    loaded = []
-    for info in pkgutil.iter_modules(proofs.__path__):
-        if info.name.startswith("rules_"):
-            importlib.import_module(f"tensorlang.proofs.{info.name}")
-            loaded.append(info.name)
-    return loaded
+    found = [info.name for info in pkgutil.iter_modules(proofs.__path__)
+             if info.name.startswith("rules_")]
+    ordered = [m for m in RULE_MODULES if m in found] + sorted(set(found) - set(RULE_MODULES))
+    for name in ordered:
+        importlib.import_module(f"tensorlang.proofs.{name}")
+    return ordered
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,39 +184,51 @@ def compare(lhs: Def, rhs: Def, args: Mapping[str, Any]
     return meaning, cost, ratio, why
 
 
-def check_instance(rule: Rule, lhs: Def, args: Mapping[str, Any]
-                   ) -> tuple[bool, bool, float | None, str | None]:
-    """`compare(lhs, rule.apply(lhs), args)`; a rule that raises fails both checks."""
+def check_instance(rule: Rule, instance: Any) -> Verdict:
+    """One instance of `rule`: its own `check`, or for a rewrite `compare(lhs,
+    rule.apply(lhs), args)`; a rule that raises fails every check."""
+    if rule.check is not None:
+        try:
+            return rule.check(instance)
+        except Exception as err:  # a crash of the rule or its check: a failure, shown
+            return Verdict(False, False, False, None,
+                           f"check raised {type(err).__name__}: {err}")
+    if rule.apply is None:
+        raise TypeError(f"rule {rule.name} has neither apply nor check")
+    lhs, args = instance
     try:
         rhs = rule.apply(lhs)
     except Exception as err:  # a non-redex instance or a crash of the rule: both failures
-        return False, False, None, f"apply raised {type(err).__name__}: {err}\n{_show(lhs)}"
-    return compare(lhs, rhs, args)
+        return Verdict(False, False, None, None,
+                       f"apply raised {type(err).__name__}: {err}\n{_show(lhs)}")
+    meaning, cost, ratio, why = compare(lhs, rhs, args)
+    return Verdict(meaning, cost, None, ratio, why)
 
 
 def check_rule(rule: Rule, max_examples: int = 100) -> RuleReport:
     """Check `rule` on `max_examples` random instances (deterministic: derandomized)."""
-    stats: dict[str, Any] = {"n": 0, "meaning": True, "cost": True, "worst": 0.0,
-                             "cex": None}
+    stats: dict[str, Any] = {"n": 0, "meaning": True, "cost": True, "nf": None,
+                             "worst": math.nan, "cex": None}
 
     @settings(max_examples=max_examples, derandomize=True, database=None, deadline=None,
               phases=[Phase.generate], suppress_health_check=list(HealthCheck))
     @given(rule.instances())
-    def run(instance: tuple[Def, dict]) -> None:
-        lhs, args = instance
-        meaning, cost, ratio, why = check_instance(rule, lhs, args)
+    def run(instance: Any) -> None:
+        v = check_instance(rule, instance)
         stats["n"] += 1
-        stats["meaning"] &= meaning
-        stats["cost"] &= cost
-        if ratio is not None:
-            stats["worst"] = max(stats["worst"], ratio)
-        if why is not None and (stats["cex"] is None or len(why) < len(stats["cex"])):
-            stats["cex"] = why
+        stats["meaning"] &= v.meaning
+        stats["cost"] &= v.cost
+        if v.normal_form is not None:
+            stats["nf"] = v.normal_form if stats["nf"] is None else stats["nf"] and v.normal_form
+        if v.ratio is not None:
+            stats["worst"] = v.ratio if math.isnan(stats["worst"]) else max(stats["worst"],
+                                                                            v.ratio)
+        if v.why is not None and (stats["cex"] is None or len(v.why) < len(stats["cex"])):
+            stats["cex"] = v.why
 
     run()
-    worst = stats["worst"] if stats["n"] else math.nan
     return RuleReport(rule.name, rule.pass_, stats["n"], stats["meaning"], stats["cost"],
-                      worst, stats["cex"])
+                      stats["worst"], stats["cex"], stats["nf"])
 
 
 def check_all(max_examples: int = 100, names: Iterable[str] | None = None) -> list[RuleReport]:
@@ -303,8 +344,8 @@ def format_pass_table(reports: Iterable[PassReport]) -> str:
     return _table(rows, left=1) + _counterexamples(reports)
 
 
-def _yes(ok: bool) -> str:
-    return "yes" if ok else "NO"
+def _yes(ok: bool | None) -> str:
+    return "-" if ok is None else ("yes" if ok else "NO")
 
 
 def _ratio(r: float) -> str:
@@ -329,16 +370,175 @@ def _counterexamples(reports: list[Any]) -> str:
 
 
 def format_table(reports: Iterable[RuleReport]) -> str:
-    """The `tl prove` table: rule, pass, instances checked, meaning ok, cost ok, worst ratio;
-    then the counterexample of each failing rule."""
-    head = ("rule", "pass", "instances checked", "meaning ok", "cost ok", "worst cost ratio")
+    """The `tl prove` table: rule, pass, instances checked, meaning ok, cost ok, normal form
+    ok ("-": the rule claims none), worst ratio of cost to budget; then the counterexample of
+    each failing rule."""
+    head = ("rule", "pass", "instances checked", "meaning ok", "cost ok", "normal form ok",
+            "worst cost ratio")
     reports = list(reports)
     rows = [head] + [(r.name, r.pass_, str(r.instances), _yes(r.meaning_ok),
-                      _yes(r.cost_ok), _ratio(r.worst_ratio)) for r in reports]
+                      _yes(r.cost_ok), _yes(r.normal_form_ok), _ratio(r.worst_ratio))
+                     for r in reports]
     return _table(rows, left=2) + _counterexamples(reports)
+
+
+# ---------------------------------------------------------------------------------------------
+# The derivative theorems (SPEC 6, SPEC 10) on random programs and on every example
+
+JVP_BOUND = "jvp bound (Thm 6.1): C(jvp) <= 4 C"
+VJP_BOUND = "vjp bound (Thm 6.55): C(vjp) <= 4 C + |in| + |out|"
+DERIVATIVES = "derivatives = finite differences, dot product"
+THEOREMS = (JVP_BOUND, VJP_BOUND, DERIVATIVES)
+EXAMPLE_SIZE = 3   # the problem size n of every example workload (its `sizes(n)`)
+
+
+@dataclass(frozen=True)
+class TheoremReport:
+    name: str                     # one of THEOREMS
+    programs: str                 # "random" | "examples"
+    checked: int                  # programs checked
+    ok: bool
+    worst: float                  # bounds: max cost / bound; derivatives: max relative error
+    counterexample: str | None    # the shortest failure, if any
+
+
+class _TheoremStats:
+    """Accumulates one theorem's checks on one family of programs."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.ok = True
+        self.worst = 0.0
+        self.cex: str | None = None
+
+    def add(self, ok: bool, value: float, what: str) -> None:
+        self.n += 1
+        self.ok &= ok
+        self.worst = max(self.worst, value)
+        if not ok and (self.cex is None or len(what) < len(self.cex)):
+            self.cex = what
+
+    def fail(self, what: str) -> None:
+        self.add(False, math.inf, what)
+
+    def report(self, name: str, programs: str) -> TheoremReport:
+        return TheoremReport(name, programs, self.n, self.ok and self.n > 0,
+                             self.worst if self.n else math.nan, self.cex)
+
+
+def _bound_ratio(cost: int, bound: int) -> float:
+    return cost / bound if bound > 0 else (0.0 if cost == 0 else math.inf)
+
+
+def check_theorems_on(d: Def, args: Mapping[str, Any], wrt: Sequence[str] | None,
+                      label: str, stats: Mapping[str, _TheoremStats]) -> None:
+    """The three theorem checks of one program (`costbound.check_bounds`,
+    `costbound.check_derivatives`) into `stats`, keyed by THEOREMS."""
+    from tensorlang.proofs.costbound import check_bounds, check_derivatives
+
+    try:
+        b = check_bounds(d, args, wrt)
+    except Exception as err:  # a crash of a pass: both bounds fail, shown
+        for name in (JVP_BOUND, VJP_BOUND):
+            stats[name].fail(f"{label}: raised {type(err).__name__}: {err}\n{_show(d)}")
+    else:
+        for name, kind in ((JVP_BOUND, "jvp"), (VJP_BOUND, "vjp")):
+            cost = b.cost_jvp if kind == "jvp" else b.cost_vjp
+            ok = cost <= b.bounds[kind]
+            stats[name].add(ok, _bound_ratio(cost, b.bounds[kind]),
+                            f"{label}: {b}\nargs: {_show_args(args)}\n{_show(d)}")
+    try:
+        r = check_derivatives(d, args, wrt)
+    except Exception as err:
+        stats[DERIVATIVES].fail(f"{label}: raised {type(err).__name__}: {err}\n{_show(d)}")
+    else:
+        stats[DERIVATIVES].add(r.ok, max(r.fd_error, r.dot_error, r.primal_error),
+                               f"{label}: {r}\nargs: {_show_args(args)}\n{_show(d)}")
+
+
+def check_theorems_random(max_examples: int) -> list[TheoremReport]:
+    """The theorems on `max_examples` random differentiable programs (derandomized)."""
+    from tensorlang.testing import differentiable_programs
+
+    stats = {name: _TheoremStats() for name in THEOREMS}
+
+    @settings(max_examples=max_examples, derandomize=True, database=None, deadline=None,
+              phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    @given(differentiable_programs())
+    def run(case: tuple[Def, dict, list[str]]) -> None:
+        d, args, wrt = case
+        check_theorems_on(d, args, wrt, f"random program wrt {', '.join(wrt)}", stats)
+
+    run()
+    return [stats[name].report(name, "random") for name in THEOREMS]
+
+
+def _workloads(example_dir: Path) -> dict[tuple[str, str], Any]:
+    """(file, function) -> the workload of `example_dir/numpy_ref.py` (its inputs)."""
+    ref = example_dir / "numpy_ref.py"
+    if not ref.is_file():
+        raise FileNotFoundError(f"{ref} not found (it gives the examples' inputs)")
+    spec = importlib.util.spec_from_file_location("tensorlang_examples_numpy_ref", ref)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return {(w.file, w.func): w for w in module.WORKLOADS.values()}
+
+
+def check_theorems_examples(example_dir: Path) -> list[TheoremReport]:
+    """The theorems on every (non-derived) function of every `example_dir/*.tl`, with all
+    its real-valued inputs differentiated, on the inputs its workload draws at size
+    `EXAMPLE_SIZE`.  A function without a workload is a failure (no inputs to check it on)."""
+    from tensorlang import api
+
+    stats = {name: _TheoremStats() for name in THEOREMS}
+    workloads = _workloads(example_dir)
+    files = sorted(example_dir.glob("*.tl"))
+    if not files:
+        raise FileNotFoundError(f"no examples (*.tl) in {example_dir}")
+    for path in files:
+        module = api.load(path)
+        for name in module:
+            fn = module[name]
+            if fn.is_derived:
+                continue
+            label = f"{path.name}:{name}"
+            w = workloads.get((path.name, name))
+            if w is None:
+                for theorem in THEOREMS:
+                    stats[theorem].fail(f"{label}: no workload in numpy_ref.py gives its inputs")
+                continue
+            args = w.inputs(w.sizes(EXAMPLE_SIZE), np.random.default_rng(EXAMPLE_SIZE))
+            check_theorems_on(fn.core(), args, None, label, stats)
+    return [stats[name].report(name, "examples") for name in THEOREMS]
+
+
+def check_theorems(max_examples: int, example_dir: Path) -> list[TheoremReport]:
+    """The theorems on random programs and on every example."""
+    return check_theorems_random(max_examples) + check_theorems_examples(example_dir)
+
+
+def format_theorem_table(reports: Iterable[TheoremReport]) -> str:
+    """Table of the theorem checks: theorem, programs, checked, ok, worst (cost / bound for
+    the bounds, the largest relative error for the derivatives); then the failures."""
+    head = ("theorem", "programs", "checked", "ok", "worst")
+    reports = list(reports)
+    rows = [head] + [(r.name, r.programs, str(r.checked), _yes(r.ok),
+                      _ratio(r.worst) if r.name != DERIVATIVES or math.isnan(r.worst)
+                      else f"{r.worst:.1e}") for r in reports]
+    out = []
+    for r in reports:
+        if not r.ok:
+            out += ["", f"{r.name} on {r.programs}: counterexample",
+                    r.counterexample or "(no program was checked)"]
+    return _table(rows, left=2) + ("\n" + "\n".join(out) if out else "")
 
 
 __all__ = ["Rule", "RuleReport", "RULES", "register", "load_rule_modules", "values_close",
            "compare", "check_instance", "check_rule", "check_all", "all_ok", "format_table",
            "PassEntry", "PassReport", "PASSES", "register_pass", "check_pass_instance",
-           "check_pass", "check_passes", "format_pass_table"]
+           "check_pass", "check_passes", "format_pass_table", "Verdict", "TheoremReport",
+           "THEOREMS", "JVP_BOUND", "VJP_BOUND", "DERIVATIVES", "check_theorems",
+           "check_theorems_on", "check_theorems_random", "check_theorems_examples",
+           "format_theorem_table"]
