@@ -14,9 +14,10 @@ A derivative rule (proofs/rules_derivative.py) has `check` instead, which checks
 instance itself and returns a `Verdict` (meaning against finite differences, the dot-product
 test and the interpreter; cost within the rule's budget; the result in Tensor-SSA normal
 form).  `check_rule` draws instances and reports how many it checked, whether all passed,
-the worst ratio of cost to budget (for a rewrite the budget is the cost of the lhs) and the
-smallest counterexample found.  A rule with no instance checked fails.  Rule modules
-(`proofs/rules_*.py`) register their rules on import; `check_all` imports them all.
+the worst ratio of cost to budget (for a rewrite the budget is the cost of the lhs) and a
+counterexample (a wrong value before a cost or form failure, then the shortest).  A rule
+with no instance checked fails.  Rule modules (`proofs/rules_*.py`) register their rules on
+import; `check_all` imports them all.
 
 `tl prove` prints `format_table(check_all(k))`, `format_pass_table(check_passes(k))` and
 `format_theorem_table(check_theorems(k, examples))` and exits non-zero unless every report
@@ -35,6 +36,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Unsatisfiable
 from hypothesis.strategies import SearchStrategy
 
 from tensorlang.ir.ast import Def
@@ -208,7 +210,7 @@ def check_instance(rule: Rule, instance: Any) -> Verdict:
 def check_rule(rule: Rule, max_examples: int = 100) -> RuleReport:
     """Check `rule` on `max_examples` random instances (deterministic: derandomized)."""
     stats: dict[str, Any] = {"n": 0, "meaning": True, "cost": True, "nf": None,
-                             "worst": math.nan, "cex": None}
+                             "worst": math.nan, "cex": None, "key": None}
 
     @settings(max_examples=max_examples, derandomize=True, database=None, deadline=None,
               phases=[Phase.generate], suppress_health_check=list(HealthCheck))
@@ -223,10 +225,15 @@ def check_rule(rule: Rule, max_examples: int = 100) -> RuleReport:
         if v.ratio is not None:
             stats["worst"] = v.ratio if math.isnan(stats["worst"]) else max(stats["worst"],
                                                                             v.ratio)
-        if v.why is not None and (stats["cex"] is None or len(v.why) < len(stats["cex"])):
-            stats["cex"] = v.why
+        key = (v.meaning, len(v.why or ""))  # a wrong value first, then the shortest
+        if v.why is not None and (stats["cex"] is None or key < stats["key"]):
+            stats["cex"], stats["key"] = v.why, key
 
-    run()
+    try:
+        run()
+    except Unsatisfiable as err:  # too few instances could be drawn: the count shows it
+        if stats["n"] == 0:
+            stats["cex"] = f"no instance could be drawn: {err}"
     return RuleReport(rule.name, rule.pass_, stats["n"], stats["meaning"], stats["cost"],
                       stats["worst"], stats["cex"], stats["nf"])
 

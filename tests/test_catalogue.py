@@ -1,20 +1,35 @@
-"""The rule catalogue (SPEC 10): every normalisation rule holds on random instances, the
-checker catches wrong rules (meaning and cost), the table, and the whole-pass checks."""
+"""The rule catalogue (SPEC 10): every normalisation and derivative rule holds on random
+instances, every rule of the jvp/vjp registries has an entry, the checker catches wrong rules
+(meaning, cost, normal form, no instances), the tables, the whole-pass and theorem checks,
+and `tl prove` fails on any of them."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 
-from tensorlang.ir.ast import Access, Gen, Iverson, Let, subst
+import tensorlang as tl
+from examples_util import EXAMPLE_FILES, EXAMPLES
+from tensorlang import cli
+from tensorlang.ir import tssa
+from tensorlang.ir.ast import Access, Gen, Iverson, Let, PTrue, subst
+from tensorlang.ir.tssa import Builder, Operand
 from tensorlang.passes import letlift as letlift_mod
-from tensorlang.proofs.catalogue import (
-    PASSES, RULES, Rule, RuleReport, all_ok, check_all, check_pass, check_rule,
-    format_pass_table, format_table, load_rule_modules, values_close,
-)
-from tensorlang.proofs.rules_normalize import NORMALIZE_RULES
+from tensorlang.passes.jvp import JVP_RULES
+from tensorlang.passes.jvp.emit import ids
 from tensorlang.passes.rewrite import Ctx, rename_unique, step_once
+from tensorlang.passes.vjp import VJP_RULES
+from tensorlang.proofs.catalogue import (
+    JVP_BOUND, PASSES, RULES, THEOREMS, VJP_BOUND, PassReport, Rule, RuleReport,
+    TheoremReport, all_ok, check_all, check_pass, check_rule, check_theorems,
+    check_theorems_examples, check_theorems_random, format_pass_table, format_table,
+    format_theorem_table, load_rule_modules, values_close,
+)
+from tensorlang.proofs.rules_derivative import FORMS, PARAMS, N, derivative_rule
+from tensorlang.proofs.rules_normalize import NORMALIZE_RULES
 
 EXPECTED = ("L1 L2 L3 L4 L5 L6 L7 L8 L9 P0 P1 P2 P3 P4 P5 P6 P7 P8 G1 G2 G3 G4").split()
 
@@ -90,14 +105,17 @@ def test_format_table_columns() -> None:
     reports = [RuleReport("L1", "letlift", 10, True, True, 1.0, None),
                RuleReport("G1", "genpush", 3, True, True, 0.25, None),
                RuleReport("X", "ssa", 0, True, True, math.nan, None)]
+    reports.append(RuleReport("FWD-add", "jvp", 4, True, True, 0.5, None, True))
     lines = format_table(reports).splitlines()
     assert lines[0].split() == ["rule", "pass", "instances", "checked", "meaning", "ok",
-                                "cost", "ok", "worst", "cost", "ratio"]
-    assert lines[2].split() == ["L1", "letlift", "10", "yes", "yes", "1.000"]
-    assert lines[3].split() == ["G1", "genpush", "3", "yes", "yes", "0.250"]
+                                "cost", "ok", "normal", "form", "ok", "worst", "cost", "ratio"]
+    assert lines[2].split() == ["L1", "letlift", "10", "yes", "yes", "-", "1.000"]
+    assert lines[3].split() == ["G1", "genpush", "3", "yes", "yes", "-", "0.250"]
     assert lines[4].split()[-1] == "-"
+    assert lines[5].split() == ["FWD-add", "jvp", "4", "yes", "yes", "yes", "0.500"]
     assert not all_ok(reports)  # no instances drawn for X
-    assert all_ok(reports[:2])
+    assert all_ok(reports[:2] + reports[3:])
+    assert not RuleReport("FWD-add", "jvp", 4, True, True, 0.5, None, False).ok
 
 
 def test_values_close() -> None:
@@ -118,3 +136,242 @@ def test_whole_passes_on_random_programs(name: str) -> None:
     report = check_pass(PASSES[name], 15)
     assert report.ok, format_pass_table([report])
     assert report.programs == 15
+
+
+# ---------------------------------------------------------------------------------------------
+# The derivative rules (FWD-*, ADJ-*)
+
+FWD = ["FWD-input", "FWD-const", "FWD-add", "FWD-map", "FWD-select", "FWD-contract",
+       "FWD-reduce"]
+ADJ = ["ADJ-input", "ADJ-const", "ADJ-add", "ADJ-map", "ADJ-select", "ADJ-contract",
+       "ADJ-reduce", "ADJ-fanout"]
+
+
+def test_every_rule_of_the_derivative_registries_is_a_catalogue_entry() -> None:
+    load_rule_modules()
+    assert list(JVP_RULES.rules) == FWD and list(VJP_RULES.rules) == ADJ
+    assert set(FORMS) == set(FWD) | set(ADJ)
+    for table in (JVP_RULES, VJP_RULES):
+        for name, rule in table.rules.items():
+            entry = RULES[name]
+            assert entry.pass_ == table.kind and entry.schema == rule.schema
+            assert entry.check is not None and entry.apply is None
+
+
+def test_every_form_has_its_rule() -> None:
+    """The registries dispatch each Tensor-SSA form to its rule, selections to FWD-select /
+    ADJ-select."""
+    b = Builder(PARAMS)
+    x, s = b.input("x"), b.input("s")
+    gen = [("g", N)]
+    rhss = {"input": tssa.Input("x", ()),
+            "const": tssa.make_const(gen, 2.0),
+            "add": tssa.make_add(gen, (x, ["g"]), (x, ["g + 1"])),
+            "map": tssa.make_map(gen, "sin", [(x, ["g"])]),
+            "select": tssa.make_map(gen, "max", [(x, ["g"]), (s, [])]),
+            "contract": tssa.make_contract(gen, [("h", N)], (x, ["g"]), (x, ["h"])),
+            "reduce": tssa.make_reduce(gen, [("h", N)], (x, ["h"]))}
+    for form, rhs in rhss.items():
+        assert JVP_RULES.lookup(rhs).name == "FWD-" + form
+        assert VJP_RULES.lookup(rhs).name == "ADJ-" + form
+
+
+def test_all_derivative_rules_hold() -> None:
+    reports = check_all(max_examples=15, names=FWD + ADJ)
+    bad = [r for r in reports if not r.ok]
+    assert not bad, format_table(bad)
+    for r in reports:
+        assert r.instances == 15 and r.normal_form_ok is True
+        assert math.isnan(r.worst_ratio) or r.worst_ratio <= 1.0
+
+
+def _swap_rule(monkeypatch, table, name: str, fn) -> None:
+    monkeypatch.setitem(table.rules, name, dataclasses.replace(table.rules[name], fn=fn))
+
+
+def test_a_derivative_rule_that_changes_the_meaning_is_caught(monkeypatch) -> None:
+    # FWD-contract forgetting the second term of Leibniz's rule
+    def one_term(fw, stmt):
+        rhs = stmt.rhs
+        t1 = fw.tan(rhs, rhs.operands[0])
+        if t1 is None:
+            return None
+        sums = list(zip(rhs.sum_names(), rhs.sdims))
+        return fw.em.sum(fw.gen(rhs), sums, rhs.pred, rhs.coeff,
+                         [t1, fw.prim(rhs.operands[1])])
+
+    _swap_rule(monkeypatch, JVP_RULES, "FWD-contract", one_term)
+    report = check_rule(RULES["FWD-contract"], 40)
+    assert not report.meaning_ok and not report.ok
+    assert "finite differences" in report.counterexample
+
+
+def test_an_adjoint_rule_that_changes_the_meaning_is_caught(monkeypatch) -> None:
+    # ADJ-reduce forgetting the coefficient: the dot-product test fails
+    def no_coeff(rv, stmt, dv):
+        rv.give(stmt.rhs, dv, 0, 1.0, [], stmt.rhs.pred)
+
+    _swap_rule(monkeypatch, VJP_RULES, "ADJ-reduce", no_coeff)
+    report = check_rule(RULES["ADJ-reduce"], 40)
+    assert not report.meaning_ok and "dot-product test" in report.counterexample
+
+
+def test_a_derivative_rule_over_its_budget_is_caught(monkeypatch) -> None:
+    # FWD-reduce as the sum of two halves: right, but an add and a multiplication too many
+    def halves(fw, stmt):
+        rhs = stmt.rhs
+        t = fw.tan(rhs, rhs.operands[0])
+        if t is None:
+            return None
+        sums = list(zip(rhs.sum_names(), rhs.sdims))
+        half = fw.em.sum(fw.gen(rhs), sums, rhs.pred, 0.5 * rhs.coeff, [t])
+        if half is None:
+            return None
+        here = Operand(half, ids(n for n, _ in fw.gen(rhs)))
+        return fw.em.add(fw.gen(rhs), (here, PTrue()), (here, PTrue()))
+
+    _swap_rule(monkeypatch, JVP_RULES, "FWD-reduce", halves)
+    report = check_rule(RULES["FWD-reduce"], 40)
+    assert report.meaning_ok and not report.cost_ok and report.worst_ratio > 1.0
+    assert "> 3 C(f)" in report.counterexample
+
+
+def test_a_derivative_rule_leaving_tensor_ssa_is_caught(monkeypatch) -> None:
+    # FWD-map that materialises a trivial copy of its tangent (v = gen I. t[I])
+    good = JVP_RULES.rules["FWD-map"].fn
+
+    def copied(fw, stmt):
+        t = good(fw, stmt)
+        if t is None:
+            return None
+        gen = fw.gen(stmt.rhs)
+        return fw.em.b.reduce(gen, [], (t, [n for n, _ in gen]))
+
+    _swap_rule(monkeypatch, JVP_RULES, "FWD-map", copied)
+    report = check_rule(RULES["FWD-map"], 20)
+    assert report.normal_form_ok is False and not report.ok
+    assert "not Tensor SSA" in report.counterexample
+
+
+def test_a_registry_rule_without_instances_fails(monkeypatch) -> None:
+    monkeypatch.setitem(JVP_RULES.rules, "FWD-new", dataclasses.replace(
+        JVP_RULES.rules["FWD-add"], name="FWD-new"))
+    report = check_rule(derivative_rule("FWD-new"), 5)
+    assert report.instances == 0 and not report.ok
+    assert "no instance could be drawn" in report.counterexample
+    assert "FWD-new" in format_table([report])
+
+
+# ---------------------------------------------------------------------------------------------
+# The theorems and `tl prove`
+
+
+def test_theorems_hold_on_random_programs_and_every_example() -> None:
+    reports = check_theorems(3, EXAMPLES)
+    assert [(r.name, r.programs) for r in reports] == [
+        (t, kind) for kind in ("random", "examples") for t in THEOREMS]
+    assert all(r.ok for r in reports), format_theorem_table(reports)
+    assert all(r.checked == 3 for r in reports[:3])
+    n_examples = sum(1 for f in EXAMPLE_FILES for fn in tl.load(str(f)).values()
+                     if not fn.is_derived)
+    assert n_examples >= 16 and all(r.checked == n_examples for r in reports[3:])
+    table = format_theorem_table(reports)
+    assert "Thm 6.1" in table and "Thm 6.55" in table and "examples" in table
+
+
+def test_a_theorem_violation_is_reported(monkeypatch) -> None:
+    from tensorlang.proofs import costbound
+
+    real = costbound.check_bounds
+
+    def inflated(d, args, wrt=None):
+        b = real(d, args, wrt)
+        return dataclasses.replace(b, cost_vjp=b.bounds["vjp"] + 1)
+
+    monkeypatch.setattr(costbound, "check_bounds", inflated)
+    reports = check_theorems_random(2)
+    by = {r.name: r for r in reports}
+    assert by[VJP_BOUND].checked == 2 and not by[VJP_BOUND].ok and by[JVP_BOUND].ok
+    assert "counterexample" in format_theorem_table(reports)
+
+
+def test_an_example_without_inputs_fails(tmp_path) -> None:
+    (tmp_path / "numpy_ref.py").write_text("WORKLOADS = {}\n")
+    (tmp_path / "f.tl").write_text("def f(N: size, x: R[N]) -> R:\n    return sum i:N. x[i]\n")
+    reports = check_theorems_examples(tmp_path)
+    assert all(not r.ok and r.checked == 1 for r in reports)
+    assert "no workload" in reports[0].counterexample
+
+
+def _prove(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(["prove", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_tl_prove_lists_every_rule_and_the_theorems(capsys) -> None:
+    code, out, err = _prove(capsys, "--examples", "2")
+    assert code == 0, err
+    rows = {line.split()[0] for line in out.splitlines() if line.strip()}
+    assert set(FWD + ADJ + EXPECTED) <= rows
+    for theorem in THEOREMS:
+        assert sum(line.startswith(theorem) for line in out.splitlines()) == 2
+    assert "normal form ok" in out and "worst cost ratio" in out
+
+
+def _fast_prove(monkeypatch, names: list[str]) -> None:
+    """`tl prove` on these rules only, with the pass and theorem checks stubbed (passing)."""
+    from tensorlang.proofs import catalogue
+
+    real = catalogue.check_all
+    monkeypatch.setattr(catalogue, "check_all", lambda k: real(k, names))
+    monkeypatch.setattr(catalogue, "check_passes", lambda k: [
+        PassReport("ssa", k, True, True, True, 1.0, None)])
+    monkeypatch.setattr(catalogue, "check_theorems", lambda k, d: [
+        TheoremReport(t, "random", k, True, 0.5, None) for t in THEOREMS])
+
+
+def test_tl_prove_fails_on_a_broken_rule(capsys, monkeypatch) -> None:
+    _fast_prove(monkeypatch, ["FWD-add", "ADJ-add"])
+    assert _prove(capsys, "--examples", "5")[0] == 0
+
+    def dropped(fw, stmt):  # the tangent of an add is zero: wrong
+        return None
+
+    _swap_rule(monkeypatch, JVP_RULES, "FWD-add", dropped)
+    code, out, err = _prove(capsys, "--examples", "5")
+    # ADJ-add fails too: its dot-product test compares with the jvp
+    assert code == 1 and "2 checks failed: FWD-add, ADJ-add" in err
+    assert "FWD-add: counterexample" in out
+
+
+def test_tl_prove_fails_on_a_rule_with_no_instances(capsys, monkeypatch) -> None:
+    from tensorlang.proofs import catalogue
+
+    monkeypatch.setitem(RULES, "FWD-none", Rule("FWD-none", "jvp", "x -> x",
+                                                lambda: st.nothing(), check=lambda i: None))
+    _fast_prove(monkeypatch, ["FWD-input", "FWD-none"])
+    code, out, err = _prove(capsys, "--examples", "3")
+    assert code == 1 and "1 check failed: FWD-none" in err
+    assert catalogue.check_all(3)[1].instances == 0
+
+
+def test_tl_prove_fails_on_a_failed_normal_form_or_theorem(capsys, monkeypatch) -> None:
+    from tensorlang.proofs import catalogue
+
+    _fast_prove(monkeypatch, ["FWD-input"])
+    monkeypatch.setattr(catalogue, "check_passes", lambda k: [
+        PassReport("ssa", k, True, False, True, 1.0, "not in normal form")])
+    code, _, err = _prove(capsys, "--examples", "2")
+    assert code == 1 and "1 check failed: ssa" in err
+    monkeypatch.setattr(catalogue, "check_passes", lambda k: [
+        PassReport("ssa", k, True, True, True, 1.0, None)])
+    monkeypatch.setattr(catalogue, "check_theorems", lambda k, d: [
+        TheoremReport(THEOREMS[1], "examples", 16, False, 1.5, "qform.tl:qform: ...")])
+    code, out, err = _prove(capsys, "--examples", "2")
+    assert code == 1 and f"{THEOREMS[1]} on examples" in err and "counterexample" in out
+
+
+def test_tl_prove_needs_the_examples(capsys, tmp_path) -> None:
+    code, _, err = _prove(capsys, "--examples", "1", "--example-dir", str(tmp_path / "none"))
+    assert code == 1 and "not found" in err and "Traceback" not in err

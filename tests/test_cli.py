@@ -8,7 +8,6 @@ from __future__ import annotations
 import pathlib
 import subprocess
 import sys
-import types
 
 import numpy as np
 import pytest
@@ -233,12 +232,11 @@ def test_prove(capsys, monkeypatch):
         assert word in out
     from tensorlang.proofs import catalogue
 
-    bad = types.SimpleNamespace(name="L1", pass_="letlift", instances=2, meaning_ok=True,
-                                cost_ok=False, worst_ratio=2.0, counterexample=None)
+    bad = catalogue.RuleReport("L1", "letlift", 2, True, False, 2.0, None)
     monkeypatch.setattr(catalogue, "check_all", lambda k: [bad])
     monkeypatch.setattr(catalogue, "format_table", lambda reports: "TABLE")
     code, out, err = run_main(capsys, "prove", "--examples", "2")
-    assert code == 1 and "1 rule failed: L1" in err
+    assert code == 1 and "1 check failed: L1" in err
 
 
 def test_bench_passes_its_options_through(capsys):
