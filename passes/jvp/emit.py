@@ -21,9 +21,10 @@ whose summation indices are often determined by equalities in P (the adjoint of 
   * aliasing         `v = gen I. u[I]` (same shape, mask implied by u's support) is u.
 
 Every statement variable carries a *support*: a predicate over its generator indices
-outside which it is structurally zero (the mask; for a sum, the mask projected onto I by
-Fourier-Motzkin, which over-approximates and so stays valid).  Supports make a fan-out add
-count only where both contributions are live (SPEC 3's guarded addition).  Every step only
+outside which it is structurally zero (the mask; for a sum, the mask projected onto I:
+Fourier-Motzkin, plus an `exists` over the summed indices where that is not exact, so that
+the support is false wherever the sum is empty).  Supports make a fan-out add count only
+where both contributions are live (SPEC 3's guarded addition).  Every step only
 lowers the SPEC 3 cost.  `naive=True` switches all of them off (the bare rules, kept for the
 comparisons of docs/derivatives.md).
 """
@@ -122,28 +123,60 @@ def _range_pred(idx: Sequence[Affine], dims: Sequence[Affine]) -> Pred:
 
 
 def project(pred: Pred, names: Sequence[str], sizes: Sequence[Affine]) -> Pred:
-    """A predicate over the other variables that holds wherever `exists names. pred` does:
-    rational Fourier-Motzkin on the affine atoms, disjunctions projected disjunct by
-    disjunct (one disjunction at a time, so the result stays small), other atoms that
-    mention `names` dropped (an over-approximation, which is what a support may be)."""
+    """A predicate over the other variables that holds exactly where `exists names. pred`
+    does: rational Fourier-Motzkin on the affine atoms, disjunctions projected disjunct by
+    disjunct (one disjunction at a time, so the result stays small), and, where that is not
+    exact (a relation or an `exists` over `names`, a non-unit coefficient of a name, a second
+    disjunction, an atom bounding two of them), also `exists names. <the atoms naming them>`
+    itself.  Exactness matters: an add is counted where both supports hold, and a support
+    that holds where the sum is empty would count an add the primal never pays for
+    (Theorem 6.1; found by the FWD-contract catalogue entry)."""
     drop = set(names)
     keep: list[Pred] = []
     rest: list[Pred] = []
     ors: list[ast.Or] = []
+    named: list[Pred] = []
     for q in tssa.conjuncts(pred):
         if isinstance(q, PFalse):
             return PFalse()
         if not (ast.free_names(q) & drop):
             keep.append(q)
-        elif isinstance(q, Cmp):
+            continue
+        named.append(q)
+        if isinstance(q, Cmp):
             rest.append(q)
         elif isinstance(q, ast.Or) and not ors:
             ors.append(q)
     if ors and len(disjuncts(ors[0])) <= _MAX_DISJUNCTS:
         alts = [_fm_project(rest + tssa.conjuncts(d), names, sizes)
                 for d in disjuncts(ors[0])]
-        return ast.pred_and(*keep, ast.pred_or(*alts))
-    return ast.pred_and(*keep, _fm_project(rest, names, sizes))
+        out = ast.pred_and(*keep, ast.pred_or(*alts))
+    else:
+        out = ast.pred_and(*keep, _fm_project(rest, names, sizes))
+    exact = (len(ors) <= 1 and all(_fm_exact(q, drop) for q in named)
+             and not (ors and len(disjuncts(ors[0])) > _MAX_DISJUNCTS))
+    if exact or isinstance(out, PFalse):
+        return out
+    body = ast.pred_and(*named)
+    for n, size in reversed(list(zip(names, sizes))):
+        if n in ast.free_names(body):
+            body = ast.Exists(n, size, body)
+    return ast.pred_and(out, body)
+
+
+def _fm_exact(q: Pred, drop: set[str]) -> bool:
+    """Whether Fourier-Motzkin projects `q` out of `drop` exactly over the integers:
+    comparisons that each bound one dropped name with coefficient 1 or -1 (the system is then
+    a box per name, non-empty iff every lower bound is at most every upper bound), combined
+    by `and` / `or`."""
+    if not (ast.free_names(q) & drop):
+        return True
+    if isinstance(q, Cmp):
+        terms = [c for n, c in (q.rhs - q.lhs).terms if n in drop]
+        return len(terms) == 1 and abs(terms[0]) == 1
+    if isinstance(q, (ast.And, ast.Or)):
+        return _fm_exact(q.a, drop) and _fm_exact(q.b, drop)
+    return False
 
 
 _MAX_DISJUNCTS = 16
