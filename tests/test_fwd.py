@@ -254,3 +254,17 @@ def test_onehot_seed_gives_the_jacobian():
         e = np.eye(4)[k]
         np.testing.assert_allclose(J[:, k], fd_jvp(p, a, ["x"], {"x": e}), rtol=1e-6,
                                    atol=1e-8)
+
+
+def test_no_add_is_paid_for_an_empty_sum():
+    """The supports of a contraction's two tangent terms are exact (`exists j. E(i - 1, j)`,
+    not the Fourier-Motzkin projection that drops the relation), so their add is counted
+    only where the sum has a live point: with an empty E, f and its jvp cost nothing."""
+    p = prog("def f(N: size, M: size, E: rel(N, M), z: R[N]) -> R[M]:\n"
+             "    return gen i:M. sum j:M. [E(i - 1, j)] * z[0] * z[i]\n", "f")
+    j = jvp_program(p, ["z"])
+    assert_ssa(j)
+    for e in (np.zeros((1, 2), dtype=bool), np.array([[False, True]])):
+        args = {"N": 1, "M": 2, "E": e}
+        assert program_cost(j, args) - program_cost(p, args) <= 3 * program_cost(p, args)
+    assert program_cost(j, {"N": 1, "M": 2, "E": np.zeros((1, 2), dtype=bool)}) == 0
