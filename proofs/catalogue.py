@@ -20,8 +20,9 @@ with no instance checked fails.  Rule modules (`proofs/rules_*.py`) register the
 import; `check_all` imports them all.
 
 `tl prove` prints `format_table(check_all(k))`, `format_pass_table(check_passes(k))` and
-`format_theorem_table(check_theorems(k, examples))` and exits non-zero unless every report
-is `ok`.
+`format_theorem_table(check_theorems(k))` (the bounds of `theorems.check_theorems` and the
+derivative checks of `theorems.check_derivatives`, on random programs and every example) and
+exits non-zero unless every report is `ok` (a row of no instance is not).
 """
 from __future__ import annotations
 
@@ -392,97 +393,121 @@ def format_table(reports: Iterable[RuleReport]) -> str:
 # ---------------------------------------------------------------------------------------------
 # The derivative theorems (SPEC 6, SPEC 10) on random programs and on every example
 
-JVP_BOUND = "jvp bound (Thm 6.1): C(jvp) <= 4 C"
-VJP_BOUND = "vjp bound (Thm 6.55): C(vjp) <= 4 C + |in| + |out|"
-DERIVATIVES = "derivatives = finite differences, dot product"
-THEOREMS = (JVP_BOUND, VJP_BOUND, DERIVATIVES)
-EXAMPLE_SIZE = 3   # the problem size n of every example workload (its `sizes(n)`)
+DERIVATIVES = "derivatives: finite differences, dot product"
+EXAMPLE_SIZE = 3   # the problem size n of the example workloads in the derivative checks
 
 
 @dataclass(frozen=True)
-class TheoremReport:
-    name: str                     # one of THEOREMS
+class TheoremRow:
+    """One theorem checked at one level on one family of programs (a row of the table)."""
+
+    name: str                     # "6.1 jvp bound", "6.55 vjp bound", DERIVATIVES
+    level: str                    # "rules" (the SSA program's derivative) | "compiled"
     programs: str                 # "random" | "examples"
-    checked: int                  # programs checked
-    ok: bool
+    checked: int                  # (program, inputs) pairs checked
+    ok_all: bool                  # no check failed
     worst: float                  # bounds: max cost / bound; derivatives: max relative error
-    counterexample: str | None    # the shortest failure, if any
+    counterexample: str | None    # the failures, if any
+
+    @property
+    def ok(self) -> bool:
+        return self.ok_all and self.checked > 0
 
 
-class _TheoremStats:
-    """Accumulates one theorem's checks on one family of programs."""
+def bound_rows(max_examples: int) -> list[TheoremRow]:
+    """Theorems 6.1 and 6.55 at both levels on random programs and every example
+    (`theorems.check_theorems`)."""
+    from tensorlang.proofs import theorems
 
-    def __init__(self) -> None:
+    rows = []
+    for r in theorems.check_theorems(max_examples, examples=True):
+        cex = "\n".join(r.violations[:3] + r.source[:1]) if r.violations else None
+        rows.append(TheoremRow(f"{r.theorem} bound", r.level, r.programs, r.instances, r.ok,
+                               r.worst_ratio, cex))
+    return rows
+
+
+class _DerivativeStats:
+    """Accumulates the derivative checks of one family of programs."""
+
+    def __init__(self, programs: str) -> None:
+        self.programs = programs
         self.n = 0
-        self.ok = True
         self.worst = 0.0
-        self.cex: str | None = None
+        self.cex: list[str] = []
 
-    def add(self, ok: bool, value: float, what: str) -> None:
+    def check(self, d: Def, args: Mapping[str, Any], wrt: Sequence[str] | None,
+              label: str) -> None:
+        from tensorlang.proofs.theorems import check_derivatives
+
         self.n += 1
-        self.ok &= ok
-        self.worst = max(self.worst, value)
-        if not ok and (self.cex is None or len(what) < len(self.cex)):
-            self.cex = what
+        try:
+            r = check_derivatives(d, args, wrt)
+        except Exception as err:  # a crash of a pass: a failure, shown
+            self.worst = math.inf
+            self.cex.append(f"{label}: raised {type(err).__name__}: {err}\n{_show(d)}")
+            return
+        self.worst = max(self.worst, r.fd_error, r.dot_error, r.primal_error)
+        if not r.ok:
+            self.cex.append(f"{label}: {r}\nargs: {_show_args(args)}\n{_show(d)}")
 
-    def fail(self, what: str) -> None:
-        self.add(False, math.inf, what)
-
-    def report(self, name: str, programs: str) -> TheoremReport:
-        return TheoremReport(name, programs, self.n, self.ok and self.n > 0,
-                             self.worst if self.n else math.nan, self.cex)
-
-
-def _bound_ratio(cost: int, bound: int) -> float:
-    return cost / bound if bound > 0 else (0.0 if cost == 0 else math.inf)
-
-
-def check_theorems_on(d: Def, args: Mapping[str, Any], wrt: Sequence[str] | None,
-                      label: str, stats: Mapping[str, _TheoremStats]) -> None:
-    """The three theorem checks of one program (`costbound.check_bounds`,
-    `costbound.check_derivatives`) into `stats`, keyed by THEOREMS."""
-    from tensorlang.proofs.costbound import check_bounds, check_derivatives
-
-    try:
-        b = check_bounds(d, args, wrt)
-    except Exception as err:  # a crash of a pass: both bounds fail, shown
-        for name in (JVP_BOUND, VJP_BOUND):
-            stats[name].fail(f"{label}: raised {type(err).__name__}: {err}\n{_show(d)}")
-    else:
-        for name, kind in ((JVP_BOUND, "jvp"), (VJP_BOUND, "vjp")):
-            cost = b.cost_jvp if kind == "jvp" else b.cost_vjp
-            ok = cost <= b.bounds[kind]
-            stats[name].add(ok, _bound_ratio(cost, b.bounds[kind]),
-                            f"{label}: {b}\nargs: {_show_args(args)}\n{_show(d)}")
-    try:
-        r = check_derivatives(d, args, wrt)
-    except Exception as err:
-        stats[DERIVATIVES].fail(f"{label}: raised {type(err).__name__}: {err}\n{_show(d)}")
-    else:
-        stats[DERIVATIVES].add(r.ok, max(r.fd_error, r.dot_error, r.primal_error),
-                               f"{label}: {r}\nargs: {_show_args(args)}\n{_show(d)}")
+    def row(self) -> TheoremRow:
+        return TheoremRow(DERIVATIVES, "rules", self.programs, self.n, not self.cex,
+                          self.worst if self.n else math.nan,
+                          "\n".join(self.cex[:3]) if self.cex else None)
 
 
-def check_theorems_random(max_examples: int) -> list[TheoremReport]:
-    """The theorems on `max_examples` random differentiable programs (derandomized)."""
+def derivative_rows(max_examples: int) -> list[TheoremRow]:
+    """jvp = central finite differences, `<vjp(dy), dx> == <dy, jvp(dx)>` and the primal
+    returned (`theorems.check_derivatives`) on `max_examples` random differentiable programs
+    and on every (non-derived) function of examples/*.tl, on the inputs its workload in
+    examples/numpy_ref.py draws (where it is defined: logs of positive values, ...); a
+    function without a workload is a failure."""
+    from tensorlang import api
     from tensorlang.testing import differentiable_programs
 
-    stats = {name: _TheoremStats() for name in THEOREMS}
+    rand = _DerivativeStats("random")
 
     @settings(max_examples=max_examples, derandomize=True, database=None, deadline=None,
               phases=[Phase.generate], suppress_health_check=list(HealthCheck))
     @given(differentiable_programs())
     def run(case: tuple[Def, dict, list[str]]) -> None:
         d, args, wrt = case
-        check_theorems_on(d, args, wrt, f"random program wrt {', '.join(wrt)}", stats)
+        rand.check(d, args, wrt, f"random program wrt {', '.join(wrt)}")
 
     run()
-    return [stats[name].report(name, "random") for name in THEOREMS]
+    folder = examples_dir()
+    workloads = _workloads(folder)
+    ex = _DerivativeStats("examples")
+    for path in sorted(folder.glob("*.tl")):
+        module = api.load(path)
+        for name in module:
+            fn = module[name]
+            if fn.is_derived:
+                continue
+            w = workloads.get((path.name, name))
+            if w is None:
+                ex.n += 1
+                ex.cex.append(f"{path.name}:{name}: no workload in numpy_ref.py gives its inputs")
+                continue
+            args = w.inputs(w.sizes(EXAMPLE_SIZE), np.random.default_rng(EXAMPLE_SIZE))
+            ex.check(fn.core(), args, None, f"{path.name}:{name}")
+    return [rand.row(), ex.row()]
 
 
-def _workloads(example_dir: Path) -> dict[tuple[str, str], Any]:
-    """(file, function) -> the workload of `example_dir/numpy_ref.py` (its inputs)."""
-    ref = example_dir / "numpy_ref.py"
+def examples_dir() -> Path:
+    """examples/ of the source checkout (where `theorems.example_cases` finds them too)."""
+    import tensorlang
+
+    folder = Path(tensorlang.__file__).resolve().parent.parent / "examples"
+    if not any(folder.glob("*.tl")):
+        raise FileNotFoundError(f"no examples/*.tl next to the tensorlang package ({folder})")
+    return folder
+
+
+def _workloads(folder: Path) -> dict[tuple[str, str], Any]:
+    """(file, function) -> the workload of `folder/numpy_ref.py` (its inputs)."""
+    ref = folder / "numpy_ref.py"
     if not ref.is_file():
         raise FileNotFoundError(f"{ref} not found (it gives the examples' inputs)")
     spec = importlib.util.spec_from_file_location("tensorlang_examples_numpy_ref", ref)
@@ -493,59 +518,31 @@ def _workloads(example_dir: Path) -> dict[tuple[str, str], Any]:
     return {(w.file, w.func): w for w in module.WORKLOADS.values()}
 
 
-def check_theorems_examples(example_dir: Path) -> list[TheoremReport]:
-    """The theorems on every (non-derived) function of every `example_dir/*.tl`, with all
-    its real-valued inputs differentiated, on the inputs its workload draws at size
-    `EXAMPLE_SIZE`.  A function without a workload is a failure (no inputs to check it on)."""
-    from tensorlang import api
-
-    stats = {name: _TheoremStats() for name in THEOREMS}
-    workloads = _workloads(example_dir)
-    files = sorted(example_dir.glob("*.tl"))
-    if not files:
-        raise FileNotFoundError(f"no examples (*.tl) in {example_dir}")
-    for path in files:
-        module = api.load(path)
-        for name in module:
-            fn = module[name]
-            if fn.is_derived:
-                continue
-            label = f"{path.name}:{name}"
-            w = workloads.get((path.name, name))
-            if w is None:
-                for theorem in THEOREMS:
-                    stats[theorem].fail(f"{label}: no workload in numpy_ref.py gives its inputs")
-                continue
-            args = w.inputs(w.sizes(EXAMPLE_SIZE), np.random.default_rng(EXAMPLE_SIZE))
-            check_theorems_on(fn.core(), args, None, label, stats)
-    return [stats[name].report(name, "examples") for name in THEOREMS]
+def check_theorems(max_examples: int) -> list[TheoremRow]:
+    """The theorem table of `tl prove`: the bounds, then the derivatives."""
+    return bound_rows(max_examples) + derivative_rows(max_examples)
 
 
-def check_theorems(max_examples: int, example_dir: Path) -> list[TheoremReport]:
-    """The theorems on random programs and on every example."""
-    return check_theorems_random(max_examples) + check_theorems_examples(example_dir)
-
-
-def format_theorem_table(reports: Iterable[TheoremReport]) -> str:
-    """Table of the theorem checks: theorem, programs, checked, ok, worst (cost / bound for
-    the bounds, the largest relative error for the derivatives); then the failures."""
-    head = ("theorem", "programs", "checked", "ok", "worst")
-    reports = list(reports)
-    rows = [head] + [(r.name, r.programs, str(r.checked), _yes(r.ok),
-                      _ratio(r.worst) if r.name != DERIVATIVES or math.isnan(r.worst)
-                      else f"{r.worst:.1e}") for r in reports]
+def format_theorem_table(rows: Iterable[TheoremRow]) -> str:
+    """Table of the theorem checks: theorem, level, programs, checked, ok, worst (cost /
+    bound for the bounds, the largest relative error for the derivatives); then the
+    failures."""
+    head = ("theorem", "level", "programs", "checked", "ok", "worst")
+    rows = list(rows)
+    table = [head] + [(r.name, r.level, r.programs, str(r.checked), _yes(r.ok),
+                       _ratio(r.worst) if r.name != DERIVATIVES or math.isnan(r.worst)
+                       else f"{r.worst:.1e}") for r in rows]
     out = []
-    for r in reports:
+    for r in rows:
         if not r.ok:
-            out += ["", f"{r.name} on {r.programs}: counterexample",
+            out += ["", f"{r.name} ({r.level}) on {r.programs}: counterexample",
                     r.counterexample or "(no program was checked)"]
-    return _table(rows, left=2) + ("\n" + "\n".join(out) if out else "")
+    return _table(table, left=3) + ("\n" + "\n".join(out) if out else "")
 
 
 __all__ = ["Rule", "RuleReport", "RULES", "register", "load_rule_modules", "values_close",
            "compare", "check_instance", "check_rule", "check_all", "all_ok", "format_table",
            "PassEntry", "PassReport", "PASSES", "register_pass", "check_pass_instance",
-           "check_pass", "check_passes", "format_pass_table", "Verdict", "TheoremReport",
-           "THEOREMS", "JVP_BOUND", "VJP_BOUND", "DERIVATIVES", "check_theorems",
-           "check_theorems_on", "check_theorems_random", "check_theorems_examples",
+           "check_pass", "check_passes", "format_pass_table", "Verdict", "TheoremRow",
+           "DERIVATIVES", "bound_rows", "derivative_rows", "examples_dir", "check_theorems",
            "format_theorem_table"]

@@ -40,9 +40,11 @@ from tensorlang.passes.jvp import JVP_RULES, RuleTable, jvp_program
 from tensorlang.passes.vjp import VJP_RULES, vjp_program
 from tensorlang.semantics.builtins import INDICATOR_PARTIALS, TOWER_END
 
+from tensorlang.semantics.bounds import type_size
+
 from .catalogue import Rule, Verdict, register, values_close
-from .costbound import axpy, flat, like, program_cost, run, type_size
 from .normal_forms_ssa import is_tensor_ssa
+from .theorems import axpy, flat, like, program_cost, run
 
 N, M = Affine.var("N"), Affine.var("M")
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import pathlib
 import re
 import sys
 import time
@@ -185,6 +184,16 @@ def _assignment(text: str) -> tuple[str, str]:
     if not sep or not _NAME.fullmatch(name) or not value.strip():
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
     return name, value.strip()
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
 
 
 def _size_assignment(text: str) -> tuple[str, int]:
@@ -618,38 +627,32 @@ def cmd_repl(ns: argparse.Namespace) -> int:
 
 def cmd_prove(ns: argparse.Namespace) -> int:
     """The rule catalogue (every rule of every registry), the whole passes and the derivative
-    theorems; exit 1 on any failed check, any rule or pass with no instance checked, any
-    theorem violation."""
+    theorems; exit 1 on any failed check, any rule, pass or theorem row with no instance
+    checked, any theorem violation."""
     try:
         from tensorlang.proofs import catalogue
     except ModuleNotFoundError as err:  # a dependency of the package removed after install
         raise TLError(f"tl prove needs {err.name} (a dependency of tensorlang): "
                       f"install it with pip") from err
-
-    example_dir = pathlib.Path(ns.example_dir) if ns.example_dir else _source_root() / "examples"
-    if not example_dir.is_dir():
-        raise TLError(f"tl prove checks the theorems on every example: {example_dir} not found "
-                      f"(run from a source checkout or pass --example-dir)")
     reports = catalogue.check_all(ns.examples)
     print(catalogue.format_table(reports))
     passes = catalogue.check_passes(ns.examples)   # whole passes on random programs (SPEC 10)
     print()
     print(catalogue.format_pass_table(passes))
-    theorems = catalogue.check_theorems(ns.examples, example_dir)
+    try:
+        theorems = catalogue.check_theorems(ns.examples)
+    except FileNotFoundError as err:
+        raise TLError(f"tl prove checks the theorems on every example: {err} (run it from a "
+                      f"source checkout)") from err
     print()
     print(catalogue.format_theorem_table(theorems))
     failed = [r.name for r in [*reports, *passes] if not r.ok]
-    failed += [f"{r.name} on {r.programs}" for r in theorems if not r.ok]
+    failed += [f"{r.name} ({r.level}) on {r.programs}" for r in theorems if not r.ok]
     if failed:
         print(f"{len(failed)} check{'s' if len(failed) > 1 else ''} failed: "
               f"{', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
-
-
-def _source_root() -> pathlib.Path:
-    """The source checkout this package runs from (examples/ and bench/ live there)."""
-    return pathlib.Path(__file__).resolve().parent.parent
 
 
 def cmd_bench(ns: argparse.Namespace) -> int:
@@ -722,12 +725,9 @@ def build_parser() -> argparse.ArgumentParser:
     repl.set_defaults(handler=cmd_repl)
 
     prove = sub.add_parser("prove", help="check the rule catalogue, the passes and the theorems")
-    prove.add_argument("--examples", type=int, default=20, metavar="K",
+    prove.add_argument("--examples", type=_positive, default=20, metavar="K",
                        help="random instances per rule, programs per pass and per theorem "
                             "(default 20)")
-    prove.add_argument("--example-dir", metavar="DIR", default=None,
-                       help="the examples the theorems are checked on (default: the source "
-                            "checkout's examples/)")
     prove.set_defaults(handler=cmd_prove)
 
     # every word after `bench` (workload names and options) goes to the suite's own parser

@@ -5,6 +5,7 @@ and `tl prove` fails on any of them."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import strategies as st
 
 import tensorlang as tl
-from examples_util import EXAMPLE_FILES, EXAMPLES
+from examples_util import EXAMPLE_FILES
 from tensorlang import cli
 from tensorlang.ir import tssa
 from tensorlang.ir.ast import Access, Gen, Iverson, Let, PTrue, subst
@@ -23,9 +24,8 @@ from tensorlang.passes.jvp.emit import ids
 from tensorlang.passes.rewrite import Ctx, rename_unique, step_once
 from tensorlang.passes.vjp import VJP_RULES
 from tensorlang.proofs.catalogue import (
-    JVP_BOUND, PASSES, RULES, THEOREMS, VJP_BOUND, PassReport, Rule, RuleReport,
-    TheoremReport, all_ok, check_all, check_pass, check_rule, check_theorems,
-    check_theorems_examples, check_theorems_random, format_pass_table, format_table,
+    DERIVATIVES, PASSES, RULES, PassReport, Rule, RuleReport, TheoremRow, all_ok, bound_rows,
+    check_all, check_pass, check_rule, derivative_rows, format_pass_table, format_table,
     format_theorem_table, load_rule_modules, values_close,
 )
 from tensorlang.proofs.rules_derivative import FORMS, PARAMS, N, derivative_rule
@@ -266,41 +266,46 @@ def test_a_registry_rule_without_instances_fails(monkeypatch) -> None:
 # The theorems and `tl prove`
 
 
-def test_theorems_hold_on_random_programs_and_every_example() -> None:
-    reports = check_theorems(3, EXAMPLES)
-    assert [(r.name, r.programs) for r in reports] == [
-        (t, kind) for kind in ("random", "examples") for t in THEOREMS]
-    assert all(r.ok for r in reports), format_theorem_table(reports)
-    assert all(r.checked == 3 for r in reports[:3])
+def test_the_derivatives_hold_on_random_programs_and_every_example() -> None:
+    rows = derivative_rows(3)
+    assert [(r.name, r.programs) for r in rows] == [(DERIVATIVES, "random"),
+                                                    (DERIVATIVES, "examples")]
+    assert all(r.ok for r in rows), format_theorem_table(rows)
     n_examples = sum(1 for f in EXAMPLE_FILES for fn in tl.load(str(f)).values()
                      if not fn.is_derived)
-    assert n_examples >= 16 and all(r.checked == n_examples for r in reports[3:])
-    table = format_theorem_table(reports)
-    assert "Thm 6.1" in table and "Thm 6.55" in table and "examples" in table
+    assert rows[0].checked == 3 and rows[1].checked == n_examples >= 16
 
 
-def test_a_theorem_violation_is_reported(monkeypatch) -> None:
-    from tensorlang.proofs import costbound
+def test_a_derivative_violation_is_reported(monkeypatch) -> None:
+    from tensorlang.proofs import theorems
 
-    real = costbound.check_bounds
+    real = theorems.check_derivatives
 
-    def inflated(d, args, wrt=None):
-        b = real(d, args, wrt)
-        return dataclasses.replace(b, cost_vjp=b.bounds["vjp"] + 1)
+    def off(d, args, wrt=None):
+        return dataclasses.replace(real(d, args, wrt), fd_error=1.0, ok=False)
 
-    monkeypatch.setattr(costbound, "check_bounds", inflated)
-    reports = check_theorems_random(2)
-    by = {r.name: r for r in reports}
-    assert by[VJP_BOUND].checked == 2 and not by[VJP_BOUND].ok and by[JVP_BOUND].ok
-    assert "counterexample" in format_theorem_table(reports)
+    monkeypatch.setattr(theorems, "check_derivatives", off)
+    rows = derivative_rows(2)
+    assert all(not r.ok and r.worst == 1.0 for r in rows)
+    table = format_theorem_table(rows)
+    assert f"{DERIVATIVES} (rules) on random: counterexample" in table
 
 
-def test_an_example_without_inputs_fails(tmp_path) -> None:
-    (tmp_path / "numpy_ref.py").write_text("WORKLOADS = {}\n")
-    (tmp_path / "f.tl").write_text("def f(N: size, x: R[N]) -> R:\n    return sum i:N. x[i]\n")
-    reports = check_theorems_examples(tmp_path)
-    assert all(not r.ok and r.checked == 1 for r in reports)
-    assert "no workload" in reports[0].counterexample
+def test_the_bound_rows_come_from_the_theorem_checker(monkeypatch) -> None:
+    from tensorlang.proofs import theorems
+
+    got = [theorems.TheoremReport("6.1 jvp", "rules", "random", 2, 0.5),
+           theorems.TheoremReport("6.55 vjp", "compiled", "examples", 32, 1.25,
+                                  ("f wrt x: C(vjp)=9 (bound 8)",), ("def f() -> R: ...",)),
+           theorems.TheoremReport("6.1 jvp", "rules", "examples", 0, 0.0)]
+    monkeypatch.setattr(theorems, "check_theorems", lambda k, examples: got)
+    rows = bound_rows(2)
+    assert [(r.name, r.level, r.programs, r.checked, r.ok) for r in rows] == [
+        ("6.1 jvp bound", "rules", "random", 2, True),
+        ("6.55 vjp bound", "compiled", "examples", 32, False),
+        ("6.1 jvp bound", "rules", "examples", 0, False)]   # no program checked: a failure
+    table = format_theorem_table(rows)
+    assert "C(vjp)=9 (bound 8)" in table and "(no program was checked)" in table
 
 
 def _prove(capsys, *argv: str) -> tuple[int, str, str]:
@@ -314,8 +319,12 @@ def test_tl_prove_lists_every_rule_and_the_theorems(capsys) -> None:
     assert code == 0, err
     rows = {line.split()[0] for line in out.splitlines() if line.strip()}
     assert set(FWD + ADJ + EXPECTED) <= rows
-    for theorem in THEOREMS:
-        assert sum(line.startswith(theorem) for line in out.splitlines()) == 2
+    lines = out.splitlines()
+    for theorem in ("6.1 jvp bound", "6.55 vjp bound"):
+        for level, programs in itertools.product(("rules", "compiled"), ("random", "examples")):
+            assert sum(line.split()[:5] == [*theorem.split(), level, programs]
+                       for line in lines) == 1
+    assert sum(line.startswith(DERIVATIVES) for line in lines) == 2
     assert "normal form ok" in out and "worst cost ratio" in out
 
 
@@ -327,8 +336,9 @@ def _fast_prove(monkeypatch, names: list[str]) -> None:
     monkeypatch.setattr(catalogue, "check_all", lambda k: real(k, names))
     monkeypatch.setattr(catalogue, "check_passes", lambda k: [
         PassReport("ssa", k, True, True, True, 1.0, None)])
-    monkeypatch.setattr(catalogue, "check_theorems", lambda k, d: [
-        TheoremReport(t, "random", k, True, 0.5, None) for t in THEOREMS])
+    monkeypatch.setattr(catalogue, "check_theorems", lambda k: [
+        TheoremRow(name, "rules", "random", k, True, 0.5, None)
+        for name in ("6.1 jvp bound", "6.55 vjp bound", DERIVATIVES)])
 
 
 def test_tl_prove_fails_on_a_broken_rule(capsys, monkeypatch) -> None:
@@ -366,12 +376,31 @@ def test_tl_prove_fails_on_a_failed_normal_form_or_theorem(capsys, monkeypatch) 
     assert code == 1 and "1 check failed: ssa" in err
     monkeypatch.setattr(catalogue, "check_passes", lambda k: [
         PassReport("ssa", k, True, True, True, 1.0, None)])
-    monkeypatch.setattr(catalogue, "check_theorems", lambda k, d: [
-        TheoremReport(THEOREMS[1], "examples", 16, False, 1.5, "qform.tl:qform: ...")])
+    monkeypatch.setattr(catalogue, "check_theorems", lambda k: [
+        TheoremRow("6.55 vjp bound", "compiled", "examples", 32, False, 1.5, "qform ...")])
     code, out, err = _prove(capsys, "--examples", "2")
-    assert code == 1 and f"{THEOREMS[1]} on examples" in err and "counterexample" in out
+    assert code == 1 and "6.55 vjp bound (compiled) on examples" in err
+    assert "counterexample" in out
+    monkeypatch.setattr(catalogue, "check_theorems", lambda k: [
+        TheoremRow(DERIVATIVES, "rules", "random", 0, True, math.nan, None)])
+    code, out, err = _prove(capsys, "--examples", "2")
+    assert code == 1 and f"{DERIVATIVES} (rules) on random" in err
 
 
-def test_tl_prove_needs_the_examples(capsys, tmp_path) -> None:
-    code, _, err = _prove(capsys, "--examples", "1", "--example-dir", str(tmp_path / "none"))
-    assert code == 1 and "not found" in err and "Traceback" not in err
+def test_tl_prove_needs_the_examples(capsys, monkeypatch) -> None:
+    from tensorlang.proofs import catalogue
+
+    _fast_prove(monkeypatch, ["FWD-input"])
+
+    def missing(k):
+        raise FileNotFoundError("no examples/*.tl next to the tensorlang package (/x)")
+
+    monkeypatch.setattr(catalogue, "check_theorems", missing)
+    code, _, err = _prove(capsys, "--examples", "1")
+    assert code == 1 and "no examples/*.tl" in err and "Traceback" not in err
+
+
+def test_tl_prove_needs_a_positive_count(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["prove", "--examples", "0"])
+    assert exc.value.code == 2 and "positive integer" in capsys.readouterr().err
