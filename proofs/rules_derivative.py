@@ -35,10 +35,12 @@ from hypothesis import strategies as st
 from tensorlang.ir import ast
 from tensorlang.ir import tssa
 from tensorlang.ir.ast import Affine, Cmp, Param, TPair, tensor
-from tensorlang.ir.tssa import Builder, Input, Operand, Program
+from tensorlang.ir.build import Builder
+from tensorlang.ir.tssa import Input, Operand, Program
 from tensorlang.passes.jvp import JVP_RULES, RuleTable, jvp_program
 from tensorlang.passes.vjp import VJP_RULES, vjp_program
 from tensorlang.semantics.builtins import INDICATOR_PARTIALS, TOWER_END
+from tensorlang.syntax.ssa_printer import to_text
 
 from tensorlang.semantics.bounds import type_size
 
@@ -287,8 +289,8 @@ def _describe(p: Program, args: dict[str, Any], wrt: Sequence[str], what: list[s
               derived: Program | None) -> str:
     shown = {k: (np.round(v, 3).tolist() if isinstance(v, np.ndarray) and v.dtype != bool
                  else np.asarray(v).tolist()) for k, v in args.items()}
-    text = f"{'; '.join(what)}\nwrt {', '.join(wrt)}; args {shown}\n{tssa.to_text(p)}"
-    return text + (f"\nderivative:\n{tssa.to_text(derived)}" if derived is not None else "")
+    text = f"{'; '.join(what)}\nwrt {', '.join(wrt)}; args {shown}\n{to_text(p)}"
+    return text + (f"\nderivative:\n{to_text(derived)}" if derived is not None else "")
 
 
 def check_jvp(name: str, inst: Instance) -> Verdict:
@@ -296,7 +298,7 @@ def check_jvp(name: str, inst: Instance) -> Verdict:
     p, args, wrt = inst
     why = _applies(JVP_RULES, name, p)
     if why is not None:
-        return Verdict(False, False, False, None, f"not an instance: {why}\n{tssa.to_text(p)}")
+        return Verdict(False, False, False, None, f"not an instance: {why}\n{to_text(p)}")
     j = jvp_program(p, wrt)
     nf = is_tensor_ssa(j)
     rng = np.random.default_rng(len(wrt))
@@ -322,7 +324,7 @@ def check_vjp(name: str, inst: Instance) -> Verdict:
     p, args, wrt = inst
     why = _applies(VJP_RULES, name, p)
     if why is not None:
-        return Verdict(False, False, False, None, f"not an instance: {why}\n{tssa.to_text(p)}")
+        return Verdict(False, False, False, None, f"not an instance: {why}\n{to_text(p)}")
     v = vjp_program(p, wrt, cotangent_name="d_out")
     nf = is_tensor_ssa(v)
     rng = np.random.default_rng(len(wrt))

@@ -17,7 +17,9 @@ from examples_util import EXAMPLE_FILES
 from tensorlang import cli
 from tensorlang.ir import tssa
 from tensorlang.ir.ast import Access, Gen, Iverson, Let, PTrue, subst
-from tensorlang.ir.tssa import Builder, Operand
+from tensorlang.ir import build
+from tensorlang.ir.build import Builder
+from tensorlang.ir.tssa import Operand
 from tensorlang.passes import letlift as letlift_mod
 from tensorlang.passes.jvp import JVP_RULES
 from tensorlang.passes.jvp.emit import ids
@@ -165,12 +167,12 @@ def test_every_form_has_its_rule() -> None:
     x, s = b.input("x"), b.input("s")
     gen = [("g", N)]
     rhss = {"input": tssa.Input("x", ()),
-            "const": tssa.make_const(gen, 2.0),
-            "add": tssa.make_add(gen, (x, ["g"]), (x, ["g + 1"])),
-            "map": tssa.make_map(gen, "sin", [(x, ["g"])]),
-            "select": tssa.make_map(gen, "max", [(x, ["g"]), (s, [])]),
-            "contract": tssa.make_contract(gen, [("h", N)], (x, ["g"]), (x, ["h"])),
-            "reduce": tssa.make_reduce(gen, [("h", N)], (x, ["h"]))}
+            "const": build.make_const(gen, 2.0),
+            "add": build.make_add(gen, (x, ["g"]), (x, ["g + 1"])),
+            "map": build.make_map(gen, "sin", [(x, ["g"])]),
+            "select": build.make_map(gen, "max", [(x, ["g"]), (s, [])]),
+            "contract": build.make_contract(gen, [("h", N)], (x, ["g"]), (x, ["h"])),
+            "reduce": build.make_reduce(gen, [("h", N)], (x, ["h"]))}
     for form, rhs in rhss.items():
         assert JVP_RULES.lookup(rhs).name == "FWD-" + form
         assert VJP_RULES.lookup(rhs).name == "ADJ-" + form
