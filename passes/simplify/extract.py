@@ -150,6 +150,8 @@ def extract(g: Graph, roots: Sequence[int], model: CostModel,
     cand: list[ENode] = []
     for cls, ns in g.nodes.items():
         f = free.get(cls)
+        if f is None:       # no node of the class is well scoped (only cyclic ones): none admissible
+            continue
         cand.extend(n for n in ns if node_free(n, free, pfree, accfree) == f)
     is_old = (lambda n: (n.op, n.args) in old) if old is not None else (lambda n: True)
     cand.sort(key=lambda n: (not is_old(n), len(n.children())))
