@@ -1,39 +1,58 @@
-"""The on-disk kernel cache shared by the compiled backends.
+"""The kernels of the compiled backends in the on-disk cache (`tensorlang/cache.py`).
 
 A kernel is identified by `kernel_key(text, backend, variant)`: a SHA-256 of the program's
 Tensor-SSA text (`ssa_printer.to_text`), the backend name and variant (e.g. instrumented), and
-`BACKEND_VERSION` -- itself a hash of the code generator's own source files and of the
+`backend_version()` -- itself a hash of the code generator's own source files and of the
 Numba/Python versions, so that changing the generator invalidates old kernels without
 anyone remembering to bump a number.
 
-The generated source is written once to `<cache dir>/<backend>/tl_<key>.py` (atomically:
-a temporary file then `os.replace`) and imported from there, so Numba's `cache=True`
-finds its compiled code in the `__pycache__` folder next to it in every later process.
-An existing file is never rewritten (that would change its timestamp and invalidate
-Numba's cache).  `index.json` in the same folder lists the kernels (key, program name,
-variant, creation time) for people inspecting the cache.
+Files of kernel `<key>` in `<cache>/kernels/<backend>/` (one entry for the size cap):
 
-Cache folder: `$TENSORLANG_CACHE_DIR`, else `~/.cache/tensorlang`; when that is not
-writable, `<tmp>/tensorlang-cache-<uid>`.
+  tl_<key>.py              the generated module; its first line is the SHA-256 of the rest
+                           (`cache.put_module`).  It is checked before every import and the
+                           *checked text* is compiled (the file is not read twice); a damaged
+                           file is rebuilt from the program with a `CacheWarning`.
+  __pycache__/tl_<key>.*   Numba's own cache of the compiled code (`cache=True` finds it next
+                           to the module): pickles that Numba loads on the first call.
+  tl_<key>.meta.json       the program's name, the variant, and the SHA-256 of each Numba file
+                           as it was when this library last saw Numba write it (`seal`).
+
+A module's key is the hash of its text, in which the program's float constants are the
+argument `tl_c` (backends/numba_cpu_source.py): programs that differ only in constants share
+one module.  `<cache>/links/<backend>/p_<program key>.blob` (plain data, hash checked) maps a
+program's key (its SSA text) to its module's key and its constants, so a warm process finds
+its kernel without generating code.
+
+Numba's files are checked before the module is imported: a file whose hash is not the recorded
+one (edited, truncated, or written by a process that died before sealing it) is deleted with
+the rest of Numba's files for that kernel, so Numba compiles again instead of loading it.  The
+`.py` file is never rewritten while it is valid: Numba keys its cache on the file's timestamp.
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
-import importlib.util
 import json
 import os
 import pathlib
 import sys
-import tempfile
-import time
+import threading
 import types
+import warnings
 from functools import lru_cache
+from typing import Callable
+
+from tensorlang import cache
 
 _HERE = pathlib.Path(__file__).resolve().parent
 _GENERATOR_FILES = ("codegen.py", "codegen_nest.py", "scalar_builtins.py", "numba_rt.py",
-                    "numba_cpu.py", "kernel_cache.py")
+                    "numba_cpu.py", "numba_cpu_source.py", "kernel_split.py", "kernel_cache.py")
 _INDEXSOLVE = ("indexsolve/__init__.py", "indexsolve/core.py", "indexsolve/fm.py",
                "indexsolve/loops.py", "indexsolve/snf.py")
+PYCACHE = "__pycache__"
+
+__all__ = ["backend_version", "kernel_key", "kernel_dir", "load_kernel_module", "seal",
+           "store_link", "load_link"]
 
 
 @lru_cache(maxsize=1)
@@ -50,11 +69,9 @@ def backend_version() -> str:
         path = passes / name
         if path.exists():
             h.update(name.encode() + b"\0" + path.read_bytes())
-    try:
-        import numba
-        h.update(numba.__version__.encode())
-    except ImportError:  # pragma: no cover - numba is a dependency
-        pass
+    import numba  # loading a kernel imports it anyway
+
+    h.update(numba.__version__.encode())
     h.update(sys.version.encode())
     return h.hexdigest()[:16]
 
@@ -66,102 +83,172 @@ def kernel_key(text: str, backend: str, variant: str = "") -> str:
     return h.hexdigest()[:32]
 
 
-def _writable(path: pathlib.Path) -> bool:
+def kernel_dir(backend: str) -> pathlib.Path:
+    return cache.namespace(f"kernels/{backend}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Numba's files of a kernel, and their recorded hashes
+
+
+def _meta_path(folder: pathlib.Path, key: str) -> pathlib.Path:
+    return folder / f"tl_{key}.meta.json"
+
+
+def _read_meta(folder: pathlib.Path, key: str) -> dict:
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".probe-{os.getpid()}"
-        probe.write_text("ok")
-        probe.unlink()
-        return True
-    except OSError:
-        return False
-
-
-def cache_root() -> pathlib.Path:
-    """The cache folder (created), per the rules in the module docstring."""
-    env = os.environ.get("TENSORLANG_CACHE_DIR")
-    first = pathlib.Path(env).expanduser() if env else pathlib.Path.home() / ".cache" / \
-        "tensorlang"
-    if _writable(first):
-        return first
-    uid = os.getuid() if hasattr(os, "getuid") else "user"
-    fallback = pathlib.Path(tempfile.gettempdir()) / f"tensorlang-cache-{uid}"
-    if _writable(fallback):
-        return fallback
-    return pathlib.Path(tempfile.mkdtemp(prefix="tensorlang-cache-"))
-
-
-def backend_dir(backend: str) -> pathlib.Path:
-    d = cache_root() / backend
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
-def _atomic_write(path: pathlib.Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".py")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _record(folder: pathlib.Path, key: str, info: dict) -> None:
-    """Add the kernel to `index.json` (best effort: the cache works without it)."""
-    index = folder / "index.json"
-    try:
-        data = json.loads(index.read_text()) if index.exists() else {}
+        data = json.loads(_meta_path(folder, key).read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
-        data = {}
-    if key in data:
-        return
-    data[key] = dict(info, created=time.strftime("%Y-%m-%dT%H:%M:%S"))
+        return {}
+
+
+def _write_meta(folder: pathlib.Path, key: str, meta: dict) -> None:
+    text = json.dumps(meta, indent=1, sort_keys=True)
+    cache.atomic_write(_meta_path(folder, key), text.encode("utf-8"))
+
+
+def _numba_files(folder: pathlib.Path, key: str) -> list[pathlib.Path]:
+    where = folder / PYCACHE
     try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.replace(tmp, index)
+        names = os.listdir(where)
     except OSError:
-        pass
+        return []
+    stem = f"tl_{key}."
+    return sorted(where / n for n in names if n.startswith(stem))
+
+
+def _hashes(files: list[pathlib.Path]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for f in files:
+        try:
+            out[f.name] = cache.sha256(f.read_bytes())
+        except OSError:
+            pass
+    return out
+
+
+def _verify_numba(folder: pathlib.Path, key: str, meta: dict) -> bool:
+    """Delete Numba's files of kernel `key` unless each matches its recorded hash; whether
+    any were deleted."""
+    files = _numba_files(folder, key)
+    if not files:
+        return False
+    recorded = meta.get("numba") or {}
+    now = _hashes(files)
+    if all(recorded.get(name) == digest for name, digest in now.items()):
+        return False
+    changed = sorted(n for n, d in now.items() if n in recorded and recorded[n] != d)
+    if changed:
+        warnings.warn(cache.CacheWarning(
+            f"damaged Numba cache file(s) {', '.join(changed)} of kernel {key} in {folder}: "
+            f"recompiling"), stacklevel=4)
+    for f in files:
+        try:
+            f.unlink()
+        except OSError:
+            pass
+    return True
+
+
+def seal(backend: str, key: str) -> None:
+    """Record the hashes of Numba's files of kernel `key` as they are now (call after Numba
+    compiled it in this process; also done for every loaded kernel at exit)."""
+    folder = kernel_dir(backend)
+    meta = _read_meta(folder, key)
+    hashes = _hashes(_numba_files(folder, key))
+    if meta.get("numba") != hashes and _meta_path(folder, key).exists():
+        meta["numba"] = hashes
+        _write_meta(folder, key, meta)
+
+
+# ---------------------------------------------------------------------------------------------
+# Links: program -> (module, constants)
+
+
+def store_link(backend: str, key: str, module_key: str, constants: tuple[float, ...]) -> None:
+    """Record that the program of `key` runs module `module_key` with `constants` (programs
+    differing only in their float constants share one module: numba_cpu_source.py)."""
+    cache.put_data(f"links/{backend}", f"p_{key}",
+                   {"module": module_key, "constants": [float(c) for c in constants]})
+
+
+def load_link(backend: str, key: str) -> tuple[str, tuple[float, ...]] | None:
+    """The module key and constants of the program of `key`; None when unknown or damaged."""
+    data = cache.get_data(f"links/{backend}", f"p_{key}")
+    if data is None:
+        return None
+    ok = (isinstance(data, dict) and isinstance(data.get("module"), str)
+          and len(data["module"]) == 32 and isinstance(data.get("constants"), list)
+          and all(isinstance(c, float) for c in data["constants"]))
+    if not ok:
+        warnings.warn(cache.CacheWarning(f"damaged cache entry p_{key} of {backend} "
+                                         f"(not a link): rebuilding it"), stacklevel=2)
+        cache.remove_entry(cache.namespace(f"links/{backend}"), f"p_{key}")
+        return None
+    return data["module"], tuple(data["constants"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
 
 
 _MODULES: dict[str, types.ModuleType] = {}
+_LOADED: list[tuple[str, str]] = []
+_LOCK = threading.Lock()
 
 
-def load_kernel_module(backend: str, key: str, source: str, info: dict | None = None
-                       ) -> tuple[types.ModuleType, pathlib.Path]:
-    """The module of kernel `key`: imported once per process, from the cache file (written
-    from `source` if it does not exist yet)."""
-    folder = backend_dir(backend)
-    path = folder / f"tl_{key}.py"
+def load_kernel_module(backend: str, key: str, source: str | Callable[[], str],
+                       info: dict | None = None) -> tuple[types.ModuleType, pathlib.Path]:
+    """The module of kernel `key`: imported once per process from the cache file after its
+    hash is checked (the file is written from `source`, a text or a function making it, when
+    missing or damaged).  The module's `__tl_source__` is its generated source."""
     modname = f"tensorlang_kernels.{backend}.tl_{key}"
-    mod = _MODULES.get(modname)
-    if mod is not None:
+    folder = kernel_dir(backend)
+    path = folder / f"tl_{key}.py"
+    with _LOCK:
+        mod = _MODULES.get(modname)
+        if mod is not None:
+            return mod, path
+        text = cache.read_module(path)
+        meta = _read_meta(folder, key)
+        if text is None:
+            text = source() if callable(source) else source
+            cache.remove_entry(folder, f"tl_{key}")   # stale Numba files of a damaged one
+            cache.put_module(path, text)
+            meta = dict(info or {}, backend=backend, numba={})
+            _write_meta(folder, key, meta)
+            cache.evict()
+        else:
+            if _verify_numba(folder, key, meta) or not meta:
+                _write_meta(folder, key, {**(info or {}), **meta, "backend": backend, "numba": {}})
+            else:
+                cache.touch(_meta_path(folder, key))
+        mod = _exec(modname, path, cache.module_text(text), text)
+        _MODULES[modname] = mod
+        _LOADED.append((backend, key))
         return mod, path
-    if not path.exists():
-        _atomic_write(path, source)
-        _record(folder, key, dict(info or {}))
-    try:
-        mod = _import(modname, path)
-    except Exception:
-        # A damaged file (say, written by a process that was killed): write it again.
-        _atomic_write(path, source)
-        mod = _import(modname, path)
-    _MODULES[modname] = mod
-    return mod, path
 
 
-def _import(modname: str, path: pathlib.Path) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location(modname, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
+def _exec(modname: str, path: pathlib.Path, checked: str, source: str) -> types.ModuleType:
+    """Run the checked text as module `modname` whose file is `path` (so that Numba's cache
+    locator and tracebacks find the file)."""
+    mod = types.ModuleType(modname)
+    mod.__file__ = str(path)
+    mod.__tl_source__ = source  # type: ignore[attr-defined]
     sys.modules[modname] = mod
     try:
-        spec.loader.exec_module(mod)
-    except Exception:
+        exec(compile(checked, str(path), "exec"), mod.__dict__)
+    except BaseException:
         sys.modules.pop(modname, None)
         raise
     return mod
+
+
+@atexit.register
+def _seal_loaded() -> None:
+    for backend, key in _LOADED:
+        try:
+            seal(backend, key)
+        except OSError:
+            pass

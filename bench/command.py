@@ -117,6 +117,11 @@ def run(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         backend = next((s.backend for s in systems if hasattr(s, "backend")), "interp")
         startup = runner.startup_all(tasks, backend, progress)
     data = runner.to_json(suite, startup, ns.names)
+    if ns.startup or ns.doc:
+        from . import startup as startup_cache   # warm/cold start-up ratios (issue 16)
+
+        data["startup_cache"] = startup_cache.run(progress=progress)
+        progress(startup_cache.describe(data["startup_cache"]))
     data["elapsed_s"] = time.perf_counter() - t0
     runner.write_json(data, out_json)
     print(table.render(data))

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from tensorlang import pipeline
+from tensorlang import cache, pipeline
 from tensorlang.check import typecheck
 from tensorlang.semantics import interp, memory
 from tensorlang.semantics.bounds import jvp_bound, type_size, vjp_bound
@@ -540,20 +540,29 @@ class Function:
         hit = self._compiled.get(backend)
         if hit is not None:
             return hit
-        core = self.core()
         if backend == "interp":
+            core = self.core()
             run = interp.interpret
             out = Compiled(self, backend, lambda args: run(core, args))
         else:
-            out = Compiled(self, backend, _backend_module(backend).compile_program(
-                pipeline.run_to(self.program(), pipeline.FINAL)))
+            out = Compiled(self, backend,
+                           _backend_module(backend).compile_program(self.final_program()))
         self._compiled[backend] = out
         return out
 
     def generated_source(self, backend: str = "numba") -> str:
         """The source a compiled backend generates for this function (`tl show --stage numba`)."""
-        return _backend_module(backend).generated_source(
-            pipeline.run_to(self.program(), pipeline.FINAL))
+        return _backend_module(backend).generated_source(self.final_program())
+
+    def final_program(self) -> Any:
+        """The program as it will run (the furthest stage of the pipeline), from the front
+        cache when this definition was compiled before (see `final_program`)."""
+        return final_program(self)
+
+    def cache_text(self) -> str:
+        """What the front cache keys this function on: its elaborated core Def, exactly
+        (callees are inlined into it, so their text is part of it)."""
+        return "def\n" + cache.structure_text(self._def)
 
     # -- inspection ------------------------------------------------------------------------
 
@@ -651,6 +660,31 @@ def _backend_module(backend: str) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
+# The front cache (SPEC 15, docs/caching.md)
+
+_FINAL_PROGRAMS: dict[str, Any] = {}
+
+
+def final_program(fn: Function) -> Any:
+    """`fn`'s program after the last pipeline stage (`pipeline.FINAL`).
+
+    Kept in this process and on disk (`tensorlang/cache.py`), keyed by the version of
+    tensorlang's code and `fn.cache_text()` (the elaborated Def, or the derivation and its
+    base): a warm process goes from `.tl` text to the program without running derivation or
+    the simplifier (nor importing egglog).  Only Tensor-SSA programs are stored (what the
+    compiled backends run)."""
+    key = cache.key_of("final program", fn.cache_text())
+    prog = _FINAL_PROGRAMS.get(key)
+    if prog is None:
+        prog = cache.get_program(key)
+        if prog is None:
+            prog = pipeline.run_to(fn.program(), pipeline.FINAL)
+            cache.put_program(key, prog)
+        _FINAL_PROGRAMS[key] = prog
+    return prog
+
+
+# ---------------------------------------------------------------------------------------------
 # Derived functions (SPEC 2.5)
 
 
@@ -710,6 +744,10 @@ class DerivedFunction(Function):
             base = self.base.param_locs()
             self._locs = {p.name: base[p.name] for p in self.params if p.name in base}
         return self._locs
+
+    def cache_text(self) -> str:
+        """The derivation and its base function's text: no derivative is computed for it."""
+        return f"{self.kind}({', '.join(self.wrt)}) as {self.name}\n{self.base.cache_text()}"
 
     def cost_bound(self, given: Mapping[str, Any] | None = None, /,
                    **args: Any) -> tuple[int, int | None, str]:

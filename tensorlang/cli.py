@@ -1,4 +1,4 @@
-"""The `tl` command (SPEC 9): run, check, show, cost, repl, prove, bench.
+"""The `tl` command (SPEC 9): run, check, show, cost, repl, prove, bench, cache.
 
 Exit codes: 0 ok, 1 program error (a `TLError`, printed with its location and caret, never a
 traceback), 2 usage error (argparse).  Set TL_DEBUG=1 to see the traceback of an internal
@@ -666,6 +666,23 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     return int(importlib.import_module("bench").main(list(ns.names)) or 0)
 
 
+def cmd_cache(ns: argparse.Namespace) -> int:
+    from tensorlang import cache
+
+    if ns.action == "clear":
+        freed = cache.clear()
+        print(f"cleared {cache.root()} ({freed / 2**20:.1f} MiB freed)")
+    else:
+        print(cache.info().describe())
+    return 0
+
+
+def _show_warning(message: Any, category: type, filename: str, lineno: int,
+                  file: Any = None, line: str | None = None) -> None:
+    """Warnings (a refused cache folder, a damaged entry) as one line, no source excerpt."""
+    print(f"tl: warning: {message}", file=sys.stderr if file is None else file)
+
+
 # ---------------------------------------------------------------------------------------------
 # Argument parsing and the entry point
 
@@ -735,12 +752,19 @@ def build_parser() -> argparse.ArgumentParser:
                            add_help=False, prefix_chars="\0")
     bench.add_argument("names", metavar="ARGS", nargs="*")
     bench.set_defaults(handler=cmd_bench)
+
+    cache_cmd = sub.add_parser("cache", help="the on-disk cache: where, how big, clear it")
+    cache_cmd.add_argument("action", choices=("info", "clear"), nargs="?", default="info")
+    cache_cmd.set_defaults(handler=cmd_cache)
     return top
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)  # usage errors exit with 2
     handler: Callable[[argparse.Namespace], int] = ns.handler
+    import warnings
+
+    warnings.showwarning = _show_warning
     try:
         return handler(ns)
     except TLError as err:

@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from typing import Callable, Sequence, TypeVar
 
 import numpy as np
-from scipy import special
 
 from tensorlang.ir import ast
 from tensorlang.syntax.errors import TLError
@@ -61,8 +60,15 @@ def _f(x: np.ndarray) -> np.ndarray:
 
 # --- numerically careful primitives -------------------------------------------------------
 
+def _expit(x: np.ndarray) -> np.ndarray:
+    # scipy.special takes ~0.5 s to import: only programs that use sigmoid pay for it
+    from scipy.special import expit
+
+    return expit(x)
+
+
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return special.expit(_f(x))
+    return _expit(_f(x))
 
 
 def _softplus(x: np.ndarray) -> np.ndarray:
@@ -71,7 +77,7 @@ def _softplus(x: np.ndarray) -> np.ndarray:
 
 def _dsigmoid(x: np.ndarray) -> np.ndarray:
     x = _f(x)
-    return special.expit(x) * special.expit(-x)   # s(1-s) without cancelling 1 - s
+    return _expit(x) * _expit(-x)   # s(1-s) without cancelling 1 - s
 
 
 def _dtanh(x: np.ndarray) -> np.ndarray:

@@ -154,9 +154,9 @@ def _lark() -> Lark:
     """The Lark parser, built once (the post-lexer is stateful: use under `_LOCK`)."""
     global _PARSER
     if _PARSER is None:
-        parser = Lark(_GRAMMAR.read_text(), parser="lalr", lexer="contextual",
-                      postlex=_INDENTER, start=["module", "expr_start", "type_start"],
-                      propagate_positions=True, maybe_placeholders=True)
+        parser = _cached_lark(_GRAMMAR.read_text(), dict(
+            parser="lalr", lexer="contextual", start=["module", "expr_start", "type_start"],
+            propagate_positions=True, maybe_placeholders=True))
         for t in parser.terminals:
             _TERMINALS.add(t.name)
             if t.pattern.type == "str":
@@ -167,6 +167,29 @@ def _lark() -> Lark:
             t.pattern.value.isalpha())
         _PARSER = parser
     return _PARSER
+
+
+def _cached_lark(grammar: str, options: dict) -> Lark:
+    """The LALR tables are built once per grammar and Lark version and kept in the private
+    cache (`tensorlang/cache.py`: plain data, hash checked), which saves most of the parser's
+    start-up time; the post-lexer is not part of what is stored."""
+    import hashlib
+    import lark
+    from lark.grammar import Rule
+    from lark.lexer import TerminalDef
+
+    from tensorlang import cache
+
+    key = hashlib.sha256(repr((lark.__version__, grammar, sorted(options.items())))
+                         .encode()).hexdigest()[:40]
+    data = cache.get_data("parsers", key)
+    if isinstance(data, dict):
+        return Lark.__new__(Lark)._load(data, postlex=_INDENTER)
+    parser = Lark(grammar, postlex=_INDENTER, **options)
+    tables, memo = parser.memo_serialize([TerminalDef, Rule])
+    tables["options"] = {k: v for k, v in tables["options"].items() if k != "postlex"}
+    cache.put_data("parsers", key, {"data": tables, "memo": memo})
+    return parser
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,503 @@
+"""Source generation of the Numba CPU backend: Tensor SSA -> the text of a kernel module
+(docs/backends.md).  Split from `numba_cpu.py` so that loading a cached kernel does not
+import the code generator and the index solver (start-up, docs/caching.md)."""
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from tensorlang.ir import ast, tssa
+from tensorlang.ir.ast import Affine
+from tensorlang.ir.tssa import Program
+from tensorlang.syntax import ssa_printer
+from tensorlang.syntax.errors import NotYetSupported
+
+from .codegen import (MASK, SIZE, VALUE, BlasPlan, ExprPrinter, Namer, ProgramPlan, StmtPlan,
+                      num, plan_program, safe_comment)
+from .codegen_nest import Assign, Facts, Guard, Lines, Loop, RelNames, Step, part_steps
+from . import kernel_cache, kernel_split
+from .numba_cpu import CHUNK_MIN, CHUNKS, CONSTS, COUNTS, INDENT, KERNEL, PARALLEL
+from .scalar_builtins import FUNCS
+
+__all__ = ["NumbaEmitter", "module_source", "abstract_source", "plan_program"]
+
+# Kernels whose body is longer than SPLIT_LINES lines are cut into parts of about PART_LINES
+# lines that Numba compiles one by one: its compile time grows faster than linearly with the
+# size of a function (docs/backends.md, "Compile time").
+SPLIT_LINES = 400
+PART_LINES = 150
+# Numba's parallel lowering costs about 0.3-0.5 s of compile time per `prange` loop (measured:
+# a part with 18 loops, 8.0 s parallel, 2.3 s serial).  A kernel with more loops than this
+# compiles serially (`prange` runs as `range`; the chunked reductions give the same sums).
+MAX_PARALLEL_LOOPS = 48
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def __call__(self, depth: int, text: str) -> None:
+        self.lines.append(INDENT * depth + text)
+
+    def block(self, depth: int, lines: Sequence[str]) -> None:
+        for ln in lines:
+            self.lines.append(INDENT * depth + ln)
+
+
+@dataclass
+class _Ctx:
+    """Per-statement emission state."""
+
+    tag: str
+    acc: str              # the accumulator the innermost body adds to
+    closers: list[tuple[int, list[str]]]
+    cnt: str = ""         # the iteration counter the innermost body increments ("": none)
+
+
+class NumbaEmitter:
+    def __init__(self, plan: ProgramPlan, instrument: bool, jit: bool = True,
+                 constants: bool = False) -> None:
+        self.plan = plan
+        self.p = plan.program
+        self.instrument = instrument
+        self.jit = jit
+        # constants=True: float literals of the kernel become the argument `tl_c` (see
+        # `abstract_constants`); `self.constants` lists their values, in slot order.
+        self.constants_as_args = constants
+        self.constants: list[float] = []
+        self.nm = Namer()
+        self.counter = [0]
+        self.rels = RelNames(lambda r: self.nm.get(MASK, r), self._pattern_names)
+        self.ex = ExprPrinter(plan, self.nm, self.rels, self.counter, INDENT)
+        self.w = _Writer()
+        self.counted = {s.var: k for k, s in enumerate(plan.counted())}
+
+    # -- names -------------------------------------------------------------------------------
+
+    def _pattern_names(self, pattern: tuple[str, tuple[int, ...], int]) -> tuple[str, str]:
+        k = self.plan.patterns.index(pattern)
+        rel = pattern[0]
+        return self.nm.get(f"rc{k}", rel), self.nm.get(f"rp{k}", rel)
+
+    def index(self, n: str) -> str:
+        return self.nm.get(SIZE, n) if n in self.plan.sizes else self.nm.index(n)
+
+    def var(self, v: str) -> str:
+        return self.nm.get(VALUE, v)
+
+    def aff(self, a: Affine) -> str:
+        return self.ex.idx(a)
+
+    def dim(self, a: Affine) -> str:
+        if a.is_const():
+            return str(max(0, a.const))
+        return f"max(0, {self.aff(a)})"
+
+    def shape(self, dims: Sequence[Affine]) -> str:
+        parts = [self.dim(d) for d in dims]
+        return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+
+    # -- arguments ---------------------------------------------------------------------------
+
+    def arguments(self) -> list[tuple[str, str, Any]]:
+        """(kind, code name, key) of each kernel argument, in order."""
+        args: list[tuple[str, str, Any]] = []
+        for name in self.plan.sizes:
+            args.append(("size", self.nm.get(SIZE, name), name))
+        for s in self.plan.stmts:
+            if s.mode == "input":
+                args.append(("input", self.var(s.var), s.var))
+        for q in self.p.params:
+            if isinstance(q.type, ast.TRel):
+                args.append(("mask", self.nm.get(MASK, q.name), q.name))
+        for pat in self.plan.patterns:
+            coords, ptr = self._pattern_names(pat)
+            args.append(("coords", coords, pat))
+            if pat[2]:
+                args.append(("ptr", ptr, pat))
+        if self.instrument:
+            args.append(("counts", COUNTS, None))
+        if self.constants_as_args:
+            args.append(("consts", CONSTS, None))
+        return args
+
+    # -- program -----------------------------------------------------------------------------
+
+    def source(self) -> str:
+        w = self.w
+        args = self.arguments()
+        used = sorted({s.rhs.fn for s in self.plan.stmts if isinstance(s.rhs, tssa.MapRhs)
+                       and s.mode in ("loops", "fused")})
+        blas = any(s.mode == "blas" for s in self.plan.stmts)
+        w(0, f"# Generated by tensorlang's Numba CPU backend "
+             f"(version {kernel_cache.backend_version()}). Do not edit.")
+        w(0, "# Tensor-SSA program:")
+        for line in ssa_printer.to_text(self.p).splitlines():
+            w(0, "#   " + safe_comment(line))
+        w(0, "import math")
+        w(0, "")
+        w(0, "import numpy as np")
+        missing = [fn for fn in used if fn not in FUNCS]
+        if missing:
+            raise NotYetSupported(f"the Numba backend has no scalar implementation of "
+                                  f"{', '.join(missing)} (backends/scalar_builtins.py)")
+        helpers = [f"tl_{fn}" for fn in used] + (["tl_matmul"] if blas else [])
+        if self.jit:
+            w(0, "from numba import njit, prange")
+            if helpers:
+                w(0, "from tensorlang.backends.numba_rt import " + ", ".join(helpers))
+        else:  # plain Python with the interpreter's builtins (debugging, fast tests)
+            w(0, "from tensorlang.backends.numba_rt import python_njit as njit, "
+                 "python_prange as prange")
+            if helpers:
+                w(0, "from tensorlang.backends.numba_rt import " +
+                  ", ".join(f"python_{h[3:]} as {h}" for h in helpers))
+        w(0, "")
+        # What the caller passes and what the counters mean (a cached module is used as
+        # written, even if a later generator would order things differently).
+        w(0, "TL_ARGS = " + repr(tuple((kind, key) for kind, _, key in args)))
+        w(0, "TL_COUNTED = " + repr(tuple(s.var for s in self.plan.counted())))
+        w(0, f"TL_PARALLEL = {PARALLEL}  # prange loops only")
+        w(0, "")
+        w(0, "")
+        deco = len(w.lines)
+        w(0, "")   # the decorator, once we know whether there is a parallel loop
+        w(0, f"def {KERNEL}({', '.join(a[1] for a in args)}):")
+        body_start = len(w.lines)
+        for s in self.plan.stmts:
+            if s.mode in ("loops", "blas"):
+                w(1, "# " + safe_comment(ssa_printer.fmt_stmt(tssa.Stmt(s.var, s.rhs))))
+                if s.mode == "blas":
+                    assert s.blas is not None
+                    self.emit_blas(s, s.blas)
+                else:
+                    self.emit_loops(s)
+        outs = [self.var(v) for v in self.p.output_vars()]
+        w(1, f"return ({', '.join(outs)},)")
+        if self.constants_as_args:
+            self.abstract_constants(body_start)
+        loops = sum(ln.count("prange(") for ln in w.lines[body_start:])
+        self.allow_parallel = loops <= MAX_PARALLEL_LOOPS
+        if len(w.lines) - body_start > SPLIT_LINES:
+            moved = self.split(deco, body_start, [a[1] for a in args])
+            deco, body_start = deco + moved, body_start + moved
+        if self.constants_as_args:
+            w.lines[:] = _hoist_constants(w.lines)
+            body_start = w.lines.index(f"def {KERNEL}({', '.join(a[1] for a in args)}):") + 1
+            deco = body_start - 2
+        # parallel=True without a prange only costs compile time (and a Numba warning)
+        parallel = self.allow_parallel and any("prange(" in ln for ln in w.lines[body_start:])
+        w.lines[deco] = (f'@njit(parallel={"TL_PARALLEL" if parallel else "False"}, '
+                         f'cache=True, error_model="numpy")')
+        legend = self.nm.legend()
+        if legend:
+            note = ["    # renamed: " + ", ".join(f"{g} = {safe_comment(o)!r}"
+                                                  for g, o in legend)]
+            w.lines[body_start:body_start] = note
+        return "\n".join(w.lines) + "\n"
+
+    def abstract_constants(self, body_start: int) -> None:
+        """Replace each float literal of the kernel body (but 0.0, 1.0 and -1.0, which
+        mostly mean "absent", "unit" and "negate") by `tl_c[k]`, an element of the argument
+        `tl_c` (`_hoist_constants` later reads each into a local at the top of the function
+        that uses it), and floats in comments by `c`: programs that differ only in their
+        constants then share one module, one Numba compilation and one cache entry."""
+        w = self.w
+        body = w.lines[body_start:]
+        edits: dict[int, list[tuple[int, int, str]]] = {}
+        reader = io.StringIO("\n".join(body) + "\n").readline
+        tokens = [t for t in tokenize.generate_tokens(reader)
+                  if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
+                                    tokenize.DEDENT)]
+        for k, tok in enumerate(tokens):
+            row = tok.start[0] - 1
+            if tok.type == tokenize.NUMBER and _is_float_literal(tok.string):
+                value, start = float(tok.string), tok.start[1]
+                # a unary minus belongs to the constant (`-0.5 * x` and `0.5 * x` share code)
+                if k and tokens[k - 1].string == "-" and tokens[k - 1].end == tok.start and \
+                        (k < 2 or tokens[k - 2].type == tokenize.COMMENT or
+                         tokens[k - 2].string in _BEFORE_UNARY):
+                    value, start = -value, tokens[k - 1].start[1]
+                if value in (0.0, 1.0, -1.0):
+                    continue
+                name = f"{CONSTS}[{len(self.constants)}]"
+                self.constants.append(value)
+                edits.setdefault(row, []).append((start, tok.end[1], name))
+            elif tok.type == tokenize.COMMENT:
+                edits.setdefault(row, []).append(
+                    (tok.start[1], tok.end[1], _FLOAT.sub("c", tok.string)))
+        for row, changes in edits.items():
+            line = body[row]
+            for a, b, text in sorted(changes, reverse=True):
+                line = line[:a] + text + line[b:]
+            body[row] = line
+        w.lines[body_start:] = body
+        for k in range(body_start):
+            if w.lines[k].lstrip().startswith("#"):
+                w.lines[k] = _FLOAT.sub("c", w.lines[k])
+
+    def split(self, deco: int, body_start: int, args: list[str]) -> int:
+        """Move the body into `tl_part<k>` functions of about PART_LINES lines each, which
+        Numba compiles separately (backends/kernel_split.py); the number of lines inserted
+        before the kernel's decorator."""
+        w = self.w
+        cut = kernel_split.split_body(w.lines[body_start:], args, PART_LINES)
+        if cut is None:
+            return 0
+        parts, body = cut
+        out: list[str] = []
+        for k, part in enumerate(parts):
+            parallel = self.allow_parallel and any("prange(" in ln for ln in part.lines)
+            out += [f'@njit(parallel={"TL_PARALLEL" if parallel else "False"}, cache=True, '
+                    f'error_model="numpy")',
+                    f"def tl_part{k}({', '.join(part.params)}):", *part.lines, "", ""]
+        w.lines[body_start:] = body
+        w.lines[deco:deco] = out
+        return len(out)
+
+    # -- BLAS --------------------------------------------------------------------------------
+
+    def emit_blas(self, s: StmtPlan, b: BlasPlan) -> None:
+        w, rhs, name = self.w, s.rhs, self.var(s.var)
+        k = self._tag(s)
+        ranges = rhs.ranges()
+
+        def prod(names: Sequence[str]) -> str:
+            return " * ".join(self.dim(ranges[n]) for n in names) or "1"
+
+        m, n, kk = f"_m{k}", f"_n{k}", f"_k{k}"
+        assert not s.scalar  # (the BLAS rule needs a generator index)
+        w(1, f"{name} = np.zeros({self.shape(rhs.dims)})")
+        w(1, f"{m} = {prod(b.i_left)}")
+        w(1, f"{kk} = {prod(rhs.sum_names())}")
+        w(1, f"{n} = {prod(b.i_right)}")
+        w(1, f"if {m} > 0 and {n} > 0 and {kk} > 0:")
+        left = self._blas_operand(b.left.var, b.left_perm, f"({m}, {kk})")
+        right = self._blas_operand(b.right.var, b.right_perm, f"({kk}, {n})")
+        prod_expr = f"tl_matmul({left}, {right})"
+        if rhs.coeff != 1.0:
+            prod_expr = f"{num(rhs.coeff)} * {prod_expr}"
+        w(2, f"_p{k} = {prod_expr}")
+        dims = [ranges[g] for g in b.i_left + b.i_right]
+        res = f"_p{k}.reshape({self.shape(dims)})"
+        if b.out_perm != tuple(range(len(b.out_perm))):
+            res = f"np.ascontiguousarray({res}.transpose({_tuple(b.out_perm)}))"
+        w(2, f"{name} = {res}")
+        if self.instrument:
+            w(1, f"{COUNTS}[{self.counted[s.var]}] += {m} * {n} * {kk}")
+
+    def _blas_operand(self, var: str, perm: tuple[int, ...], shape: str) -> str:
+        arr = self.var(var)
+        if perm != tuple(range(len(perm))):
+            arr = f"np.ascontiguousarray({arr}.transpose({_tuple(perm)}))"
+        return f"{arr}.reshape({shape})"
+
+    # -- loops -------------------------------------------------------------------------------
+
+    def _tag(self, s: StmtPlan) -> str:
+        return str(self.plan.stmts.index(s))
+
+    def emit_loops(self, s: StmtPlan) -> None:
+        w, rhs, name = self.w, s.rhs, self.var(s.var)
+        tag = self._tag(s)
+        cnt = f"_cnt{tag}"
+        assert s.outer is not None and s.facts is not None
+        outers = [(part, part_steps(part, self.index, self.rels, self.counter, INDENT,
+                                    tag + ("o" if len(s.outer) == 1 else f"o{a}"),
+                                    s.body_facts(part)))
+                  for a, part in enumerate(s.outer)]
+        direct = s.scalar and s.inner is None and len(outers) == 1 and not outers[0][1]
+        if not direct:  # (a scalar computed unconditionally is assigned once, below)
+            w(1, f"{name} = " + ("0.0" if s.scalar else
+                                 f"np.zeros({self.shape(rhs.dims)})"))
+        if self.instrument:
+            w(1, f"{cnt} = 0")
+        store = name if s.scalar else \
+            f"{name}[{', '.join(self.index(g) for g in rhs.gen_names())}]"
+        for a, (opart, osteps) in enumerate(outers):
+            otag = tag if len(outers) == 1 else f"{tag}_{a}"
+            ctx = _Ctx(otag, f"_acc{tag}", [], cnt if self.instrument else "")
+            if s.inner is None:  # pointwise: one value per point
+                depth = self.steps(osteps, 1, "prange", ctx)
+                self.body(depth, store, "=", rhs, s.body_facts(opart), ctx.cnt, sums=False)
+            else:
+                mode = "prange" if opart.has_loop() else "seq"
+                depth = self.steps(osteps, 1, mode, ctx)
+                w(depth, f"{ctx.acc} = 0.0")
+                for b, ipart in enumerate(s.inner):
+                    itag = otag if len(s.inner) == 1 else f"{otag}_{b}"
+                    isteps = part_steps(ipart, self.index, self.rels, self.counter, INDENT,
+                                        itag + "i", s.body_facts(opart, ipart))
+                    ictx = _Ctx(itag, ctx.acc, [], ctx.cnt)
+                    idepth = self.steps(isteps, depth, "seq" if mode == "prange" else "chunk",
+                                        ictx)
+                    self.body(idepth, ictx.acc, "+=", rhs, s.body_facts(opart, ipart),
+                              ictx.cnt, sums=True)
+                    self.close(ictx)
+                w(depth, f"{store} = {ctx.acc}")
+            self.close(ctx)
+        if self.instrument:
+            w(1, f"{COUNTS}[{self.counted[s.var]}] += {cnt}")
+
+    def body(self, depth: int, target: str, op: str, rhs: tssa.Rhs, facts: Facts, cnt: str,
+             sums: bool) -> None:
+        """The innermost statement: `target = value` or `target += term`."""
+        self.ex.reset()
+        pre: list[str] = []
+        if sums:
+            value = self.ex.product(rhs.coeff, rhs.operands, facts, pre, facts)
+        else:
+            value = self.ex.pointwise(rhs, {}, facts, pre, facts)
+        self.w.block(depth, pre)
+        self.w(depth, f"{target} {op} {value}")
+        if cnt:
+            self.w(depth, f"{cnt} += 1")
+
+    def close(self, ctx: _Ctx) -> None:
+        while ctx.closers:
+            depth, lines = ctx.closers.pop()
+            self.w.block(depth, lines)
+
+    def steps(self, steps: list[Step], depth: int, mode: str, ctx: _Ctx) -> int:
+        """Print `steps` from `depth`; the first loop is `prange` (mode "prange"), a chunked
+        parallel reduction into `ctx.acc` (mode "chunk") or a plain loop ("seq")."""
+        w = self.w
+        first = True
+        for st in steps:
+            if isinstance(st, Guard):
+                w.block(depth, st.pre)
+                w(depth, f"if {st.code}:")
+                depth += 1
+            elif isinstance(st, Lines):
+                w.block(depth, st.lines)
+            elif isinstance(st, Assign):
+                if st.div == 1:
+                    w(depth, f"{st.var} = {st.expr}")
+                else:
+                    w(depth, f"if ({st.expr}) % {st.div} == 0:")
+                    depth += 1
+                    w(depth, f"{st.var} = ({st.expr}) // {st.div}")
+            else:
+                assert isinstance(st, Loop)
+                if first and mode == "chunk":
+                    depth = self._chunk_loop(st, depth, ctx)
+                elif first and mode == "prange":
+                    depth = self._parallel_loop(st, depth, ctx)
+                else:
+                    w(depth, f"for {st.var} in range({st.lo}, {st.stop}):")
+                    depth += 1
+                w.block(depth, st.head)
+                first = False
+        return depth
+
+    def _parallel_loop(self, st: Loop, depth: int, ctx: _Ctx) -> int:
+        """`for v in prange(lo, stop)`.  Instrumented, each iteration counts into its own
+        slot of an array summed after the loop (a reduction variable updated inside guards
+        and nested loops is not reliably recognised by Numba's parfor pass)."""
+        w, t = self.w, ctx.tag
+        if not ctx.cnt:
+            w(depth, f"for {st.var} in prange({st.lo}, {st.stop}):")
+            return depth + 1
+        lo, slots, it = f"_plo{t}", f"_pcnt{t}", f"_it{t}"
+        w(depth, f"{lo} = {st.lo}")
+        w(depth, f"{slots} = np.zeros(max(0, {st.stop} - {lo}), np.int64)")
+        w(depth, f"for {st.var} in prange({lo}, {st.stop}):")
+        w(depth + 1, f"{it} = 0")
+        ctx.closers.append((depth, [f"{ctx.cnt} += {slots}.sum()"]))
+        ctx.closers.append((depth + 1, [f"{slots}[{st.var} - {lo}] = {it}"]))
+        ctx.cnt = it
+        return depth + 1
+
+    def _chunk_loop(self, st: Loop, depth: int, ctx: _Ctx) -> int:
+        """`for v in range(lo, stop)` as at most CHUNKS parallel partial sums added in chunk
+        order: the result does not depend on the number of threads."""
+        w, t = self.w, ctx.tag
+        lo, n, nc, part, c, a = (f"_lo{t}", f"_len{t}", f"_nc{t}", f"_part{t}", f"_c{t}",
+                                 f"_a{t}")
+        slots, it = f"_ccnt{t}", f"_it{t}"
+        if st.lo.lstrip("-").isdigit():
+            lo = st.lo
+        else:
+            w(depth, f"{lo} = {st.lo}")
+        w(depth, f"{n} = max(0, {st.stop}{'' if lo == '0' else f' - {lo}'})")
+        w(depth, f"{nc} = max(1, min({CHUNKS}, {n} // {CHUNK_MIN}))")
+        w(depth, f"{part} = np.zeros({nc})")
+        if ctx.cnt:
+            w(depth, f"{slots} = np.zeros({nc}, np.int64)")
+        w(depth, f"for {c} in prange({nc}):")
+        w(depth + 1, f"{a} = 0.0")
+        if ctx.cnt:
+            w(depth + 1, f"{it} = 0")
+        off = "" if lo == "0" else f"{lo} + "
+        w(depth + 1, f"for {st.var} in range({off}({c} * {n}) // {nc}, "
+                     f"{off}(({c} + 1) * {n}) // {nc}):")
+        after = [f"for _d{t} in range({nc}):", f"{INDENT}{ctx.acc} += {part}[_d{t}]"]
+        inside = [f"{part}[{c}] = {a}"]
+        if ctx.cnt:
+            after.append(f"{ctx.cnt} += {slots}.sum()")
+            inside.append(f"{slots}[{c}] = {it}")
+            ctx.cnt = it
+        ctx.closers.append((depth, after))
+        ctx.closers.append((depth + 1, inside))
+        ctx.acc = a
+        return depth + 2
+
+
+def _tuple(t: Sequence[int]) -> str:
+    return "(" + ", ".join(map(str, t)) + ("," if len(t) == 1 else "") + ")"
+
+
+def module_source(p: Program, instrument: bool = False, jit: bool = True) -> str:
+    """The kernel module's text (see `numba_cpu.generated_source`)."""
+    return NumbaEmitter(plan_program(p), instrument, jit).source()
+
+
+def abstract_source(p: Program, instrument: bool = False, jit: bool = True
+                    ) -> tuple[str, tuple[float, ...]]:
+    """The kernel module with its float constants as the argument `tl_c`, and their values:
+    what `compile_program` caches and compiles."""
+    emitter = NumbaEmitter(plan_program(p), instrument, jit, constants=True)
+    text = emitter.source()
+    return text, tuple(emitter.constants)
+
+
+_CONST_READ = re.compile(rf"\b{CONSTS}\[(\d+)\]")
+
+
+def _hoist_constants(lines: list[str]) -> list[str]:
+    """In each function of the module, read the constants it uses (`tl_c[k]`) into locals
+    `tl_c<k>` once, at its top, so no loop reloads them."""
+    out: list[str] = []
+    k = 0
+    while k < len(lines):
+        line = lines[k]
+        out.append(line)
+        k += 1
+        if not line.startswith("def "):
+            continue
+        end = k
+        while end < len(lines) and (not lines[end] or lines[end][0] in " #"):
+            end += 1
+        body = lines[k:end]
+        used = sorted({int(m) for ln in body for m in _CONST_READ.findall(ln)})
+        out += [f"{INDENT}{CONSTS}{c} = {CONSTS}[{c}]" for c in used]
+        out += [_CONST_READ.sub(rf"{CONSTS}\1", ln) for ln in body]
+        k = end
+    return out
+
+
+# Tokens after which a `-` is unary.
+_BEFORE_UNARY = frozenset("( [ , = + - * / % ** // < > <= >= == != : return if else and or "
+                          "not in".split())
+# A float literal in a comment (the SSA listing): digits with a point or an exponent, with
+# its unary minus.
+_FLOAT = re.compile(r"(?<![\w.])-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?"
+                    r"|\d+[eE][+-]?\d+)(?![\w.])")
+
+
+def _is_float_literal(token: str) -> bool:
+    low = token.lower()
+    return not low.startswith("0x") and not low.endswith("j") and ("." in low or "e" in low)

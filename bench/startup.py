@@ -1,0 +1,235 @@
+"""The start-up section of the benchmark suite (issue 16, SPEC 15, docs/caching.md).
+
+Measured in one run, in fresh processes, interleaved (round r times every warm command once
+before round r + 1 starts, so load on a shared machine hits all of them alike):
+
+  numpy          `python -c "import numpy"`: the unit of the ratios
+  tl_run         warm `tl run examples/qform.tl qform_hess --random N=3` (derived Hessian)
+  api_first      warm `import tensorlang; tl.load(...); first call` of the same function
+  numba_floor    a process that imports Numba and calls one cached `@njit` function: the
+                 part of a warm call that is Numba's own start-up, for reference
+  redefine       in one process, after a first call: parse the same text again and call
+                 (what the REPL does when a def is entered again unchanged)
+
+then, each in a process with `TENSORLANG_CACHE_DIR` pointed at a fresh empty folder:
+
+  cold           the first call of every derived function of every example (compilation
+                 included), and the Hessian of a 50-term expression.
+
+Warm numbers are medians over the rounds; ratios are to the `numpy` median.  `run()` returns
+the record `tl bench --startup` stores under `"startup_cache"` in results.json.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable
+
+from .tasks import EXAMPLES, ROOT
+
+HESSIAN_FILE = EXAMPLES / "qform.tl"
+HESSIAN_FUNC = "qform_hess"
+SIZES_FOR_COLD = 4           # every size parameter of the cold calls
+LIMITS = {"warm_tl_run": 3.0, "warm_api_first_call": 2.0, "cold_first_call_s": 30.0,
+          "terms50_hessian_s": 60.0}
+
+_API_FIRST = """
+import sys
+import numpy as np
+import tensorlang as tl
+m = tl.load(sys.argv[1])
+m.{func}(x=np.arange(3.0), A=np.eye(3))
+"""
+
+_REDEFINE = """
+import sys, time, json
+import numpy as np
+import tensorlang as tl
+text = open(sys.argv[1]).read()
+tl.parse(text).{func}(x=np.arange(3.0), A=np.eye(3))
+t0 = time.perf_counter()
+tl.parse(text).{func}(x=np.arange(3.0), A=np.eye(3))
+print(json.dumps(time.perf_counter() - t0))
+"""
+
+_COLD = """
+import sys, time, json
+import numpy as np
+t0 = time.perf_counter()
+import tensorlang as tl
+from tensorlang import cli
+m = tl.load(sys.argv[1])
+fn = m[sys.argv[2]]
+args = cli.build_args(fn, {{}}, {{p.name: {n} for p in fn.params
+                              if tl.api.format_type(p.type) == "size"}}, 0)
+t1 = time.perf_counter()
+fn(**args)
+t2 = time.perf_counter()
+print(json.dumps({{"import_and_load": t1 - t0, "first_call": t2 - t1}}))
+"""
+
+
+_NUMBA_FLOOR = """
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def total(a):
+    return a.sum()
+
+
+def run():
+    total(np.ones(3))
+"""
+
+
+def terms50_source(terms: int = 50) -> str:
+    """A real function of `x: R[N]` whose body is a sum of `terms` different terms (builtins
+    of `x[i]` and of `x[i] * x[j]`), and its materialised Hessian."""
+    fns = ("sin", "cos", "tanh", "sigmoid", "softplus", "exp")
+    parts = []
+    for k in range(terms):
+        fn, a = fns[k % len(fns)], round(0.1 + 0.01 * k, 4)
+        arg = f"{a} * x[i] * x[j]" if k % 2 else f"{a} * x[i]"
+        parts.append(f"{round(0.5 + 0.02 * k, 4)} * {fn}({arg})")
+    return (f"def terms{terms}(N: size, x: R[N]) -> R:\n"
+            f"    return sum i:N. sum j:N. {' + '.join(parts)}\n\n"
+            f"def terms{terms}_hess = hessian(terms{terms}, x)\n")
+
+
+def _env(cache_dir: str) -> dict[str, str]:
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    return dict(os.environ, TENSORLANG_CACHE_DIR=cache_dir, PYTHONPATH=path)
+
+
+def _wall(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
+                          cwd=str(ROOT))
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        raise RuntimeError(f"{' '.join(cmd[:4])}...: {tail[:300]}")
+    return wall, proc.stdout
+
+
+def derived_functions() -> list[tuple[str, str]]:
+    """(example file, derived function) for every derived def of every example."""
+    import re
+
+    out = []
+    for path in sorted(EXAMPLES.glob("*.tl")):
+        for m in re.finditer(r"^def\s+(\w+)\s*=\s*(grad|jvp|vjp|hvp|hessian|jacobian)\(",
+                             path.read_text(encoding="utf-8"), re.M):
+            out.append((path.name, m.group(1)))
+    return out
+
+
+def run(rounds: int = 5, progress: Callable[[str], None] = lambda s: None,
+        cold: bool = True, timeout: float = 900.0) -> dict[str, Any]:
+    """The start-up record (see the module docstring)."""
+    py = sys.executable
+    tl_cmd = [py, "-m", "tensorlang.cli", "run", str(HESSIAN_FILE), HESSIAN_FUNC,
+              "--random", "N=3"]
+    warm: dict[str, list[str]] = {
+        "numpy": [py, "-c", "import numpy"],
+        "tl_run": tl_cmd,
+        "api_first": [py, "-c", _API_FIRST.format(func=HESSIAN_FUNC), str(HESSIAN_FILE)],
+    }
+    out: dict[str, Any] = {"rounds": rounds, "limits": LIMITS, "load_average": _loadavg()}
+    with tempfile.TemporaryDirectory(prefix="tl-bench-startup-") as tmp:
+        env = _env(os.path.join(tmp, "warm"))
+        with open(os.path.join(tmp, "numba_floor.py"), "w", encoding="utf-8") as fh:
+            fh.write(_NUMBA_FLOOR)
+        # Numba's own fixed cost: import, CPU target set-up, load of one cached function
+        warm["numba_floor"] = [py, "-c", f"import sys; sys.path.insert(0, {tmp!r}); "
+                               "import numba_floor; numba_floor.run()"]
+        _wall(warm["numba_floor"], env, timeout)       # fill Numba's cache (not measured)
+        _wall(tl_cmd, env, timeout)                      # fill the cache (not measured)
+        times: dict[str, list[float]] = {k: [] for k in [*warm, "redefine"]}
+        for r in range(rounds):
+            for name, cmd in warm.items():
+                times[name].append(_wall(cmd, env, timeout)[0])
+            _, text = _wall([py, "-c", _REDEFINE.format(func=HESSIAN_FUNC),
+                             str(HESSIAN_FILE)], env, timeout)
+            times["redefine"].append(float(json.loads(text.strip().splitlines()[-1])))
+            progress(f"start-up round {r + 1}/{rounds}: " +
+                     ", ".join(f"{k} {v[-1]:.3f} s" for k, v in times.items()))
+        med = {k: statistics.median(v) for k, v in times.items()}
+        out["warm_s"] = med
+        out["warm_samples_s"] = times
+        out["ratios"] = {"warm_tl_run": med["tl_run"] / med["numpy"],
+                         "warm_api_first_call": med["api_first"] / med["numpy"],
+                         "numba_floor": med["numba_floor"] / med["numpy"]}
+        if cold:
+            out["cold"] = _cold(tmp, timeout, progress)
+    out["load_average_after"] = _loadavg()
+    return out
+
+
+def _cold(tmp: str, timeout: float, progress: Callable[[str], None]) -> list[dict[str, Any]]:
+    jobs = [(str(EXAMPLES / f), fn) for f, fn in derived_functions()]
+    t50 = os.path.join(tmp, "terms50.tl")
+    with open(t50, "w", encoding="utf-8") as fh:
+        fh.write(terms50_source())
+    jobs.append((t50, "terms50_hess"))
+    records = []
+    for k, (path, fn) in enumerate(jobs):
+        env = _env(os.path.join(tmp, f"cold{k}"))
+        cmd = [sys.executable, "-c", _COLD.format(n=SIZES_FOR_COLD), path, fn]
+        rec: dict[str, Any] = {"file": os.path.basename(path), "function": fn}
+        try:
+            wall, text = _wall(cmd, env, timeout)
+            rec.update(json.loads(text.strip().splitlines()[-1]), process_wall=wall,
+                       status="ok")
+            progress(f"cold first call {rec['file']} {fn}: {rec['first_call']:.1f} s "
+                     f"({wall:.1f} s process)")
+        except (RuntimeError, subprocess.TimeoutExpired) as err:
+            rec.update(status="error", message=str(err)[:300])
+            progress(f"cold first call {rec['file']} {fn}: {rec['message']}")
+        records.append(rec)
+    return records
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def describe(rec: dict[str, Any]) -> str:
+    """The record as a few lines of text (for the progress output and docs)."""
+    lines = [f"start-up (medians of {rec['rounds']} interleaved rounds; load average "
+             f"{rec.get('load_average')}):"]
+    w, r = rec["warm_s"], rec["ratios"]
+    lines.append(f"  python -c 'import numpy'        {w['numpy']:.3f} s")
+    lines.append(f"  warm tl run (derived Hessian)   {w['tl_run']:.3f} s  = "
+                 f"{r['warm_tl_run']:.2f} x numpy (limit {LIMITS['warm_tl_run']})")
+    lines.append(f"  warm import+load+first call     {w['api_first']:.3f} s  = "
+                 f"{r['warm_api_first_call']:.2f} x numpy (limit "
+                 f"{LIMITS['warm_api_first_call']})")
+    lines.append(f"  Numba floor (one cached njit)   {w['numba_floor']:.3f} s  = "
+                 f"{r['numba_floor']:.2f} x numpy")
+    lines.append(f"  REPL redefinition (unchanged)   {w['redefine']:.4f} s")
+    for c in rec.get("cold", []):
+        if c["status"] == "ok":
+            lines.append(f"  cold first call {c['file']:>16} {c['function']:<16} "
+                         f"{c['first_call']:7.1f} s")
+        else:
+            lines.append(f"  cold first call {c['file']:>16} {c['function']:<16} "
+                         f"error: {c['message']}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    rec = run(progress=lambda s: print(s, file=sys.stderr, flush=True),
+              cold="--no-cold" not in sys.argv)
+    print(describe(rec))
+    print(json.dumps(rec, indent=1))
