@@ -624,8 +624,15 @@ class Compiled:
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         bound = self.function.bind(*args, **kwargs)
-        memory.check(self.function.core(), bound, self.function.name)  # before any allocation
+        memory.check(self._estimated(), bound, self.function.name)  # before any allocation
         return to_python(self._run(bound))
+
+    def _estimated(self) -> Def:
+        """The program the memory estimate reads: what this backend runs (for a compiled
+        backend the final program from the front cache, so a warm call derives nothing)."""
+        if self.backend == "interp":
+            return self.function.core()
+        return pipeline.as_core(final_program(self.function))
 
     def __repr__(self) -> str:
         return f"<{self.function.name} compiled for {self.backend}>"

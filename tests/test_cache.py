@@ -301,7 +301,7 @@ def test_warm_process_neither_derives_nor_imports_egglog(cache_dir):
         return json.loads(r.stdout.strip().splitlines()[-1])
 
     cold = run()
-    assert cold["stages"] and cold["derive"]         # the first process does the work
+    assert "derive" in cold["stages"]                # the first process derives ...
     warm = run()
     assert warm == {"egglog": False, "derive": [], "simplify": False, "stages": [],
                     "value": cold["value"]}
