@@ -555,7 +555,7 @@ class Function:
         return _backend_module(backend).generated_source(self.final_program())
 
     def final_program(self) -> Any:
-        """The program as it will run (the furthest stage of the pipeline), from the front
+        """The program as it will run (after `pipeline.FINAL`), from the front
         cache when this definition was compiled before (see `final_program`)."""
         return final_program(self)
 
