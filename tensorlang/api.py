@@ -628,11 +628,15 @@ class Compiled:
         return to_python(self._run(bound))
 
     def _estimated(self) -> Def:
-        """The program the memory estimate reads: what this backend runs (for a compiled
-        backend the final program from the front cache, so a warm call derives nothing)."""
-        if self.backend == "interp":
-            return self.function.core()
-        return pipeline.as_core(final_program(self.function))
+        return memory_program(self.function, self.backend)
+
+
+def memory_program(fn: Function, backend: str) -> Def:
+    """The program a memory estimate reads: what `backend` runs (for a compiled backend the
+    final program from the front cache, so a warm call derives nothing)."""
+    if backend == "interp":
+        return fn.core()
+    return pipeline.as_core(final_program(fn))
 
     def __repr__(self) -> str:
         return f"<{self.function.name} compiled for {self.backend}>"

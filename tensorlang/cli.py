@@ -309,7 +309,9 @@ def build_args(fn: Any, given: Mapping[str, Any], random_sizes: Mapping[str, int
                       f"{' '.join(n + '=INT' for n in unknown)}")
     from tensorlang.semantics import memory
 
-    memory.check(fn.core(), {**fixed, **sizes}, fn.name)  # before making the random inputs
+    # before making the random inputs; on the program a compiled backend runs (a warm
+    # process gets it from the front cache instead of deriving it)
+    memory.check(api.memory_program(fn, "numba"), {**fixed, **sizes}, fn.name)
     rng = np.random.default_rng(seed)
     values = _random_args(fn, sizes, rng)
     out = dict(fixed)
