@@ -632,9 +632,10 @@ class Compiled:
 
 
 def memory_program(fn: Function, backend: str) -> Def:
-    """The program a memory estimate reads: what `backend` runs (for a compiled backend the
-    final program from the front cache, so a warm call derives nothing)."""
-    if backend == "interp":
+    """The program a memory estimate reads: the def as written (its statements located in
+    the source), but for a derived function on a compiled backend the final program from
+    the front cache, so that a warm call derives nothing."""
+    if backend == "interp" or not fn.is_derived:
         return fn.core()
     return pipeline.as_core(final_program(fn))
 
