@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import threading
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -45,6 +45,8 @@ from tensorlang.semantics import interp
 from tensorlang.syntax.errors import TLError
 
 from .codegen import MASK, SIZE, VALUE, Namer, num, safe_comment
+
+COORDS = "rc"   # role prefix of a relation's coordinate array (codegen.MASK: its mask)
 
 BACKEND = "jax"
 INDENT = "    "
@@ -76,15 +78,20 @@ class _Scope:
     top: bool             # the statement's own box (index grids are named locals)
     ranges: dict[str, Affine]   # the ranges of the indices (as in the program)
     tag: str = ""         # distinguishes the grids of a second named scope (`_o_i0`)
+    # coordinate lowering: index -> (code of the (nnz, k) coordinate array, its column);
+    # these indices all share axis 0 (one point per stored tuple of the relation)
+    coords: dict[str, tuple[str, int]] = field(default_factory=dict)
 
     @property
     def rank(self) -> int:
-        return len(self.axes)
+        return len({axis for axis, _ in self.axes.values()})
 
 
 class JaxEmitter:
-    def __init__(self, p: Program) -> None:
+    def __init__(self, p: Program, dense: frozenset[str] = frozenset()) -> None:
         self.p = p
+        self.dense = dense                   # relations kept as boolean masks (sharded)
+        self.used: set[tuple[str, str]] = set()   # ("mask" | "coords", relation) read
         self.nm = Namer()
         self.sizes = set(p.size_params())
         self.rel_sizes = {q.name: q.type.sizes for q in p.params if isinstance(q.type, ast.TRel)}
@@ -123,6 +130,9 @@ class JaxEmitter:
         return str(max(0, a.const)) if a.is_const() else f"max(0, {self.affine(a, None)})"
 
     def grid(self, name: str, scope: _Scope) -> str:
+        if name in scope.coords:
+            arr, col = scope.coords[name]
+            return f"tl_coord({arr}, {col}, {scope.rank})"
         axis, size = scope.axes[name]
         if scope.top:
             code = self.nm.index(name)
@@ -152,11 +162,13 @@ class JaxEmitter:
         used = sorted({scope.axes[n][0] for comp in per for n, _ in comp})
         names = [comp[0][0] for comp in per if comp]
         plain = [a.as_var() for a in idx]
-        if all(v is not None and v in scope.axes for v in plain) and \
+        if any(n in scope.coords for comp in per for n, _ in comp):
+            pass      # indices at the relation's coordinates: a gather (below)
+        elif all(v is not None and v in scope.axes for v in plain) and \
                 len(set(plain)) == len(plain) and \
                 all(scope.ranges[v] == d for v, d in zip(plain, shape)):
             return arr, tuple(scope.axes[v][0] for v in plain)   # (any order: a transpose)
-        if all(len(comp) <= 1 for comp in per) and len(names) == len(set(names)):
+        elif all(len(comp) <= 1 for comp in per) and len(names) == len(set(names)):
             spec = []
             for a, comp in zip(idx, per):
                 if comp:
@@ -201,6 +213,7 @@ class JaxEmitter:
         if isinstance(p, Or):
             return "(" + " | ".join(self.pred(q, scope) for q in canon.disjuncts(p)) + ")"
         if isinstance(p, RelCall):
+            self.used.add(("mask", p.name))
             code, axes = self.read(self.nm.get(MASK, p.name), p.args, scope,
                                    self.rel_sizes[p.name])
             return self.expand(code, axes, scope.rank)
@@ -209,7 +222,7 @@ class JaxEmitter:
             axes = dict(scope.axes)
             axes[p.idx] = (scope.rank, size)
             inner = _Scope(axes, f"({scope.box} + ({size},))", False,
-                           {**scope.ranges, p.idx: p.size})
+                           {**scope.ranges, p.idx: p.size}, coords=scope.coords)
             return f"tl_exists({self.pred(p.body, inner)}, {inner.box})"
         raise TypeError(f"not a predicate: {p!r}")
 
@@ -224,9 +237,13 @@ class JaxEmitter:
         body: list[str] = []
         shape = _tuple_code([f"{box}[{p}]" for p in range(len(gen))])
         boxes = [f"{box} = {_tuple_code([self.dim(d) for d in sizes])}"]
+        rel = None
         alt = self.sheared(rhs) if isinstance(rhs, (tssa.ContractRhs, tssa.ReduceRhs)) \
             else None
-        if alt is not None:
+        rel = self.coordinate_relation(rhs)
+        if rel is not None:
+            body = self.coordinate_sum(rhs, rel, name, box, shape)
+        elif alt is not None:
             # A stencil's sum also runs over the range of one of its shifted reads: take
             # the smaller box when the sizes are known (trace time).
             sbox = f"_s{k}"
@@ -255,6 +272,8 @@ class JaxEmitter:
                 raise TypeError(f"not a right-hand side: {rhs!r}")
             body = [f"{name} = tl_full({self.masked(rhs.pred, value, scope)}, {shape})"]
         head = [f"# {safe_comment(ssa_printer.fmt_stmt(s))}"]
+        if self.has_relation(rhs.pred):
+            head.append(f"# relations: {'coordinates of ' + rel.name if rel else 'dense masks'}")
         head += boxes
         head += [f"{g} = {code}" for g, code in self.grids.items()]
         return head + body
@@ -296,6 +315,75 @@ class JaxEmitter:
                                                   rhs.coeff, rhs.ix)
                     return build.make_reduce(gens, sumlist, ops[0], pred, rhs.coeff, rhs.ix)
         return None
+
+    @staticmethod
+    def has_relation(p: Pred) -> bool:
+        if isinstance(p, RelCall):
+            return True
+        if isinstance(p, (And, Or)):
+            return JaxEmitter.has_relation(p.a) or JaxEmitter.has_relation(p.b)
+        return isinstance(p, Exists) and JaxEmitter.has_relation(p.body)
+
+    def coordinate_relation(self, rhs: tssa.Rhs) -> RelCall | None:
+        """The relation conjunct of a summation's mask to iterate by its coordinates: the
+        first `R(a1, ..., ak)` whose arguments are distinct plain indices of the statement
+        (a generator or summation index each) and whose relation is not sharded.  None: the
+        dense path (statements without a sum too: a masked `where` over their box moves no
+        more data than a gather and a scatter at the stored tuples would)."""
+        if not isinstance(rhs, (tssa.ContractRhs, tssa.ReduceRhs)) or not rhs.sum_names():
+            return None
+        names = set(rhs.gen_names()) | set(rhs.sum_names())
+        for q in canon.conjuncts(rhs.pred):
+            if not isinstance(q, RelCall) or not q.args or q.name in self.dense:
+                continue
+            plain = [a.as_var() for a in q.args]
+            if all(v is not None and v in names for v in plain) and \
+                    len(set(plain)) == len(plain):
+                return q
+        return None
+
+    def coordinate_sum(self, rhs: tssa.Rhs, rel: RelCall, name: str, box: str,
+                       shape: str) -> list[str]:
+        """`gen I. sum J. [R(x) and P] * c * u1[A1] * u2[A2]` at the nnz stored tuples of R:
+        the operands are gathered at the coordinates (axis 0) over a box of the other
+        indices (generators, then sums), P is evaluated per point, the other sums are
+        summed, and the points are scatter-added into the generator box by their generator
+        coordinates (`tl_scatter`; segment sums, unique when every x is a generator)."""
+        self.used.add(("coords", rel.name))
+        gen, sums = rhs.gen_names(), rhs.sum_names()
+        ranges = rhs.ranges()
+        xs = [a.as_var() for a in rel.args]
+        arr = self.nm.get(COORDS, rel.name)
+        sizes = dict(zip(gen + sums, [f"{box}[{p}]" for p in range(len(gen + sums))]))
+        free_gen = [n for n in gen if n not in xs]
+        free_sum = [n for n in sums if n not in xs]
+        axes = {n: (0, f"{arr}.shape[0]") for n in xs}
+        for p, n in enumerate(free_gen + free_sum):
+            axes[n] = (p + 1, sizes[n])
+        sbox = f"{box}c"
+        lines = [f"{sbox} = " + _tuple_code([f"{arr}.shape[0]"] +
+                                             [sizes[n] for n in free_gen + free_sum])]
+        scope = _Scope(axes, sbox, False, ranges,
+                       coords={n: (arr, m) for m, n in enumerate(xs)})
+        rest: list[Pred] = [q for q in canon.conjuncts(rhs.pred) if q != rel]
+        # a stored tuple outside an index's range is no point of the sum
+        rest += [Cmp("<=", Affine.var(x) + 1, ranges[x])
+                 for x, d in zip(xs, self.rel_sizes[rel.name]) if ranges[x] != d]
+        pred: Pred = PTrue()
+        for q in rest:
+            pred = q if isinstance(pred, PTrue) else And(pred, q)
+        coeff = "" if rhs.coeff == 1.0 else f"{num(rhs.coeff)} * "
+        prod = coeff + " * ".join(self.expanded(o, scope) for o in rhs.operands)
+        cols = [m for m, x in enumerate(xs) if x in gen]
+        order = [xs[m] for m in cols] + free_gen
+        perm = tuple(order.index(n) for n in gen)
+        ordered = cols == list(range(len(cols)))        # a prefix: lexicographic order
+        unique = len(cols) == len(xs)
+        value = (f"tl_scatter({self.masked(pred, prod, scope)}, {sbox}, {len(free_sum)}, "
+                 f"{arr}, {_tuple(tuple(cols))}, "
+                 f"{_tuple_code([sizes[xs[m]] for m in cols])}, {_tuple(perm)}, "
+                 f"{ordered}, {unique})")
+        return lines + [f"{name} = tl_full({value}, {shape})"]
 
     def summation(self, rhs: tssa.Rhs, name: str, box: str, shape: str,
                   tag: str) -> list[str]:
@@ -374,12 +462,16 @@ class JaxEmitter:
             if isinstance(s.rhs, tssa.Input):
                 args.append(("input", self.var(s.var), s.var))
         for q in self.p.params:
-            if isinstance(q.type, ast.TRel):
+            if not isinstance(q.type, ast.TRel):
+                continue
+            coords = ("coords", q.name) in self.used
+            if ("mask", q.name) in self.used or not coords:
                 args.append(("mask", self.nm.get(MASK, q.name), q.name))
+            if coords:
+                args.append(("coords", self.nm.get(COORDS, q.name), q.name))
         return args
 
     def source(self) -> str:
-        args = self.arguments()
         body: list[str] = []
         k = 0
         for s in self.p.stmts:
@@ -387,6 +479,7 @@ class JaxEmitter:
                 continue
             body += self.stmt(s, k)
             k += 1
+        args = self.arguments()     # (after the body: which relations are read how)
         missing = sorted(self.fns - set(_runtime_funcs()))
         if missing:
             raise TLError(f"the JAX backend has no implementation of {', '.join(missing)} "
@@ -396,10 +489,11 @@ class JaxEmitter:
                  "# Tensor-SSA program:"]
         lines += ["#   " + safe_comment(ln) for ln in ssa_printer.to_text(self.p).splitlines()]
         lines += ["import math", "", "import jax.numpy as jnp", "",
-                  "from tensorlang.backends.jax_rt import (tl_axes, tl_call, tl_exists, "
-                  "tl_expand, tl_full,",
-                  "                                        tl_gather, tl_iota, tl_mask, tl_sum, "
-                  "tl_summed)", "",
+                  "from tensorlang.backends.jax_rt import (tl_axes, tl_call, tl_coord, "
+                  "tl_exists, tl_expand,",
+                  "                                        tl_full, tl_gather, tl_iota, tl_mask, "
+                  "tl_scatter, tl_sum,",
+                  "                                        tl_summed)", "",
                   "TL_ARGS = " + repr(tuple((kind, key) for kind, _, key in args)), "", ""]
         lines.append(f"def {ENTRY}({', '.join(a[1] for a in args)}):")
         legend = self.nm.legend()
@@ -425,10 +519,11 @@ def _tuple_code(items: Sequence[str]) -> str:
     return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
 
 
-def generated_source(p: Program) -> str:
+def generated_source(p: Program, dense: frozenset[str] = frozenset()) -> str:
     """The readable source of the module for `p` (what `tl show --stage jax` prints); the
-    same text `compile_program` runs."""
-    return JaxEmitter(p).source()
+    same text `compile_program` runs.  `dense`: relations read only as boolean masks (the
+    sharded ones)."""
+    return JaxEmitter(p, dense).source()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -439,12 +534,12 @@ class _Jitted:
     """The generated module of one program and its jitted entry (shared by every
     `CompiledProgram` of that program, whatever its mesh)."""
 
-    def __init__(self, p: Program) -> None:
+    def __init__(self, p: Program, dense: frozenset[str]) -> None:
         import jax
 
         from . import jax_rt  # noqa: F401 -- sets jax_enable_x64 before anything is traced
 
-        self.source = generated_source(p)
+        self.source = generated_source(p, dense)
         self.module = types.ModuleType(f"tensorlang_kernels.jax.{safe_comment(p.name)}")
         exec(compile(self.source, f"<tensorlang jax program {safe_comment(p.name)}>", "exec"),
              self.module.__dict__)
@@ -540,6 +635,10 @@ class CompiledProgram:
                 for k in rhs.path:
                     v = v[k]
                 arr, param = np.asarray(v, dtype=np.float64), rhs.param
+            elif kind == "coords":
+                # the stored tuples, lexicographically sorted and distinct (argwhere of the
+                # bound mask, whichever encoding was given): (nnz, k) int64
+                arr, param = np.argwhere(env.rels[key]).astype(np.int64), ""
             else:
                 arr, param = np.ascontiguousarray(env.rels[key], dtype=np.bool_), key
             if self.mesh is None:
@@ -563,7 +662,7 @@ class CompiledProgram:
         return build(self.program.output)
 
 
-_JITTED: dict[str, _Jitted] = {}
+_JITTED: dict[tuple[str, frozenset[str]], _Jitted] = {}
 _LOCK = threading.Lock()
 
 
@@ -575,11 +674,14 @@ def compile_program(p: Program, mesh: Any = None,
     dimensions (mesh axis names or None), e.g. `{"T": ("data", None)}`."""
     if shard and mesh is None:
         raise TLError("shard needs a mesh (compile(backend='jax', mesh=..., shard=...))")
-    key = ssa_printer.to_text(p)
+    # a sharded relation stays a boolean mask (its coordinate list has no row layout)
+    rels = {q.name for q in p.params if isinstance(q.type, ast.TRel)}
+    dense = frozenset(k for k in (shard or {}) if k in rels) if mesh is not None else frozenset()
+    key = (ssa_printer.to_text(p), dense)
     with _LOCK:
         hit = _JITTED.get(key)
         if hit is None:
-            hit = _JITTED[key] = _Jitted(p)
+            hit = _JITTED[key] = _Jitted(p, dense)
     return CompiledProgram(p, hit, mesh, shard)
 
 

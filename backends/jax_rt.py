@@ -8,6 +8,9 @@ then, so index arithmetic is done here in Python and only array operations reach
   what XLA handles best; `tl_gather` is the general affine read (a gather of clipped
   indices, zero where out of range);
 * `tl_iota`, `tl_expand`, `tl_summed`: index grids and broadcasting over a statement's box;
+* `tl_coord`, `tl_scatter`: a summation iterated over a relation's stored tuples (a
+  (nnz, k) coordinate array) -- gathers at the coordinates, then a segment sum into the
+  generator box;
 * one `jnp` function per builtin of `tensorlang.semantics.builtins` (`FUNCS`), with the
   interpreter's conventions at special values (relu(-0.0) = 0.0, step(nan) = 0, the
   selections are 0 where their comparison is unordered).
@@ -155,6 +158,38 @@ def tl_summed(x: Array, count: int) -> Array:
 
 def tl_sum(x: Array, axes: Sequence[int]) -> Array:
     return jnp.sum(x, axis=tuple(axes)) if axes else x
+
+
+# ---------------------------------------------------------------------------------------------
+# Relations by their coordinates
+
+
+def tl_coord(coords: Array, col: int, rank: int) -> Array:
+    """Column `col` of a relation's (nnz, k) coordinate array as an index grid on axis 0 of a
+    rank-`rank` box (one point per stored tuple)."""
+    return jnp.reshape(coords[:, col], (coords.shape[0],) + (1,) * (rank - 1))
+
+
+def tl_scatter(x: Array, box: Sequence[int], nsum: int, coords: Array,
+               cols: Sequence[int], out: Sequence[int], perm: Sequence[int],
+               ordered: bool, unique: bool) -> Array:
+    """The summation at a relation's stored tuples: `x` is broadcastable to `box` = (nnz,
+    other generators..., other sums...); the last `nsum` axes are summed, then each point
+    is added at its generator coordinates (columns `cols` of `coords`, an `out`-shaped
+    block) -- a segment sum, sorted when `cols` is a prefix (the tuples are in lexicographic
+    order), unique when every argument of the relation is a generator; no column: a plain
+    sum over the points.  `perm` puts the axes (coordinate generators, other generators)
+    in the statement's generator order."""
+    x = jnp.broadcast_to(jnp.asarray(x, dtype=jnp.float64), tuple(box))
+    if nsum:
+        x = jnp.sum(x, axis=tuple(range(len(box) - nsum, len(box))))
+    if not cols:
+        y = jnp.sum(x, axis=0)
+    else:
+        idx = tuple(coords[:, c] for c in cols)
+        y = jnp.zeros(tuple(out) + x.shape[1:], dtype=jnp.float64).at[idx].add(
+            x, indices_are_sorted=ordered, unique_indices=unique, mode="drop")
+    return y if tuple(perm) == tuple(range(len(perm))) else jnp.transpose(y, tuple(perm))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -178,12 +178,14 @@ def test_lowering_features_agree_with_the_interpreter(stage):
 
 
 def test_generated_code_shape():
-    """Plain contractions are einsums, shifts are slices, stencils gathers, and relation
-    masks are applied to an operand so the product stays an einsum."""
+    """Plain contractions are einsums, shifts are slices, stencils gathers, and dense
+    relation masks (a sharded relation) are applied to an operand so the product stays an
+    einsum."""
     m = tl.load(str(EXAMPLES / "matfac.tl"))
-    src = m.matfac_grad.generated_source("jax")
+    src = jax_backend.generated_source(m.matfac_grad.final_program(), frozenset({"Om"}))
     assert "jnp.einsum('ac,bc->ab', v_U, v_V)" in src
     assert "tl_mask(rm_Om, v_v3)" in src and "tl_sum(" not in src
+    assert "coordinates of" not in src and "rc_Om" not in src
     conv = tl.load(str(EXAMPLES / "conv.tl")).conv.generated_source("jax")
     assert "tl_gather(v_x, ((i0 + j0),)" in conv
     # the adjoint of a convolution (a correlation over a band) sums over w's range, not N
@@ -300,3 +302,123 @@ def test_jitted_once_per_program():
     a = jax_backend.compile_program(p)
     b = jax_backend.compile_program(p)
     assert a._jitted is b._jitted
+
+
+# ---------------------------------------------------------------------------------------------
+# Relations iterated by their coordinates (a gather at the stored tuples, a segment sum)
+
+
+def test_summations_under_a_relation_run_over_its_coordinates():
+    m = tl.load(str(EXAMPLES / "matfac.tl"))
+    src = m.matfac_grad.generated_source("jax")
+    # U V^T at the observed entries only (a scatter of unique, sorted coordinates), and the
+    # gradient a segment sum over the rows of the observed entries
+    assert src.count("# relations: coordinates of Om") == 2
+    assert "# relations: dense masks" in src           # element-wise statements
+    assert ", rc_Om, (0, 1), (_b0[0], _b0[1]), (0, 1), True, True)" in src
+    assert ", rc_Om, (0,), (_b4[0],), (0, 1), True, False)" in src
+    assert "jnp.einsum" not in src
+    masked_src = tl.load(str(EXAMPLES / "masked.tl")).masked.generated_source("jax")
+    assert "# relations: coordinates of E" in masked_src
+    assert ", rc_E, (), (), (), True, False)" in masked_src   # a plain sum over the points
+    # the relation's arguments must be plain indices: `E(i, i + 1)` stays dense
+    shifted = tl.parse("def s(N: size, E: rel(N, N), A: R[N, N]) -> R[N]:\n"
+                       "    return gen i:N. sum j:N. [E(i, j + 1)] * A[i, j]\n")
+    assert "# relations: dense masks" in shifted.s.generated_source("jax")
+    assert "rc_E" not in shifted.s.generated_source("jax")
+
+
+def test_cli_shows_the_coordinate_lowering():
+    out = subprocess.run([sys.executable, "-m", "tensorlang.cli", "show",
+                          str(EXAMPLES / "masked.tl"), "masked", "--stage", "jax"],
+                         capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert "# relations: coordinates of E" in out and "tl_scatter(" in out
+
+
+RELATION_DEFS = (
+    "def f(N: size, M: size, K: size, E: rel(N, M), A: R[N, K], B: R[M, K], C: R[N, M],\n"
+    "      x: R[M]) -> (R[N, M], (R[N, K], (R[M], R))):\n"
+    "    return (gen i:N, j:M. sum k:K. [E(i, j)] * A[i, k] * B[j, k] * C[i, j],\n"
+    "            (gen i:N, k:K. sum j:M. [E(i, j) and j + 1 <= i] * B[j, k] * x[j + 1],\n"
+    "             (gen j:M. sum i:N. [E(i, j)] * C[i, j] * A[i - 1, 0],\n"
+    "              sum i:N, j:M. [E(i, j)] * C[i, j] * C[i, j])))\n")
+
+
+@pytest.mark.parametrize("density", [0.0, 1.0, 0.3, 0.05])
+@pytest.mark.parametrize("encoding", ["bool", "coo"])
+def test_coordinate_lowering_agrees_with_the_interpreter(density, encoding):
+    m = tl.parse(RELATION_DEFS)
+    assert m.f.generated_source("jax").count("# relations: coordinates of E") == 4
+    fn = m.f.compile(backend="jax")
+    for seed in range(2):
+        sizes = {"N": 7, "M": 5, "K": 3}
+        args = random_args(m.f.core(), sizes, np.random.default_rng(seed), density=density,
+                           rel_encoding=encoding)
+        assert_same(fn(**args), m.f.interpret(**args))
+
+
+@settings(max_examples=15, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(programs(max_size=6))
+def test_random_programs_with_relations(case):
+    """Random programs with relation parameters (boolean or coordinate-list inputs, as
+    drawn), whichever path each relation statement takes."""
+    d, args = case
+    if any(isinstance(q.type, ast.TRel) for q in d.params):
+        _check_random(d, args)
+
+
+INDEX_RANGES = {"i": "N", "j": "M", "k": "K"}
+FACTORS = ["A[i, j]", "B[i, k]", "C[j, k]", "B[i + 1, k]", "C[M - 1 - j, k]", "A[i, 0]",
+           "A[2 * i, j]", "tanh(C[j, k])", "x[j + 1]"]
+CONDITIONS = ["true", "i != j", "j + 1 <= i", "k <= i", "i + j < N"]
+
+
+@st.composite
+def relation_sums(draw: Any) -> tuple[str, dict[str, int], float, str]:
+    """`gen G. sum S. [E(i, j) and P] * F1 * F2`: i and j each generated or summed."""
+    names = ["i", "j", "k"]
+    summed = draw(st.lists(st.sampled_from(names), min_size=1, max_size=3, unique=True))
+    gens = [n for n in names if n not in summed]
+    factors = draw(st.lists(st.sampled_from(FACTORS), min_size=1, max_size=2))
+    cond = draw(st.sampled_from(CONDITIONS))
+    body = f"sum {', '.join(f'{n}:{INDEX_RANGES[n]}' for n in sorted(summed))}. " \
+           f"[E(i, j) and {cond}] * {' * '.join(factors)}"
+    ret = "R"
+    if gens:
+        body = f"gen {', '.join(f'{n}:{INDEX_RANGES[n]}' for n in gens)}. {body}"
+        ret = f"R[{', '.join(INDEX_RANGES[n] for n in gens)}]"
+    text = ("def f(N: size, M: size, K: size, E: rel(N, M), A: R[N, M], B: R[N, K], "
+            f"C: R[M, K], x: R[M]) -> {ret}:\n    return {body}\n")
+    sizes = {n: draw(st.integers(0, 5)) for n in ("N", "M", "K")}
+    return text, sizes, draw(st.sampled_from([0.0, 0.3, 0.7, 1.0])), \
+        draw(st.sampled_from(["bool", "coo"]))
+
+
+@settings(max_examples=25, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(relation_sums())
+def test_random_relation_sums_over_coordinates(case):
+    text, sizes, density, encoding = case
+    m = tl.parse(text)
+    assert "# relations: coordinates of E" in m.f.generated_source("jax")
+    args = random_args(m.f.core(), sizes, np.random.default_rng(5), density=density,
+                       rel_encoding=encoding)
+    assert_same(m.f.compile(backend="jax")(**args), m.f.interpret(**args))
+
+
+def test_sharded_relations_stay_dense_masks():
+    """With a mesh, a sharded relation keeps its boolean mask (same program, a second jitted
+    module); an unsharded one still runs over its coordinates (replicated)."""
+    fn = tl.load(str(EXAMPLES / "matfac.tl")).matfac_grad
+    mesh = jax_backend.data_mesh(1)
+    sizes = {"N": 6, "M": 5, "K": 2}
+    args = random_args(fn.core(), sizes, np.random.default_rng(2), density=0.4)
+    want = fn.interpret(**args)
+    for shard, path in (({"U": ("data", None)}, "coordinates of Om"),
+                        ({"Om": ("data", None)}, "dense masks")):
+        c = jax_backend.compile_program(fn.final_program(), mesh, shard)
+        assert path in c.source and ("rc_Om" in c.source) == (path != "dense masks")
+        assert_same(jax_backend.to_host(c(args)), want)
+        assert_same(jax_backend.to_host(fn.compile(backend="jax", mesh=mesh, shard=shard)(
+            **args)), want)
