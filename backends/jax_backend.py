@@ -15,6 +15,11 @@ sizes static (shapes depend on them) and kept in this process.  Per statement
     over the indices of one operand to that operand, the others inside the sum.
     Comparisons are evaluated on index grids (`tl_iota`), a relation `R(a, b)` is a read
     of its boolean mask, `exists` an `any` over one more axis;
+  * a contract/reduce whose mask has a conjunct `R(x1, ..., xk)` over distinct plain
+    indices of an unsharded relation may run over R's stored tuples instead (a (nnz, k)
+    coordinate argument): gathers at the coordinates, the rest of P per tuple, a segment
+    sum / unique scatter into the generator box (`tl_scatter`); chosen at trace time when
+    the tuples are few (`jax_rt.tl_sparse`), else the dense path below;
   * a contract/reduce whose remaining in-sum mask is trivial is ONE `jnp.einsum` (XLA's
     dot_general) of the aligned operands; otherwise a masked broadcast product summed over
     J.  A sum index read as `u[i - j + c]` (a stencil) may instead run over u's range
@@ -242,18 +247,24 @@ class JaxEmitter:
             else None
         rel = self.coordinate_relation(rhs)
         if rel is not None:
-            body = self.coordinate_sum(rhs, rel, name, box, shape)
-        elif alt is not None:
+            # the stored tuples when they are few enough (trace time: nnz is a shape),
+            # else the dense path below
+            sbox, points = self.coordinate_sum(rhs, rel, name, box, shape)
+            boxes.append(sbox)
+            body = [f"if tl_sparse({box}c, {box}):", INDENT + points, "else:"]
+        if alt is not None:
             # A stencil's sum also runs over the range of one of its shifted reads: take
             # the smaller box when the sizes are known (trace time).
             sbox = f"_s{k}"
             boxes.append(f"{sbox} = {_tuple_code([self.dim(d) for d in alt.dims + alt.sdims])}")
-            body = [f"if math.prod({sbox}) < math.prod({box}):",
-                    *[INDENT + ln for ln in self.summation(alt, name, sbox, shape, "s")],
-                    "else:",
-                    *[INDENT + ln for ln in self.summation(rhs, name, box, shape, "")]]
+            dense = [f"if math.prod({sbox}) < math.prod({box}):",
+                     *[INDENT + ln for ln in self.summation(alt, name, sbox, shape, "s")],
+                     "else:",
+                     *[INDENT + ln for ln in self.summation(rhs, name, box, shape, "")]]
+            body = body + [INDENT + ln for ln in dense] if body else dense
         elif isinstance(rhs, (tssa.ContractRhs, tssa.ReduceRhs)):
-            body = self.summation(rhs, name, box, shape, "")
+            dense = self.summation(rhs, name, box, shape, "")
+            body = body + [INDENT + ln for ln in dense] if body else dense
         else:
             scope = _Scope({n: (p, f"{box}[{p}]") for p, n in enumerate(gen)}, box, True,
                            rhs.ranges())
@@ -273,7 +284,8 @@ class JaxEmitter:
             body = [f"{name} = tl_full({self.masked(rhs.pred, value, scope)}, {shape})"]
         head = [f"# {safe_comment(ssa_printer.fmt_stmt(s))}"]
         if self.has_relation(rhs.pred):
-            head.append(f"# relations: {'coordinates of ' + rel.name if rel else 'dense masks'}")
+            head.append("# relations: " + (f"coordinates of {rel.name} when sparse, else "
+                                            "dense masks" if rel else "dense masks"))
         head += boxes
         head += [f"{g} = {code}" for g, code in self.grids.items()]
         return head + body
@@ -343,12 +355,13 @@ class JaxEmitter:
         return None
 
     def coordinate_sum(self, rhs: tssa.Rhs, rel: RelCall, name: str, box: str,
-                       shape: str) -> list[str]:
+                       shape: str) -> tuple[str, str]:
         """`gen I. sum J. [R(x) and P] * c * u1[A1] * u2[A2]` at the nnz stored tuples of R:
         the operands are gathered at the coordinates (axis 0) over a box of the other
         indices (generators, then sums), P is evaluated per point, the other sums are
         summed, and the points are scatter-added into the generator box by their generator
-        coordinates (`tl_scatter`; segment sums, unique when every x is a generator)."""
+        coordinates (`tl_scatter`; segment sums, unique when every x is a generator).
+        Returns (the line of the points' box, the statement)."""
         self.used.add(("coords", rel.name))
         gen, sums = rhs.gen_names(), rhs.sum_names()
         ranges = rhs.ranges()
@@ -361,8 +374,8 @@ class JaxEmitter:
         for p, n in enumerate(free_gen + free_sum):
             axes[n] = (p + 1, sizes[n])
         sbox = f"{box}c"
-        lines = [f"{sbox} = " + _tuple_code([f"{arr}.shape[0]"] +
-                                             [sizes[n] for n in free_gen + free_sum])]
+        line = f"{sbox} = " + _tuple_code([f"{arr}.shape[0]"] +
+                                          [sizes[n] for n in free_gen + free_sum])
         scope = _Scope(axes, sbox, False, ranges,
                        coords={n: (arr, m) for m, n in enumerate(xs)})
         rest: list[Pred] = [q for q in canon.conjuncts(rhs.pred) if q != rel]
@@ -383,7 +396,7 @@ class JaxEmitter:
                  f"{arr}, {_tuple(tuple(cols))}, "
                  f"{_tuple_code([sizes[xs[m]] for m in cols])}, {_tuple(perm)}, "
                  f"{ordered}, {unique})")
-        return lines + [f"{name} = tl_full({value}, {shape})"]
+        return line, f"{name} = tl_full({value}, {shape})"
 
     def summation(self, rhs: tssa.Rhs, name: str, box: str, shape: str,
                   tag: str) -> list[str]:
@@ -492,8 +505,8 @@ class JaxEmitter:
                   "from tensorlang.backends.jax_rt import (tl_axes, tl_call, tl_coord, "
                   "tl_exists, tl_expand,",
                   "                                        tl_full, tl_gather, tl_iota, tl_mask, "
-                  "tl_scatter, tl_sum,",
-                  "                                        tl_summed)", "",
+                  "tl_scatter, tl_sparse,",
+                  "                                        tl_sum, tl_summed)", "",
                   "TL_ARGS = " + repr(tuple((kind, key) for kind, _, key in args)), "", ""]
         lines.append(f"def {ENTRY}({', '.join(a[1] for a in args)}):")
         legend = self.nm.legend()

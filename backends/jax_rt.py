@@ -17,6 +17,7 @@ then, so index arithmetic is done here in Python and only array operations reach
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Sequence
 
 import jax
@@ -168,6 +169,19 @@ def tl_coord(coords: Array, col: int, rank: int) -> Array:
     """Column `col` of a relation's (nnz, k) coordinate array as an index grid on axis 0 of a
     rank-`rank` box (one point per stored tuple)."""
     return jnp.reshape(coords[:, col], (coords.shape[0],) + (1,) * (rank - 1))
+
+
+# The coordinate path runs when its points' box (nnz x the other indices) is at most this
+# fraction of the dense box: XLA's scatters cost far more per point than a masked dense
+# product (CPU, N = M = 1000: matfac's gradient breaks even near 3% density, docs/
+# gpu-and-clusters.md).  Read at trace time (tests set it to 1 after `jax.clear_caches()`).
+SPARSE_FRACTION = 1 / 32
+
+
+def tl_sparse(points: Sequence[int], box: Sequence[int]) -> bool:
+    """Whether a summation runs over a relation's stored tuples (`points`, its box) rather
+    than over its dense `box`."""
+    return math.prod(points) <= SPARSE_FRACTION * math.prod(box)
 
 
 def tl_scatter(x: Array, box: Sequence[int], nsum: int, coords: Array,

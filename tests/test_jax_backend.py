@@ -7,11 +7,12 @@ programs modest.  The 4-device sharding tests are in tests/test_jax_sharding.py.
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import subprocess
 import sys
 import tokenize
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pytest
@@ -313,11 +314,12 @@ def test_summations_under_a_relation_run_over_its_coordinates():
     src = m.matfac_grad.generated_source("jax")
     # U V^T at the observed entries only (a scatter of unique, sorted coordinates), and the
     # gradient a segment sum over the rows of the observed entries
-    assert src.count("# relations: coordinates of Om") == 2
+    assert src.count("# relations: coordinates of Om when sparse, else dense masks") == 2
+    assert src.count("if tl_sparse(") == 2
     assert "# relations: dense masks" in src           # element-wise statements
     assert ", rc_Om, (0, 1), (_b0[0], _b0[1]), (0, 1), True, True)" in src
     assert ", rc_Om, (0,), (_b4[0],), (0, 1), True, False)" in src
-    assert "jnp.einsum" not in src
+    assert src.count("jnp.einsum") == 2                # the dense alternatives
     masked_src = tl.load(str(EXAMPLES / "masked.tl")).masked.generated_source("jax")
     assert "# relations: coordinates of E" in masked_src
     assert ", rc_E, (), (), (), True, False)" in masked_src   # a plain sum over the points
@@ -335,6 +337,26 @@ def test_cli_shows_the_coordinate_lowering():
     assert "# relations: coordinates of E" in out and "tl_scatter(" in out
 
 
+@contextlib.contextmanager
+def sparse_fraction(fraction: float) -> Iterator[None]:
+    """Summations under a relation take the coordinate path when their points are at most
+    `fraction` of the dense box (1e18: always); the choice is made at trace time, hence
+    the cleared caches."""
+    import jax
+
+    old = jax_rt.SPARSE_FRACTION
+    jax_rt.SPARSE_FRACTION = fraction
+    jax.clear_caches()
+    try:
+        yield
+    finally:
+        jax_rt.SPARSE_FRACTION = old
+        jax.clear_caches()
+
+
+ALWAYS = 1e18
+
+
 RELATION_DEFS = (
     "def f(N: size, M: size, K: size, E: rel(N, M), A: R[N, K], B: R[M, K], C: R[N, M],\n"
     "      x: R[M]) -> (R[N, M], (R[N, K], (R[M], R))):\n"
@@ -344,17 +366,19 @@ RELATION_DEFS = (
     "              sum i:N, j:M. [E(i, j)] * C[i, j] * C[i, j])))\n")
 
 
+@pytest.mark.parametrize("fraction", [ALWAYS, jax_rt.SPARSE_FRACTION])
 @pytest.mark.parametrize("density", [0.0, 1.0, 0.3, 0.05])
 @pytest.mark.parametrize("encoding", ["bool", "coo"])
-def test_coordinate_lowering_agrees_with_the_interpreter(density, encoding):
+def test_coordinate_lowering_agrees_with_the_interpreter(density, encoding, fraction):
     m = tl.parse(RELATION_DEFS)
     assert m.f.generated_source("jax").count("# relations: coordinates of E") == 4
-    fn = m.f.compile(backend="jax")
-    for seed in range(2):
-        sizes = {"N": 7, "M": 5, "K": 3}
-        args = random_args(m.f.core(), sizes, np.random.default_rng(seed), density=density,
-                           rel_encoding=encoding)
-        assert_same(fn(**args), m.f.interpret(**args))
+    with sparse_fraction(fraction):
+        fn = m.f.compile(backend="jax")
+        for seed in range(2):
+            sizes = {"N": 7, "M": 5, "K": 3}
+            args = random_args(m.f.core(), sizes, np.random.default_rng(seed),
+                               density=density, rel_encoding=encoding)
+            assert_same(fn(**args), m.f.interpret(**args))
 
 
 @settings(max_examples=15, deadline=None, derandomize=True,
@@ -404,7 +428,8 @@ def test_random_relation_sums_over_coordinates(case):
     assert "# relations: coordinates of E" in m.f.generated_source("jax")
     args = random_args(m.f.core(), sizes, np.random.default_rng(5), density=density,
                        rel_encoding=encoding)
-    assert_same(m.f.compile(backend="jax")(**args), m.f.interpret(**args))
+    with sparse_fraction(ALWAYS):
+        assert_same(m.f.compile(backend="jax")(**args), m.f.interpret(**args))
 
 
 def test_sharded_relations_stay_dense_masks():
@@ -415,10 +440,10 @@ def test_sharded_relations_stay_dense_masks():
     sizes = {"N": 6, "M": 5, "K": 2}
     args = random_args(fn.core(), sizes, np.random.default_rng(2), density=0.4)
     want = fn.interpret(**args)
-    for shard, path in (({"U": ("data", None)}, "coordinates of Om"),
-                        ({"Om": ("data", None)}, "dense masks")):
+    for shard, coords in (({"U": ("data", None)}, True), ({"Om": ("data", None)}, False)):
         c = jax_backend.compile_program(fn.final_program(), mesh, shard)
-        assert path in c.source and ("rc_Om" in c.source) == (path != "dense masks")
-        assert_same(jax_backend.to_host(c(args)), want)
+        assert ("coordinates of Om" in c.source) == coords == ("rc_Om" in c.source)
+        with sparse_fraction(ALWAYS):
+            assert_same(jax_backend.to_host(c(args)), want)
         assert_same(jax_backend.to_host(fn.compile(backend="jax", mesh=mesh, shard=shard)(
             **args)), want)
