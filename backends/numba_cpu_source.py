@@ -18,7 +18,7 @@ from tensorlang.syntax.errors import NotYetSupported
 from .codegen import (MASK, SIZE, VALUE, BlasPlan, ExprPrinter, Namer, ProgramPlan, StmtPlan,
                       num, plan_program, safe_comment)
 from .codegen_nest import Assign, Facts, Guard, Lines, Loop, RelNames, Step, part_steps
-from . import kernel_cache, kernel_split
+from . import accumulate, kernel_cache, kernel_split
 from .numba_cpu import CHUNK_MIN, CHUNKS, CONSTS, COUNTS, INDENT, KERNEL, PARALLEL
 from .scalar_builtins import FUNCS
 
@@ -326,7 +326,7 @@ class NumbaEmitter:
             else:
                 mode = "prange" if opart.has_loop() else "seq"
                 depth = self.steps(osteps, 1, mode, ctx)
-                w(depth, f"{ctx.acc} = 0.0")
+                w.block(depth, accumulate.init(ctx.acc))
                 for b, ipart in enumerate(s.inner):
                     itag = otag if len(s.inner) == 1 else f"{otag}_{b}"
                     isteps = part_steps(ipart, self.index, self.rels, self.counter, INDENT,
@@ -337,7 +337,9 @@ class NumbaEmitter:
                     self.body(idepth, ictx.acc, "+=", rhs, s.body_facts(opart, ipart),
                               ictx.cnt, sums=True)
                     self.close(ictx)
-                w(depth, f"{store} = {ctx.acc}")
+                close, total = accumulate.result(ctx.acc, INDENT)
+                w.block(depth, close)
+                w(depth, f"{store} = {total}")
             self.close(ctx)
         if self.instrument:
             w(1, f"{COUNTS}[{self.counted[s.var]}] += {cnt}")
@@ -352,7 +354,10 @@ class NumbaEmitter:
         else:
             value = self.ex.pointwise(rhs, {}, facts, pre, facts)
         self.w.block(depth, pre)
-        self.w(depth, f"{target} {op} {value}")
+        if op == "+=":   # a term of a sum: blocked, compensated (see accumulate.py)
+            self.w.block(depth, accumulate.add(target, value, INDENT))
+        else:
+            self.w(depth, f"{target} {op} {value}")
         if cnt:
             self.w(depth, f"{cnt} += 1")
 
@@ -428,14 +433,16 @@ class NumbaEmitter:
         if ctx.cnt:
             w(depth, f"{slots} = np.zeros({nc}, np.int64)")
         w(depth, f"for {c} in prange({nc}):")
-        w(depth + 1, f"{a} = 0.0")
+        w.block(depth + 1, accumulate.init(a))
         if ctx.cnt:
             w(depth + 1, f"{it} = 0")
         off = "" if lo == "0" else f"{lo} + "
         w(depth + 1, f"for {st.var} in range({off}({c} * {n}) // {nc}, "
                      f"{off}(({c} + 1) * {n}) // {nc}):")
-        after = [f"for _d{t} in range({nc}):", f"{INDENT}{ctx.acc} += {part}[_d{t}]"]
-        inside = [f"{part}[{c}] = {a}"]
+        after = [f"for _d{t} in range({nc}):", f"{INDENT}_p{t} = {part}[_d{t}]",
+                 *[INDENT + ln for ln in accumulate.merge(ctx.acc, f"_p{t}", INDENT)]]
+        close, total = accumulate.result(a, INDENT)
+        inside = [*close, f"{part}[{c}] = {total}"]
         if ctx.cnt:
             after.append(f"{ctx.cnt} += {slots}.sum()")
             inside.append(f"{slots}[{c}] = {it}")

@@ -71,7 +71,7 @@ from tensorlang.syntax import ssa_printer
 from tensorlang.ir.ast import TRel
 from tensorlang.ir.tssa import Program
 
-from . import kernel_cache
+from . import accumulate, kernel_cache
 from .codegen import MASK, SIZE, ProgramPlan, StmtPlan, plan_program, safe_comment
 from .codegen_nest import part_steps, pred_code
 from .numba_cpu import INDENT, NumbaEmitter, _Ctx, _pattern_arrays, _Writer
@@ -200,7 +200,7 @@ class CudaEmitter(NumbaEmitter):
         if s.inner is None:
             self.body(depth, "_val", "=", rhs, s.facts, "", sums=False)
         else:
-            w(depth, "_acc = 0.0")
+            w.block(depth, accumulate.init("_acc"))
             for b, part in enumerate(s.inner):
                 steps = part_steps(part, self.index, self.rels, self.counter, INDENT,
                                    f"{tag}i{b}")
@@ -208,7 +208,9 @@ class CudaEmitter(NumbaEmitter):
                 idepth = self.steps(steps, depth, "seq", ictx)
                 self.body(idepth, "_acc", "+=", rhs, s.facts.add(part.conj), "", sums=True)
                 self.close(ictx)
-            w(depth, "_val = _acc")
+            close, total = accumulate.result("_acc", INDENT)
+            w.block(depth, close)
+            w(depth, f"_val = {total}")
         self.close(ctx)
 
     def signature(self, s: StmtPlan, lines: list[str]

@@ -92,15 +92,17 @@ def _scalar_operand(v: Value, env: Env, what: str) -> np.ndarray:
 def _reduce_sum(v: np.ndarray, n: int, axis: int) -> np.ndarray:
     """Sum of the n values along `axis` (a size-1 axis stands for n equal values).
 
-    Added left to right from 0.0, as a backend's loop `acc = 0.0; acc += v` adds them
-    (`cumsum` is sequential), so the oracle's rounding does not depend on numpy's
-    pairwise-summation heuristics.  The final `+ 0.0` is the loop's initial 0.0: it only
-    turns a sum of negative zeros into +0.0 (and recip of it into +inf).
+    Pairwise: the summed axis is moved last and made contiguous, where numpy's `add.reduce`
+    sums each row pairwise (error O(log n) ulps, not the O(n) of a left-to-right loop), so
+    the oracle is exactly as accurate as `np.sum` of the same numbers.  The final `+ 0.0` is
+    a loop's initial 0.0: it only turns a sum of negative zeros into +0.0 (and recip of it
+    into +inf).
     """
     if n == 0:
         return np.zeros(v.shape[:axis] + v.shape[axis + 1:])
     full = np.broadcast_to(v, v.shape[:axis] + (n,) + v.shape[axis + 1:])
-    return np.take(np.cumsum(full, axis=axis), n - 1, axis=axis) + 0.0
+    rows = np.ascontiguousarray(np.moveaxis(full, axis, -1))
+    return np.add.reduce(rows, axis=-1) + 0.0
 
 
 def _ev(e: ast.Expr, env: Env) -> Value:
