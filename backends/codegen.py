@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Mapping, Sequence
 
-from tensorlang.ir import ast as A
+from tensorlang.ir import ast
 from tensorlang.ir import tssa
 from tensorlang.ir.ast import Affine, Cmp, PFalse, Pred, PTrue, TRel, TSize
 from tensorlang.ir.tssa import (AddRhs, ConstRhs, ContractRhs, Input, MapRhs, Operand, Program,
@@ -303,8 +303,8 @@ def _loop_plan(var: str, rhs: Rhs, scalar: bool, sizes: list[str],
         outer = plan_alternatives(gens, conj, rel_dims, sizes, use_relations, facts=around)
         return StmtPlan(var, rhs, "loops", scalar, outer=outer, facts=facts)
     snames = {n for n, _ in sums}
-    oconj = [c for c in conj if not (A.free_names(c) & snames)]
-    iconj = [c for c in conj if A.free_names(c) & snames]
+    oconj = [c for c in conj if not (ast.free_names(c) & snames)]
+    iconj = [c for c in conj if ast.free_names(c) & snames]
     outer = plan_alternatives(gens, oconj, rel_dims, sizes, use_relations, facts=around)
     inner = plan_alternatives(sums, iconj, rel_dims, sizes, use_relations,
                               facts=around.add(oconj))
@@ -317,7 +317,7 @@ def _live(rhs: AddRhs, facts: Facts) -> list[Pred]:
     s1, s2 = rhs.supports
     if facts.implies(s1) or facts.implies(s2):
         return []
-    return [A.Or(s1, s2)]
+    return [ast.Or(s1, s2)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -386,7 +386,7 @@ class ExprPrinter:
               base: Facts) -> str:
         rhs = self.p.defs[v]
         sub = dict(zip(rhs.gen_names(), idx))
-        conds = in_bounds(idx, rhs.dims) + tssa.conjuncts(A.subst(rhs.pred, sub))
+        conds = in_bounds(idx, rhs.dims) + tssa.conjuncts(ast.subst(rhs.pred, sub))
         need: list[Pred] = []
         for c in conds:
             c = facts.simplify(c)
@@ -410,7 +410,7 @@ class ExprPrinter:
         if isinstance(rhs, AddRhs):
             parts = []
             for s, o in zip(rhs.supports, ops):
-                sp = facts.simplify(A.subst(s, sub) if sub else s)
+                sp = facts.simplify(ast.subst(s, sub) if sub else s)
                 if isinstance(sp, PTrue):
                     parts.append(self._read(o, ops, facts, pre, base))
                 elif isinstance(sp, PFalse):

@@ -72,17 +72,6 @@ def generated_source(p: Program, instrument: bool = False, jit: bool = True) -> 
     return numba_cpu_source.module_source(p, instrument, jit)
 
 
-_SOURCE_NAMES = ("NumbaEmitter", "plan_program", "_Ctx", "_Writer")
-
-
-def __getattr__(name: str) -> Any:  # PEP 562: the generator's names, loaded on first use
-    if name in _SOURCE_NAMES:
-        from . import numba_cpu_source
-
-        return getattr(numba_cpu_source, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 # ---------------------------------------------------------------------------------------------
 # Compiled programs
 
@@ -142,7 +131,7 @@ class CompiledProgram:
                 values.append(np.ascontiguousarray(env.rels[key], dtype=np.bool_))
             elif kind in ("coords", "ptr"):
                 if key not in pats:
-                    pats[key] = _pattern_arrays(env.rels[key[0]], tuple(key[1]), key[2])
+                    pats[key] = pattern_arrays(env.rels[key[0]], tuple(key[1]), key[2])
                 values.append(pats[key][0 if kind == "coords" else 1])
             elif kind == "consts":
                 values.append(self.constants)
@@ -199,7 +188,7 @@ class CompiledProgram:
                 "misses": int(sum(st.cache_misses.values()))}
 
 
-def _pattern_arrays(mask: np.ndarray, order: tuple[int, ...], nbound: int
+def pattern_arrays(mask: np.ndarray, order: tuple[int, ...], nbound: int
                     ) -> tuple[np.ndarray, np.ndarray]:
     """The coordinates of a relation, columns in `order`, sorted lexicographically, and the
     CSR row pointer over the first `nbound` columns (their flattened index)."""

@@ -35,7 +35,7 @@ PART_LINES = 150
 MAX_PARALLEL_LOOPS = 48
 
 
-class _Writer:
+class SourceWriter:
     def __init__(self) -> None:
         self.lines: list[str] = []
 
@@ -48,7 +48,7 @@ class _Writer:
 
 
 @dataclass
-class _Ctx:
+class LoopContext:
     """Per-statement emission state."""
 
     tag: str
@@ -72,7 +72,7 @@ class NumbaEmitter:
         self.counter = [0]
         self.rels = RelNames(lambda r: self.nm.get(MASK, r), self._pattern_names)
         self.ex = ExprPrinter(plan, self.nm, self.rels, self.counter, INDENT)
-        self.w = _Writer()
+        self.w = SourceWriter()
         self.counted = {s.var: k for k, s in enumerate(plan.counted())}
 
     # -- names -------------------------------------------------------------------------------
@@ -319,7 +319,7 @@ class NumbaEmitter:
             f"{name}[{', '.join(self.index(g) for g in rhs.gen_names())}]"
         for a, (opart, osteps) in enumerate(outers):
             otag = tag if len(outers) == 1 else f"{tag}_{a}"
-            ctx = _Ctx(otag, f"_acc{tag}", [], cnt if self.instrument else "")
+            ctx = LoopContext(otag, f"_acc{tag}", [], cnt if self.instrument else "")
             if s.inner is None:  # pointwise: one value per point
                 depth = self.steps(osteps, 1, "prange", ctx)
                 self.body(depth, store, "=", rhs, s.body_facts(opart), ctx.cnt, sums=False)
@@ -331,7 +331,7 @@ class NumbaEmitter:
                     itag = otag if len(s.inner) == 1 else f"{otag}_{b}"
                     isteps = part_steps(ipart, self.index, self.rels, self.counter, INDENT,
                                         itag + "i", s.body_facts(opart, ipart))
-                    ictx = _Ctx(itag, ctx.acc, [], ctx.cnt)
+                    ictx = LoopContext(itag, ctx.acc, [], ctx.cnt)
                     idepth = self.steps(isteps, depth, "seq" if mode == "prange" else "chunk",
                                         ictx)
                     self.body(idepth, ictx.acc, "+=", rhs, s.body_facts(opart, ipart),
@@ -361,12 +361,12 @@ class NumbaEmitter:
         if cnt:
             self.w(depth, f"{cnt} += 1")
 
-    def close(self, ctx: _Ctx) -> None:
+    def close(self, ctx: LoopContext) -> None:
         while ctx.closers:
             depth, lines = ctx.closers.pop()
             self.w.block(depth, lines)
 
-    def steps(self, steps: list[Step], depth: int, mode: str, ctx: _Ctx) -> int:
+    def steps(self, steps: list[Step], depth: int, mode: str, ctx: LoopContext) -> int:
         """Print `steps` from `depth`; the first loop is `prange` (mode "prange"), a chunked
         parallel reduction into `ctx.acc` (mode "chunk") or a plain loop ("seq")."""
         w = self.w
@@ -398,7 +398,7 @@ class NumbaEmitter:
                 first = False
         return depth
 
-    def _parallel_loop(self, st: Loop, depth: int, ctx: _Ctx) -> int:
+    def _parallel_loop(self, st: Loop, depth: int, ctx: LoopContext) -> int:
         """`for v in prange(lo, stop)`.  Instrumented, each iteration counts into its own
         slot of an array summed after the loop (a reduction variable updated inside guards
         and nested loops is not reliably recognised by Numba's parfor pass)."""
@@ -416,7 +416,7 @@ class NumbaEmitter:
         ctx.cnt = it
         return depth + 1
 
-    def _chunk_loop(self, st: Loop, depth: int, ctx: _Ctx) -> int:
+    def _chunk_loop(self, st: Loop, depth: int, ctx: LoopContext) -> int:
         """`for v in range(lo, stop)` as at most CHUNKS parallel partial sums added in chunk
         order: the result does not depend on the number of threads."""
         w, t = self.w, ctx.tag

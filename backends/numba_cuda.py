@@ -32,7 +32,7 @@ Sizes are int64 kernel arguments; real scalars (inputs and scalar statements) ar
 float64 device arrays, loaded once per thread (`v_x = s_x[0]`); a relation is passed as its
 dense boolean mask (membership tests, bounds-checked) and, where a loop iterates it, as the
 int64 coordinate list sorted by the known arguments plus a CSR row pointer (the CPU
-backend's `_pattern_arrays`).  A kernel receives only the arguments its body uses.
+backend's `pattern_arrays`).  A kernel receives only the arguments its body uses.
 
 Builtins are the CPU backend's plain `math` code (`backends/scalar_builtins.py`) made
 kernel-callable with `register_jitable`; generated modules import them from this module
@@ -64,7 +64,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
-from tensorlang.ir import ast as A
+from tensorlang.ir import ast
 from tensorlang.semantics import interp
 from tensorlang.ir import tssa
 from tensorlang.syntax import ssa_printer
@@ -74,7 +74,8 @@ from tensorlang.ir.tssa import Program
 from . import accumulate, kernel_cache
 from .codegen import MASK, SIZE, ProgramPlan, StmtPlan, plan_program, safe_comment
 from .codegen_nest import part_steps, pred_code
-from .numba_cpu import INDENT, NumbaEmitter, _Ctx, _pattern_arrays, _Writer
+from .numba_cpu import INDENT, pattern_arrays
+from .numba_cpu_source import LoopContext, NumbaEmitter, SourceWriter
 from .scalar_builtins import FUNCS
 
 BACKEND = "numba_cuda"
@@ -150,7 +151,7 @@ class CudaEmitter(NumbaEmitter):
 
     def kernel(self, s: StmtPlan, number: int) -> list[str]:
         rhs, tag = s.rhs, str(number)
-        self.w = w = _Writer()
+        self.w = w = SourceWriter()
         dims = [self.dim(d) for d in rhs.dims]
         gens = [self.index(g) for g in rhs.gen_names()]
         w(1, "_t = cuda.grid(1)")
@@ -191,8 +192,8 @@ class CudaEmitter(NumbaEmitter):
         rhs, w = s.rhs, self.w
         assert s.facts is not None
         snames = set(rhs.sum_names())
-        outer = [c for c in tssa.conjuncts(rhs.pred) if not (A.free_names(c) & snames)]
-        ctx = _Ctx(tag, "_acc", [])
+        outer = [c for c in tssa.conjuncts(rhs.pred) if not (ast.free_names(c) & snames)]
+        ctx = LoopContext(tag, "_acc", [])
         guard = [pred_code(outer, self.index, self.rels, self.counter, INDENT)] if outer else []
         if guard:
             w(2, "_val = 0.0")
@@ -204,7 +205,7 @@ class CudaEmitter(NumbaEmitter):
             for b, part in enumerate(s.inner):
                 steps = part_steps(part, self.index, self.rels, self.counter, INDENT,
                                    f"{tag}i{b}")
-                ictx = _Ctx(f"{tag}_{b}", "_acc", [])
+                ictx = LoopContext(f"{tag}_{b}", "_acc", [])
                 idepth = self.steps(steps, depth, "seq", ictx)
                 self.body(idepth, "_acc", "+=", rhs, s.facts.add(part.conj), "", sums=True)
                 self.close(ictx)
@@ -312,15 +313,15 @@ def device_function(name: str) -> Any:
 def _ieee(py: Callable[..., float], fn: str) -> Callable[..., float]:
     """For the simulator: Python's `math` raises where the GPU returns inf/nan; then take
     the value from the interpreter's numpy implementation."""
-    from tensorlang.semantics import builtins as B
-    nargs = A.BUILTINS[fn][0]
+    from tensorlang.semantics import builtins
+    nargs = ast.BUILTINS[fn][0]
 
     def run(*args: float) -> float:
         try:
             return py(*args)
         except (ArithmeticError, ValueError):
             ops = [np.float64(a) for a in args[:nargs]]
-            return float(B.apply(fn, ops, [float(c) for c in args[nargs:]]))
+            return float(builtins.apply(fn, ops, [float(c) for c in args[nargs:]]))
 
     run.__name__ = py.__name__
     return run
@@ -344,7 +345,7 @@ class CompiledProgram:
         self.kernels: list[tuple[Any, KernelInfo]] = [
             (getattr(module, name), KernelInfo(name, var, args))
             for name, var, args in module.TL_KERNELS]
-        self._sig = A.Def(program.name, program.params, program.ret, A.Const(0.0))
+        self._sig = ast.Def(program.name, program.params, program.ret, ast.Const(0.0))
         self._inputs = program.inputs()
 
     def __repr__(self) -> str:
@@ -385,7 +386,7 @@ class CompiledProgram:
                 hit = cuda.to_device(np.ascontiguousarray(env.rels[key], dtype=np.bool_))
             else:
                 rel, order, nbound = key
-                coords, ptr = _pattern_arrays(env.rels[rel], tuple(order), nbound)
+                coords, ptr = pattern_arrays(env.rels[rel], tuple(order), nbound)
                 hit = cuda.to_device(coords if kind == "coords" else ptr)
             extra[(kind, key)] = hit
         return hit
