@@ -42,12 +42,12 @@ python_prange = range
 def _python_builtin(name: str) -> object:
     import numpy as np
 
-    from tensorlang.semantics import builtins as B
+    from tensorlang.semantics import builtins
 
     def fn(*xs: float) -> float:
-        f = B.lookup(name)
+        f = builtins.lookup(name)
         args = [np.float64(x) for x in xs[:f.arity]]
-        return np.float64(B.apply(name, args, xs[f.arity:]))
+        return np.float64(builtins.apply(name, args, xs[f.arity:]))
 
     fn.__name__ = f"python_{name}"
     return fn

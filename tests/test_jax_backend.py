@@ -299,4 +299,4 @@ def test_jitted_once_per_program():
     p = fn.run_to("simplified")
     a = jax_backend.compile_program(p)
     b = jax_backend.compile_program(p)
-    assert a._jitted is b._jitted
+    assert a.jitted is b.jitted
