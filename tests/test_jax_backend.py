@@ -48,11 +48,8 @@ def assert_same(got: Any, want: Any, atol: float = ATOL) -> None:
 
 
 def to_program(d: ast.Def) -> tssa.Program:
-    from tensorlang.passes.genpush import genpush
-    from tensorlang.passes.letlift import letlift
-    from tensorlang.passes.pairelim import pairelim
-    from tensorlang.passes.ssa import to_ssa
-    return to_ssa(genpush(pairelim(letlift(d))))
+    from tensorlang import pipeline
+    return pipeline.run_to(d, "ssa")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -263,12 +263,10 @@ def _pipeline_programs():
 @settings(max_examples=40)
 @given(_pipeline_programs())
 def test_random_programs_through_the_pipeline(instance):
-    from tensorlang.passes.genpush import genpush
-    from tensorlang.passes.letlift import letlift
-    from tensorlang.passes.pairelim import pairelim
+    from tensorlang import pipeline
 
     d0, a = instance
-    d = genpush(pairelim(letlift(d0)))
+    d = pipeline.run_to(d0, "genpush")
     p = check(d, a)
     assert values_close(evaluate_program(p, a), interpret(d0, a))
 
