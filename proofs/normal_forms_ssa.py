@@ -32,7 +32,8 @@ def _affines(rhs: Rhs) -> list[tuple[str, ast.Affine, frozenset[str]]]:
     return out
 
 
-def _pred_affines(p: ast.Pred, bound: frozenset[str]) -> list[tuple[str, ast.Affine, frozenset[str]]]:
+def _pred_affines(p: ast.Pred,
+                  bound: frozenset[str]) -> list[tuple[str, ast.Affine, frozenset[str]]]:
     if isinstance(p, ast.Cmp):
         return [("a predicate", p.lhs, bound), ("a predicate", p.rhs, bound)]
     if isinstance(p, ast.RelCall):

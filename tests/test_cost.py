@@ -37,8 +37,8 @@ def qform() -> ast.Def:
 
 def qform_inline() -> ast.Expr:
     """sum i. x[i] * sum j. A[i,j] * x[j]"""
-    return ast.Sum("i", V("N"), ast.Mul(acc("x", "i"), ast.Sum("j", V("N"), ast.Mul(acc("A", "i", "j"),
-                                                                           acc("x", "j")))))
+    return ast.Sum("i", V("N"), ast.Mul(acc("x", "i"), ast.Sum(
+        "j", V("N"), ast.Mul(acc("A", "i", "j"), acc("x", "j")))))
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7, 200])
@@ -59,7 +59,8 @@ def test_qform_at_size_zero_and_value_args_are_ignored() -> None:
 
 
 def test_iverson_short_circuit() -> None:
-    body = ast.Gen("i", V("N"), ast.Iverson(ast.Cmp("<", V("i"), aff(2)), call("exp", (acc("x", "i"),))))
+    body = ast.Gen("i", V("N"), ast.Iverson(ast.Cmp("<", V("i"), aff(2)),
+                                            call("exp", (acc("x", "i"),))))
     assert cost_of(body, N=10) == (0, 0, 2)
     assert cost_of(body, N=1) == (0, 0, 1)
     expensive = ast.Sum("i", V("N"), ast.Mul(acc("x", "i"), acc("x", "i")))
@@ -87,7 +88,7 @@ def test_addition_with_a_structural_zero_is_free() -> None:
     assert cost_of(ast.Add(x0, ast.Const(-0.0))) == (0, 0, 0)
     # a guarded addition costs only where both sides are live
     g = ast.Gen("i", V("N"), ast.Add(ast.Iverson(ast.Cmp("<", V("i"), aff(5)), acc("x", "i")),
-                                 ast.Iverson(ast.Cmp("<", aff(2), V("i")), acc("y", "i"))))
+                                     ast.Iverson(ast.Cmp("<", aff(2), V("i")), acc("y", "i"))))
     assert cost_of(g, N=10) == (2, 0, 0)   # i = 3, 4
 
 
@@ -99,7 +100,7 @@ def test_one_point_sum_costs_no_addition(n: int) -> None:
     assert cost_of(few, N=n) == (max(0, min(n, 3) - 1), 0, 0)
     # the body's own cost is still counted at the one live point
     onemul = ast.Sum("j", V("N"), ast.Iverson(ast.Cmp("==", V("j"), aff(2)),
-                                          ast.Mul(acc("x", "j"), acc("x", "j"))))
+                                              ast.Mul(acc("x", "j"), acc("x", "j"))))
     assert cost_of(onemul, N=n) == (0, int(n > 2), 0)
 
 
@@ -116,7 +117,7 @@ def test_sums_of_zeros_and_empty_sums() -> None:
     assert cost_of(outside, N=5, M=4) == cost_of(inside, N=5, M=4) == (11, 0, 0)
     # live where not both summands are Z: points 0 and 1 -> one addition, no "+" counted
     both = ast.Sum("j", V("N"), ast.Add(ast.Iverson(ast.Cmp("==", V("j"), aff(0)), acc("x", "j")),
-                                    ast.Iverson(ast.Cmp("==", V("j"), aff(1)), acc("x", "j"))))
+                                        ast.Iverson(ast.Cmp("==", V("j"), aff(1)), acc("x", "j"))))
     assert cost_of(both, N=5) == (1, 0, 0)
 
 
@@ -135,7 +136,7 @@ def test_nested_sums_are_costed_jointly(n: int, m: int) -> None:
 def test_joint_costing_of_a_triangular_nest() -> None:
     n = 9
     tri = ast.Sum("i", V("N"), ast.Sum("j", V("N"), ast.Iverson(ast.Cmp("<", V("j"), V("i")),
-                                                          acc("A", "i", "j"))))
+                                                                acc("A", "i", "j"))))
     assert cost_of(tri, N=n) == (n * (n - 1) // 2 - 1, 0, 0)
     split = ast.Sum("i", V("N"), ast.Let("t", ZERO, ast.Sum("j", V("N"), ast.Iverson(
         ast.Cmp("<", V("j"), V("i")), acc("A", "i", "j")))))
@@ -185,9 +186,9 @@ def test_relation_dependent_cost() -> None:
 def test_per_binding_breakdown() -> None:
     s = ast.Var("s")
     body = ast.Let("a", call("exp", (s,)),
-                 ast.Let("b", ast.Gen("i", V("N"), ast.Mul(acc("x", "i"), ast.Var("a"))),
-                       ast.Let("a", ast.Add(ast.Var("a"), s),
-                             ast.Sum("i", V("N"), acc("b", "i")))))
+                   ast.Let("b", ast.Gen("i", V("N"), ast.Mul(acc("x", "i"), ast.Var("a"))),
+                           ast.Let("a", ast.Add(ast.Var("a"), s),
+                                   ast.Sum("i", V("N"), acc("b", "i")))))
     d = mk([("N", SIZE), ("s", R), ("x", vec("N"))], body)
     c = cost_def(d, {"N": 4})
     assert list(c.per_binding) == ["a", "b", "a#2", "return"]
@@ -208,7 +209,7 @@ def test_large_sizes_are_fast_and_exact() -> None:
     n, k = 200, 5
     nest = ast.Sum("i", V("N"), ast.Sum("j", V("N"), ast.Sum("k", V("K"), ast.Iverson(
         ast.Cmp("<=", V("j") + V("k"), V("i")), ast.Mul(acc("A", "i", V("j") + V("k")),
-                                                    acc("w", "k"))))))
+                                                        acc("w", "k"))))))
     t = time.perf_counter()
     live = sum(1 for i in range(n) for j in range(n) for kk in range(k) if j + kk <= i)
     assert cost_of(nest, N=n, K=k) == (live - 1, live, 0)

@@ -73,18 +73,19 @@ def test_spec_examples_match_hand_built_asts() -> None:
     qform = ast.Def(
         "qform", (ast.Param("N", ast.TSize()), ast.Param("x", vec), ast.Param("A", mat)), R,
         ast.Let("y", ast.Gen("i", N, ast.Sum("j", N, ast.Mul(acc("A", i, j), acc("x", j)))),
-              ast.Sum("i", N, ast.Mul(acc("x", i), acc("y", i)))))
+                ast.Sum("i", N, ast.Mul(acc("x", i), acc("y", i)))))
     assert build_qform() is qform
     conv = ast.Def(
         "conv", (ast.Param("N", ast.TSize()), ast.Param("K", ast.TSize()),
                  ast.Param("x", ast.tensor([N + K - 1])), ast.Param("w", ast.tensor([K]))),
         ast.tensor([N]),
         ast.Let("out", ast.Gen("i", N, ast.Sum("k", K, ast.Mul(acc("w", k), acc("x", i + k)))),
-              ast.Var("out")))
+                ast.Var("out")))
     assert build_conv() is conv
     guard = ast.And(ast.RelCall("E", (i, j)), ast.Or(ast.Cmp("<", i, j), ast.Cmp("<", j, i)))
     masked = ast.Def(
-        "masked", (ast.Param("N", ast.TSize()), ast.Param("E", ast.TRel((N, N))), ast.Param("A", mat)),
+        "masked",
+        (ast.Param("N", ast.TSize()), ast.Param("E", ast.TRel((N, N))), ast.Param("A", mat)),
         R, ast.Sum("i", N, ast.Sum("j", N, ast.Iverson(guard, ast.Call("pow", (acc("A", i, j),),
                                                                    (2.0,))))))
     assert build_masked() is masked
@@ -177,7 +178,7 @@ def test_operators_build_core_nodes() -> None:
     assert ge.node.body is ast.Iverson(ast.Cmp("<=", L(1), V("i")), ast.Const(1.0))
     both = dsl.gen(N, lambda i: ((i < 2) * (i == 1)) * s)
     assert both.node.body is ast.Iverson(ast.And(ast.Cmp("<", V("i"), L(2)),
-                                             ast.Cmp("==", V("i"), L(1))), ast.Var("s"))
+                                                 ast.Cmp("==", V("i"), L(1))), ast.Var("s"))
     assert dsl.iverson(dsl.true).node is ast.Iverson(ast.PTrue(), ast.Const(1.0))
     assert (dsl.false * x).node is ast.Iverson(ast.PFalse(), xs)
     pr = dsl.pair(s, x, 1.0)
@@ -207,7 +208,8 @@ def test_binder_names_follow_lambdas_and_never_capture() -> None:
     outer = dsl.gen(N, lambda i: dsl.let(A_[i, 0], lambda v: dsl.sum(N, lambda i: v * A_[i, 1])))
     inner_sum = outer.node.body.body
     assert outer.node.idx != inner_sum.idx
-    assert inner_sum.body is ast.Mul(ast.Var("v"), ast.Access(ast.Var("A"), (V(inner_sum.idx), L(1))))
+    assert inner_sum.body is ast.Mul(ast.Var("v"),
+                                     ast.Access(ast.Var("A"), (V(inner_sum.idx), L(1))))
     assert outer.node.body.value is ast.Access(ast.Var("A"), (V(outer.node.idx), L(0)))
     # Unusable lambda names get defaults.
     assert dsl.gen(N, lambda _: 1.0).node.idx == "i"

@@ -74,8 +74,8 @@ def test_qform_matches_numpy_and_returns_float() -> None:
 
 def test_gen_stacks_and_results_are_fresh_c_order_arrays() -> None:
     # gen i:N, j:M. x[i] * 10 + j  (body independent of j in the first factor)
-    body = ast.Gen("i", V("N"), ast.Gen("j", V("M"), ast.Add(ast.Mul(acc("x", "i"), ast.Const(10.0)),
-                                                      acc("y", "j"))))
+    body = ast.Gen("i", V("N"), ast.Gen("j", V("M"), ast.Add(
+        ast.Mul(acc("x", "i"), ast.Const(10.0)), acc("y", "j"))))
     d = mk([("N", SIZE), ("M", SIZE), ("x", vec("N")), ("y", vec("M"))], body)
     x, y = np.arange(3.0), np.arange(4.0)
     out = interpret(d, {"N": 3, "M": 4, "x": x, "y": y})
@@ -96,9 +96,10 @@ def test_sum_adds_values_left_to_right() -> None:
 
 
 def test_call_pair_proj_let() -> None:
-    body = ast.Let("p", ast.Pair(call("exp", (ast.Var("s"),)), call("pow", (ast.Var("s"),), (3.0,))),
-                 ast.Add(ast.Proj(ast.Var("p"), 0), call("max", (ast.Proj(ast.Var("p"), 1),
-                                                             ast.Const(1.0)))))
+    pair = ast.Pair(call("exp", (ast.Var("s"),)), call("pow", (ast.Var("s"),), (3.0,)))
+    body = ast.Let("p", pair,
+                   ast.Add(ast.Proj(ast.Var("p"), 0), call("max", (ast.Proj(ast.Var("p"), 1),
+                                                                   ast.Const(1.0)))))
     d = mk([("s", R)], body)
     assert interpret(d, {"s": 2.0}) == pytest.approx(np.exp(2.0) + 8.0)
     assert interpret(d, {"s": 0.5}) == pytest.approx(np.exp(0.5) + 1.0)
@@ -137,7 +138,7 @@ def test_exists_and_relations_predicates() -> None:
     ex0 = ast.Iverson(ast.Exists("t", aff(0), ast.PTrue()), ast.Const(1.0))
     assert interpret(mk([], ex0), {}) == 0.0
     ors = ast.Iverson(ast.Or(ast.Cmp("<", V("i"), aff(1)), ast.And(ast.Cmp("<=", aff(3), V("i")),
-                                                           ast.PTrue())), ast.Const(1.0))
+                                                                   ast.PTrue())), ast.Const(1.0))
     np.testing.assert_array_equal(interpret(mk([], ast.Gen("i", aff(5), ors)), {}),
                                   [1, 0, 0, 1, 1])
 
@@ -196,7 +197,7 @@ def test_iverson_does_not_leak_nan_or_inf() -> None:
     np.testing.assert_array_equal(out, [0.0, 0.0, 1.0])
     # recip(0) = inf masked inside a sum
     s = ast.Sum("i", V("N"), ast.Iverson(ast.Cmp("<", aff(0), V("i")),
-                                     call("recip", (acc("x", "i"),))))
+                                         call("recip", (acc("x", "i"),))))
     assert interpret(mk([("N", SIZE), ("x", vec("N"))], s),
                      {"N": 3, "x": np.array([0.0, 2.0, 4.0])}) == 0.75
 
@@ -204,14 +205,15 @@ def test_iverson_does_not_leak_nan_or_inf() -> None:
 def test_iverson_over_tensors_and_pairs() -> None:
     # [i == 1] * (row i, x[i]) over a tensor of pairs
     body = ast.Gen("i", aff(3), ast.Iverson(ast.Cmp("==", V("i"), aff(1)),
-                                        ast.Pair(acc("A", "i"), acc("x", "i"))))
+                                            ast.Pair(acc("A", "i"), acc("x", "i"))))
     M = np.arange(6.0).reshape(3, 2)
     out = interpret(mk([("A", mat(3, 2)), ("x", vec(3))], body),
                     {"A": M, "x": np.array([4.0, 5.0, 6.0])})
     np.testing.assert_array_equal(out[0], [[0, 0], [2, 3], [0, 0]])
     np.testing.assert_array_equal(out[1], [0, 5, 0])
     # an all-false bracket gives the zero of a tensor type without evaluating
-    zero = interpret(mk([("A", mat(3, 2))], ast.Iverson(ast.PFalse(), ast.Gen("j", aff(4), acc("A", 0)))),
+    zero = interpret(mk([("A", mat(3, 2))],
+                        ast.Iverson(ast.PFalse(), ast.Gen("j", aff(4), acc("A", 0)))),
                      {"A": M})
     np.testing.assert_array_equal(zero, np.zeros((4, 2)))
 
@@ -249,8 +251,8 @@ def test_pairs_and_tensor_of_pairs_are_struct_of_arrays() -> None:
     # q : [N](R, R) given as (q0, q1); return gen i:N. (q[i].1, q[i].0 * p.0)
     pt = ast.TPair(R, vec("N"))
     qt = ast.TArr(V("N"), ast.TPair(R, R))
-    body = ast.Gen("i", V("N"), ast.Pair(ast.Proj(acc("q", "i"), 1),
-                                     ast.Mul(ast.Proj(acc("q", "i"), 0), ast.Proj(ast.Var("p"), 0))))
+    body = ast.Gen("i", V("N"), ast.Pair(
+        ast.Proj(acc("q", "i"), 1), ast.Mul(ast.Proj(acc("q", "i"), 0), ast.Proj(ast.Var("p"), 0))))
     d = mk([("N", SIZE), ("p", pt), ("q", qt)], body)
     q = (np.array([1.0, 2.0]), np.array([3.0, 4.0]))
     out = interpret(d, {"N": 2, "p": (10.0, np.zeros(2)), "q": q})
@@ -268,7 +270,8 @@ def test_pairs_and_tensor_of_pairs_are_struct_of_arrays() -> None:
 REL_PROG = mk([("N", SIZE), ("M", SIZE), ("E", ast.TRel((V("N"), V("M")))),
                ("A", mat("N", "M"))],
               ast.Gen("i", V("N") + 1, ast.Sum("j", V("M") + 1, ast.Iverson(
-                  ast.RelCall("E", (V("i"), V("j"))), ast.Add(acc("A", "i", "j"), ast.Const(1.0))))))
+                  ast.RelCall("E", (V("i"), V("j"))),
+                  ast.Add(acc("A", "i", "j"), ast.Const(1.0))))))
 
 
 def test_relations_mask_and_coordinates_agree() -> None:
@@ -349,13 +352,13 @@ def test_realistic_programs_at_n200_are_fast() -> None:
     x, M, w = rng.standard_normal(n + k - 1), rng.standard_normal((n, n)), rng.standard_normal(k)
     conv = mk([("N", SIZE), ("K", SIZE), ("x", vec(V("N") + V("K") - 1)), ("w", vec("K"))],
               ast.Gen("i", V("N"), ast.Sum("k", V("K"), ast.Mul(acc("w", "k"),
-                                                          acc("x", V("i") + V("k"))))))
+                                                                acc("x", V("i") + V("k"))))))
     triple = mk([("N", SIZE), ("K", SIZE), ("A", mat("N", "N")), ("w", vec("K"))],
                 ast.Sum("i", V("N"), ast.Sum("j", V("N"), ast.Sum("k", V("K"), ast.Iverson(
                     ast.Cmp("<=", V("j") + V("k"), V("i")),
                     ast.Mul(acc("A", "i", V("j") + V("k")), acc("w", "k")))))))
-    matmul = mk([("N", SIZE), ("A", mat("N", "N"))], ast.Gen("i", V("N"), ast.Gen("j", V("N"), ast.Sum(
-        "k", V("N"), ast.Mul(acc("A", "i", "k"), acc("A", "k", "j"))))))
+    matmul = mk([("N", SIZE), ("A", mat("N", "N"))], ast.Gen("i", V("N"), ast.Gen(
+        "j", V("N"), ast.Sum("k", V("N"), ast.Mul(acc("A", "i", "k"), acc("A", "k", "j"))))))
     t = time.perf_counter()
     got = interpret(conv, {"N": n, "K": k, "x": x, "w": w})
     np.testing.assert_allclose(got, np.correlate(x, w, mode="valid"), rtol=1e-12)
@@ -376,7 +379,8 @@ class ProgramGen:
 
     PARAMS: list[tuple[str, ast.Type]] = [
         ("N", SIZE), ("M", SIZE), ("s", R), ("x", vec("N")), ("y", vec(V("M") + 1)),
-        ("A", mat("N", "M")), ("p", ast.TPair(R, vec("N"))), ("q", ast.TArr(V("M"), ast.TPair(R, R))),
+        ("A", mat("N", "M")), ("p", ast.TPair(R, vec("N"))),
+        ("q", ast.TArr(V("M"), ast.TPair(R, R))),
         ("E", ast.TRel((V("N"), V("M")))), ("F", ast.TRel((V("N"),))),
     ]
     SIZES = [V("N"), V("M"), V("N") + 1, ast.Affine.lit(2)]
@@ -453,7 +457,8 @@ class ProgramGen:
         assert isinstance(t, ast.TPair)
         return ast.Pair(self.leaf(t.a, scope, idxs), self.leaf(t.b, scope, idxs))
 
-    def expr(self, t: ast.Type, scope: dict[str, ast.Type], idxs: list[str], budget: int) -> ast.Expr:
+    def expr(self, t: ast.Type, scope: dict[str, ast.Type], idxs: list[str],
+             budget: int) -> ast.Expr:
         r = self.rng
         if budget <= 0:
             return self.leaf(t, scope, idxs)
@@ -619,7 +624,7 @@ def test_select_call_is_the_directional_derivative_in_one_call(name: str) -> Non
     for live in itertools.product([False, True], repeat=f.arity):
         ts = [tans[k] if on else None for k, on in enumerate(live)]
         call = builtins.select_call(name, list(range(f.arity)), [k if on else None
-                                                          for k, on in enumerate(live)])
+                                                                 for k, on in enumerate(live)])
         want = sum((f.derivs[k](*args) * t for k, t in enumerate(ts) if t is not None),
                    np.zeros(6))
         if call is None:
@@ -662,8 +667,8 @@ def test_builtin_conventions_and_stability() -> None:
     assert d["tanh"][0](np.array([20.0]))[0] == pytest.approx(4 * np.exp(-40.0), rel=1e-9)
     assert d["pow"][0](zero, 0.0)[0] == 0.0
     assert set(builtins.EXTRA_BUILTINS) == {"step", "sign", "ge", "gt", "dtanh", "dsigmoid", "dtan",
-                                     "d2tanh", "d2sigmoid", "d2tan", "sel_ge", "keep_ge",
-                                     "keep_gt"}
+                                            "d2tanh", "d2sigmoid", "d2tan", "sel_ge", "keep_ge",
+                                            "keep_gt"}
     assert all(builtins.BUILTIN_FUNCS[n].arity == a and builtins.BUILTIN_FUNCS[n].nparams == p
                for n, (a, p) in ast.BUILTINS.items())
 

@@ -85,8 +85,8 @@ def test_matrix_product_is_one_contract():
     mm = gens([("i", N), ("k", N)], Sum("j", M, Mul(rd("A", v("i"), v("j")),
                                                      rd("B", v("j"), v("k")))))
     p = check(prog(("y1", mv), ("C", mm), out=ast.Pair(gens([("o", N)], rd("y1", v("o"))),
-                                                     gens([("o", N), ("q", N)],
-                                                          rd("C", v("o"), v("q"))))), args())
+                                                       gens([("o", N), ("q", N)],
+                                                            rd("C", v("o"), v("q"))))), args())
     assert body_lines(p) == ["    v0[i0:N] = sum j0:M. A[i0, j0] * z[j0]",
                              "    v1[i0:N, i1:N] = sum j0:M. A[i0, j0] * B[j0, i1]",
                              "    return (v0, v1)"]
@@ -146,8 +146,8 @@ def test_constants_are_coefficients_and_keep_their_multiplications():
     neg = gens([("i", N)], Add(rd("x", v("i")), Mul(Const(-1.0), rd("y", v("i")))))
     p = check(prog(("a", e), ("b", one), ("c", neg),
                    out=ast.Pair(gens([("o", N)], rd("a", v("o"))),
-                              ast.Pair(gens([("o", N)], rd("b", v("o"))),
-                                     gens([("o", N)], rd("c", v("o")))))), args())
+                                ast.Pair(gens([("o", N)], rd("b", v("o"))),
+                                         gens([("o", N)], rd("c", v("o")))))), args())
     assert body_lines(p) == ["    v0 = 3.0", "    v1[i0:N] = 2.0 * v0 * x[i0]", "    v2 = 1.0",
                              "    v3[i0:N] = v2 * x[i0]", "    v4[i0:N] = -1.0 * y[i0]",
                              "    v5[i0:N] = v4[i0] + x[i0]", "    return (v1, (v3, v5))"]
@@ -174,7 +174,7 @@ def test_pair_inputs_and_outputs():
     e = gens([("i", N)], Mul(Access(ast.Proj(Var("q"), 0), (v("i"),)),
                              Access(ast.Proj(Var("q"), 1), (v("i"),))))
     d = prog(("r", e), out=ast.Pair(gens([("o", N)], rd("r", v("o"))),
-                                  gens([("o", N)], Access(ast.Proj(Var("q"), 1), (v("o"),)))),
+                                    gens([("o", N)], Access(ast.Proj(Var("q"), 1), (v("o"),)))),
              params=params)
     rng = np.random.default_rng(3)
     a = {"N": 3, "q": (rng.normal(size=3), rng.normal(size=3))}
