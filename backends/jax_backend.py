@@ -571,7 +571,7 @@ class CompiledProgram:
         self.program = program
         self.source = jitted.source
         self.module = jitted.module
-        self._jitted = jitted
+        self.jitted = jitted
         self.mesh = mesh
         self.shard = dict(shard or {})
         self._sig = ast.Def(program.name, program.params, program.ret, ast.Const(0.0))
@@ -615,7 +615,7 @@ class CompiledProgram:
         given = dict(args or {}, **kwargs)
         env = interp.bind_args(self._sig, given)
         values = self._marshal(env)
-        out = self._jitted.fn(*values)
+        out = self.jitted.fn(*values)
         return self._result(out)
 
     def prepared(self, args: Mapping[str, Any]) -> Any:
@@ -625,20 +625,20 @@ class CompiledProgram:
 
         env = interp.bind_args(self._sig, dict(args))
         values = self._marshal(env)
-        fn = self._jitted.fn
+        fn = self.jitted.fn
         return lambda: jax.block_until_ready(fn(*values))
 
     def lower(self, args: Mapping[str, Any]) -> Any:
         """`jax.jit(...).lower` on these arguments (to inspect XLA's HLO and shardings)."""
         env = interp.bind_args(self._sig, dict(args))
-        return self._jitted.fn.lower(*self._marshal(env))
+        return self.jitted.fn.lower(*self._marshal(env))
 
     def _marshal(self, env: interp.Env) -> list[Any]:
         import jax
         import jax.numpy as jnp
 
         values: list[Any] = []
-        for kind, key in self._jitted.args:
+        for kind, key in self.jitted.args:
             if kind == "size":
                 values.append(int(env.sizes[key]))
                 continue

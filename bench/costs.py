@@ -49,11 +49,11 @@ def serve(allowance: int | None = None) -> None:
     out = sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but frames on the real stdout
     if allowance:
-        from .runner import _vm_data
+        from .runner import vm_data
 
         import resource
 
-        data = _vm_data() or 0
+        data = vm_data() or 0
         resource.setrlimit(resource.RLIMIT_DATA, (data + allowance, resource.RLIM_INFINITY))
     from .systems_tensorlang import System
     from .tasks import TASKS

@@ -136,7 +136,7 @@ def measure_memory(fn: Callable[[], Any]) -> tuple[int, int]:
     return int(peak), max(0, int(rss_peak - base))
 
 
-def _vm_data() -> int | None:
+def vm_data() -> int | None:
     """Bytes of private writable memory of this process (what RLIMIT_DATA limits)."""
     try:
         with open("/proc/self/status", encoding="ascii") as fh:
@@ -165,7 +165,7 @@ def memory_guard(allowance: int | None) -> Iterator[None]:
     """Let the block allocate at most `allowance` more bytes: beyond, allocations fail with
     MemoryError instead of the machine running out of memory (a naive derivative in the
     interpreter can ask for tens of GB).  Uses RLIMIT_DATA; a no-op where unsupported."""
-    data = _vm_data() if allowance else None
+    data = vm_data() if allowance else None
     if data is None:
         yield
         return

@@ -37,7 +37,7 @@ def derivative_fn(kind: str, f: Callable[..., Any], idx: tuple[int, ...],
     """A function of (*primals, *extras) computing derivative `kind` of `f` in the primals at
     positions `idx`, with SPEC 2.5's result conventions."""
     import torch
-    import torch.func as tf
+    import torch_func
 
     def restrict(args: tuple) -> Callable[..., Any]:
         def g(*wrt: Any) -> Any:
@@ -69,14 +69,14 @@ def derivative_fn(kind: str, f: Callable[..., Any], idx: tuple[int, ...],
     def run(*all_args: Any) -> Any:
         args, extras, g, primals = split(all_args)
         if kind == "hessian":
-            return tf.hessian(g)(*primals)
+            return torch_func.hessian(g)(*primals)
         if kind == "jvp":
-            return tf.jvp(g, primals, tuple(extras))
+            return torch_func.jvp(g, primals, tuple(extras))
         if kind == "hvp":
-            return tf.jvp(tf.grad(g), primals, (extras[0],))[1]
+            return torch_func.jvp(torch_func.grad(g), primals, (extras[0],))[1]
         if kind == "jtjv":
-            _, jv = tf.jvp(g, primals, tuple(extras))
-            _, pull = tf.vjp(g, *primals)
+            _, jv = torch_func.jvp(g, primals, tuple(extras))
+            _, pull = torch_func.vjp(g, *primals)
             return tuple(pull(jv))
         raise NotImplementedError(f"torch: unknown derivative kind {kind}")
 

@@ -40,7 +40,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from tensorlang.ir import ast as A
+from tensorlang.ir import ast
 from tensorlang.ir import tssa
 from tensorlang.ir.ast import Affine, Pred, PFalse, PTrue
 from tensorlang.syntax.errors import NotYetSupported
@@ -86,7 +86,7 @@ class Ctx:
         return tuple(Affine.var(n) for n, _ in self.idx)
 
     def under(self, p: Pred) -> "Ctx":
-        return Ctx(self.idx, A.pred_and(self.mask, p))
+        return Ctx(self.idx, ast.pred_and(self.mask, p))
 
     def inside(self, sums: Sequence[tuple[str, Affine]]) -> "Ctx":
         return Ctx(self.idx + tuple(sums), self.mask)
@@ -95,14 +95,14 @@ class Ctx:
         return frozenset(tssa.conjuncts(self.mask)) | frozenset(tssa.conjuncts(guard))
 
 
-def _bad(msg: str, e: A.Node) -> NotYetSupported:
+def _bad(msg: str, e: ast.Node) -> NotYetSupported:
     return NotYetSupported(f"to_ssa expects gen-pushed input (SPEC 4): {msg}", e.loc)
 
 
 class Converter:
     """State of one conversion: the builder and the SSA variable of each binding."""
 
-    def __init__(self, d: A.Def, share: bool) -> None:
+    def __init__(self, d: ast.Def, share: bool) -> None:
         self.d = d
         self.b = Builder(d.params, share=share)
         self.ptypes = {p.name: p.type for p in d.params}
@@ -110,7 +110,7 @@ class Converter:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def conv(self, e: A.Expr, ctx: Ctx) -> Term:
+    def conv(self, e: ast.Expr, ctx: Ctx) -> Term:
         case = DISPATCH.get(type(e))
         if case is None:
             raise _bad(f"unexpected {type(e).__name__} in a scalar expression", e)
@@ -147,7 +147,7 @@ class Converter:
         inner = ctx.inside(sums)
         if t.is_zero:
             return self.b.const(gen, 0.0)
-        mask = A.pred_and(*sorted(t.region, key=tssa.node_key))
+        mask = ast.pred_and(*sorted(t.region, key=tssa.node_key))
         factors = self.flatten(t, inner)
         consts = [f for f in factors if isinstance(f, float)]
         ops = [f for f in factors if isinstance(f, Operand)]
@@ -188,7 +188,7 @@ class Converter:
         holds on the whole index range (e.g. gen push-out's range guards)."""
         if set(tssa.conjuncts(t.guard)) <= t.clean:
             return True
-        names = set(A.free_names(t.guard)) | {n for n, _ in ctx.idx}
+        names = set(ast.free_names(t.guard)) | {n for n, _ in ctx.idx}
         ex = next(c for c in (f"k{n}_" for n in itertools.count()) if tssa.prefix_ok(c, names))
         return isinstance(tssa.canon_pred(t.guard, dict(ctx.idx), ex), PTrue)
 
@@ -204,13 +204,13 @@ class Converter:
 
     # -- reads -----------------------------------------------------------------------------
 
-    def read_var(self, base: A.Expr, e: A.Expr) -> tuple[str, int]:
+    def read_var(self, base: ast.Expr, e: ast.Expr) -> tuple[str, int]:
         """The SSA variable of a read base (`x`, `x.0.1`) and its rank."""
         path: list[int] = []
-        while isinstance(base, A.Proj):
+        while isinstance(base, ast.Proj):
             path.append(base.k)
             base = base.e
-        if not isinstance(base, A.Var):
+        if not isinstance(base, ast.Var):
             raise _bad(f"read of a non-variable {type(base).__name__}", e)
         path.reverse()
         name = base.name
@@ -229,14 +229,14 @@ class Converter:
 
     # -- bindings --------------------------------------------------------------------------
 
-    def binding(self, e: A.Expr) -> str:
+    def binding(self, e: ast.Expr) -> str:
         """SSA-gen: `gen I. s` (or a scalar s) -> its statement variable (or an alias)."""
-        if isinstance(e, (A.Var, A.Proj)):  # a whole variable: itself
+        if isinstance(e, (ast.Var, ast.Proj)):  # a whole variable: itself
             var, rank = self.read_var(e, e)
             if rank:
                 return var
         gens: list[tuple[str, Affine]] = []
-        while isinstance(e, A.Gen):
+        while isinstance(e, ast.Gen):
             gens.append((e.idx, e.size))
             e = e.body
         ctx = Ctx(tuple(gens), PTrue())
@@ -255,8 +255,8 @@ class Converter:
             return None
         return o.var
 
-    def output(self, e: A.Expr) -> tssa.Out:
-        if isinstance(e, A.Pair):
+    def output(self, e: ast.Expr) -> tssa.Out:
+        if isinstance(e, ast.Pair):
             return (self.output(e.a), self.output(e.b))
         return self.binding(e)
 
@@ -265,32 +265,32 @@ class Converter:
 # The cases
 
 
-def ssa_read(cv: Converter, e: A.Expr, ctx: Ctx) -> Term:
+def ssa_read(cv: Converter, e: ast.Expr, ctx: Ctx) -> Term:
     """SSA-read: `x[A]` (or a scalar `x`, `x.0`) is an operand; nothing is emitted."""
-    base, idx = (e.e, e.idx) if isinstance(e, A.Access) else (e, ())
+    base, idx = (e.e, e.idx) if isinstance(e, ast.Access) else (e, ())
     var, rank = cv.read_var(base, e)
     if rank != len(idx):
         raise _bad(f"read of {var} with {len(idx)} of {rank} indices", e)
     return Term(PTrue(), (Operand(var, idx),), region=ctx.region())
 
 
-def ssa_const(cv: Converter, e: A.Const, ctx: Ctx) -> Term:
+def ssa_const(cv: Converter, e: ast.Const, ctx: Ctx) -> Term:
     """SSA-const: a constant factor; the constant 0 is the structural zero."""
     return ZERO if e.value == 0.0 else Term(PTrue(), (float(e.value),), region=ctx.region())
 
 
-def ssa_iverson(cv: Converter, e: A.Iverson, ctx: Ctx) -> Term:
+def ssa_iverson(cv: Converter, e: ast.Iverson, ctx: Ctx) -> Term:
     """SSA-iverson: `[p] * s`: s converts under mask `P and p`; p joins the guard."""
     if isinstance(e.pred, PFalse):
         return ZERO  # the body is never evaluated
     t = cv.conv(e.e, ctx.under(e.pred))
     if t.is_zero:
         return ZERO
-    return Term(A.pred_and(e.pred, t.guard), t.factors, t.clean,
+    return Term(ast.pred_and(e.pred, t.guard), t.factors, t.clean,
                 t.region | frozenset(tssa.conjuncts(e.pred)))
 
 
-def ssa_add(cv: Converter, e: A.Add, ctx: Ctx) -> Term:
+def ssa_add(cv: Converter, e: ast.Add, ctx: Ctx) -> Term:
     """SSA-add: `s1 + s2` -> `[P] * ([G1] * u1 + [G2] * u2)`; a structural zero side is
     the other side (the source adds nothing there)."""
     t1, t2 = cv.conv(e.a, ctx), cv.conv(e.b, ctx)
@@ -300,11 +300,11 @@ def ssa_add(cv: Converter, e: A.Add, ctx: Ctx) -> Term:
         return t1
     (o1, g1), (o2, g2) = cv.with_support(t1, ctx), cv.with_support(t2, ctx)
     v = cv.b.add(ctx.idx, o1, o2, ctx.mask, (g1, g2))
-    guard = A.pred_or(g1, g2)  # the sum is zero where both operands are dead
+    guard = ast.pred_or(g1, g2)  # the sum is zero where both operands are dead
     return Term(guard, (Operand(v, ctx.ids()),), ctx.region(guard), ctx.region(guard))
 
 
-def ssa_contract(cv: Converter, e: A.Mul, ctx: Ctx) -> Term:
+def ssa_contract(cv: Converter, e: ast.Mul, ctx: Ctx) -> Term:
     """SSA-contract: `s1 * s2`: a product term whose guard is the conjunction of the
     factors' guards (an Iverson factor is hoisted into the product's mask); the consumer
     materialises it as one contract (J empty) or fuses it into a sum's contract."""
@@ -314,29 +314,29 @@ def ssa_contract(cv: Converter, e: A.Mul, ctx: Ctx) -> Term:
             if len(t.factors) > 1:
                 cv.emit_term(t, ctx)
         return ZERO
-    guard = A.pred_and(t1.guard, t2.guard)
+    guard = ast.pred_and(t1.guard, t2.guard)
     parts = tuple(f for t in (t1, t2) for f in (t.factors if len(t.factors) == 1 else (t,)))
     return Term(guard, parts, t1.clean | t2.clean, ctx.region(guard))
 
 
-def ssa_map(cv: Converter, e: A.Call, ctx: Ctx) -> Term:
+def ssa_map(cv: Converter, e: ast.Call, ctx: Ctx) -> Term:
     """SSA-map: `f(s1, ..)` -> `[P] * f(u1, ..)`; the mask P is pushed onto the arguments'
     statements too (their values outside P are never used)."""
-    if A.BUILTINS.get(e.fn) != (len(e.args), len(e.params)):
+    if ast.BUILTINS.get(e.fn) != (len(e.args), len(e.params)):
         raise _bad(f"unknown builtin {e.fn}/{len(e.args)}", e)
     args = [cv.exact(cv.conv(a, ctx), ctx) for a in e.args]
     v = cv.b.map(ctx.idx, e.fn, args, ctx.mask, e.params)
     return cv.result(v, ctx)
 
 
-def ssa_sum(cv: Converter, e: A.Sum, ctx: Ctx) -> Term:
+def ssa_sum(cv: Converter, e: ast.Sum, ctx: Ctx) -> Term:
     """SSA-sum-contract / SSA-reduce: a nest of directly nested sums over a product of two
     operands is one contract over the whole nest; over one operand, one reduce.  (Sums
     separated by an Iverson bracket are costed separately by SPEC 3, so they are not
     fused here; the simplifier may fuse them.)"""
     sums: list[tuple[str, Affine]] = []
-    body: A.Expr = e
-    while isinstance(body, A.Sum):
+    body: ast.Expr = e
+    while isinstance(body, ast.Sum):
         sums.append((body.idx, body.size))
         body = body.body
     t = cv.conv(body, ctx.inside(sums))
@@ -344,14 +344,14 @@ def ssa_sum(cv: Converter, e: A.Sum, ctx: Ctx) -> Term:
         return Term(PTrue(), (0.0,), region=ctx.region())
     v = cv.emit_term(t, ctx, sums)
     names = {n for n, _ in sums}
-    outer = [q for q in tssa.conjuncts(t.guard) if not (A.free_names(q) & names)]
-    return cv.result(v, ctx, A.pred_and(*outer))
+    outer = [q for q in tssa.conjuncts(t.guard) if not (ast.free_names(q) & names)]
+    return cv.result(v, ctx, ast.pred_and(*outer))
 
 
 DISPATCH: dict[type, Callable] = {
-    A.Access: ssa_read, A.Var: ssa_read, A.Proj: ssa_read, A.Const: ssa_const,
-    A.Iverson: ssa_iverson, A.Add: ssa_add, A.Mul: ssa_contract, A.Call: ssa_map,
-    A.Sum: ssa_sum,
+    ast.Access: ssa_read, ast.Var: ssa_read, ast.Proj: ssa_read, ast.Const: ssa_const,
+    ast.Iverson: ssa_iverson, ast.Add: ssa_add, ast.Mul: ssa_contract, ast.Call: ssa_map,
+    ast.Sum: ssa_sum,
 }
 
 CASES: dict[str, Callable] = {
@@ -363,17 +363,17 @@ CASES: dict[str, Callable] = {
 """Rule id -> the function implementing it (the catalogue in proofs/rules_ssa.py)."""
 
 
-def bindings(d: A.Def) -> tuple[list[tuple[str, A.Expr]], A.Expr]:
+def bindings(d: ast.Def) -> tuple[list[tuple[str, ast.Expr]], ast.Expr]:
     """The top-level `let` block of a let-lifted body and its result."""
-    out: list[tuple[str, A.Expr]] = []
+    out: list[tuple[str, ast.Expr]] = []
     e = d.body
-    while isinstance(e, A.Let):
+    while isinstance(e, ast.Let):
         out.append((e.name, e.value))
         e = e.body
     return out, e
 
 
-def to_ssa(d: A.Def, *, share: bool = True, prune: bool = True) -> Program:
+def to_ssa(d: ast.Def, *, share: bool = True, prune: bool = True) -> Program:
     """Convert a gen-pushed `Def` to Tensor SSA.
 
     `share=False, prune=False` gives the bare conversion (every source operation one

@@ -11,18 +11,18 @@ is clean: no two statements have equal right-hand sides (CSE), no statement is t
 """
 from __future__ import annotations
 
-from tensorlang.ir import ast as A
+from tensorlang.ir import ast
 from tensorlang.ir import tssa
 from tensorlang.syntax import ssa_printer
 from tensorlang.ir.ast import TRel, TSize
 from tensorlang.ir.tssa import Input, Program, ReduceRhs, Rhs
 
 
-def _affines(rhs: Rhs) -> list[tuple[str, A.Affine, frozenset[str]]]:
+def _affines(rhs: Rhs) -> list[tuple[str, ast.Affine, frozenset[str]]]:
     """(where, affine, bound names) for every affine of a right-hand side (predicates'
     `exists` binders included)."""
     idx = frozenset(rhs.gen_names() + rhs.sum_names())
-    out: list[tuple[str, A.Affine, frozenset[str]]] = []
+    out: list[tuple[str, ast.Affine, frozenset[str]]] = []
     out += [("a size", d, frozenset()) for d in rhs.dims + rhs.sdims]
     for o in rhs.operands:
         out += [(f"the access of {o.var}", a, idx) for a in o.idx]
@@ -32,30 +32,31 @@ def _affines(rhs: Rhs) -> list[tuple[str, A.Affine, frozenset[str]]]:
     return out
 
 
-def _pred_affines(p: A.Pred, bound: frozenset[str]) -> list[tuple[str, A.Affine, frozenset[str]]]:
-    if isinstance(p, A.Cmp):
+def _pred_affines(p: ast.Pred,
+                  bound: frozenset[str]) -> list[tuple[str, ast.Affine, frozenset[str]]]:
+    if isinstance(p, ast.Cmp):
         return [("a predicate", p.lhs, bound), ("a predicate", p.rhs, bound)]
-    if isinstance(p, A.RelCall):
+    if isinstance(p, ast.RelCall):
         return [("a relation argument", a, bound) for a in p.args]
-    if isinstance(p, (A.And, A.Or)):
+    if isinstance(p, (ast.And, ast.Or)):
         return _pred_affines(p.a, bound) + _pred_affines(p.b, bound)
-    if isinstance(p, A.Exists):
+    if isinstance(p, ast.Exists):
         return [("an exists range", p.size, frozenset())] + \
             _pred_affines(p.body, bound | {p.idx})
     return []
 
 
-def _relations(p: A.Pred) -> list[A.RelCall]:
-    return [n for n in A.walk(p) if isinstance(n, A.RelCall)]
+def _relations(p: ast.Pred) -> list[ast.RelCall]:
+    return [n for n in ast.walk(p) if isinstance(n, ast.RelCall)]
 
 
-def _is_trivial(rhs: Rhs, shapes: dict[str, tuple[A.Affine, ...]]) -> bool:
+def _is_trivial(rhs: Rhs, shapes: dict[str, tuple[ast.Affine, ...]]) -> bool:
     """`v = gen I. u[I]` with u of shape I: v is u."""
     if not (isinstance(rhs, ReduceRhs) and not rhs.sdims and rhs.coeff == 1.0
-            and isinstance(rhs.pred, A.PTrue)):
+            and isinstance(rhs.pred, ast.PTrue)):
         return False
     (o,) = rhs.operands
-    ids = tuple(A.Affine.var(n) for n in rhs.gen_names())
+    ids = tuple(ast.Affine.var(n) for n in rhs.gen_names())
     return o.idx == ids and shapes.get(o.var) == rhs.dims
 
 
@@ -75,7 +76,7 @@ def _check_stmt(p: Program, k: int, s: tssa.Stmt, shapes: dict, sizes: frozenset
             leaf = tssa.project_type(t, rhs.path)
         except ValueError as err:
             return f"{where}: {err}"
-        if not isinstance(A.scalar_of(leaf), A.TReal):
+        if not isinstance(ast.scalar_of(leaf), ast.TReal):
             return f"{where}: input {ssa_printer.fmt_rhs(rhs)} is not a real tensor"
         if s.var in p.param_types and s.var != rhs.param:
             return f"{where}: variable shadows parameter {s.var}"
@@ -113,7 +114,7 @@ def is_tensor_ssa(p: Program) -> str | None:
             return f"index prefix {prefix!r} clashes with a parameter"
     sizes = frozenset(q.name for q in p.params if isinstance(q.type, TSize))
     rels = {q.name: len(q.type.sizes) for q in p.params if isinstance(q.type, TRel)}
-    shapes: dict[str, tuple[A.Affine, ...]] = {}
+    shapes: dict[str, tuple[ast.Affine, ...]] = {}
     seen: dict[Rhs, str] = {}
     for k, s in enumerate(p.stmts):
         if s.var in shapes:

@@ -27,9 +27,7 @@ from tensorlang.ir.ast import (
     REAL, Access, Add, Affine, Call, Def, Expr, Gen, Iverson, Let, Mul, Pair, Param, Proj,
     Sum, TArr, TPair, Type, Var,
 )
-from tensorlang.passes import genpush as _genpush
-from tensorlang.passes import letlift as _letlift
-from tensorlang.passes import pairelim as _pairelim
+from tensorlang.passes import genpush, letlift, pairelim
 from tensorlang.passes.rewrite import Ctx, apply_rule, rename_unique, soa
 
 from .catalogue import PassEntry, Rule, register, register_pass
@@ -499,28 +497,28 @@ def _apply(rule_id: str) -> Callable[[Def], Def]:
 
 
 _ENTRIES: list[tuple[str, str, dict[str, str], Builder, Family, Callable[[Def], Def] | None]] = [
-    ("L1", "letlift", _letlift.SCHEMAS, _b_L1, LETLIFT, None),
-    ("L2", "letlift", _letlift.SCHEMAS, _b_L2, LETLIFT, None),
-    ("L3", "letlift", _letlift.SCHEMAS, _b_L3, LETLIFT, None),
-    ("L4", "letlift", _letlift.SCHEMAS, _b_L4, LETLIFT, None),
-    ("L5", "letlift", _letlift.SCHEMAS, _b_L5, LETLIFT, None),
-    ("L6", "letlift", _letlift.SCHEMAS, _b_L6, LETLIFT, None),
-    ("L7", "letlift", _letlift.SCHEMAS, _b_L7, LETLIFT, None),
-    ("L8", "letlift", _letlift.SCHEMAS, _b_L8, LETLIFT, None),
-    ("L9", "letlift", _letlift.SCHEMAS, _b_L9, LETLIFT, None),
-    ("P0", "pairelim", _pairelim.SCHEMAS, _b_P0, PAIRELIM, None),
-    ("P1", "pairelim", _pairelim.SCHEMAS, _b_P1, PAIRELIM, None),
-    ("P2", "pairelim", _pairelim.SCHEMAS, _b_P2, PAIRELIM, None),
-    ("P3", "pairelim", _pairelim.SCHEMAS, _b_P3, PAIRELIM, None),
-    ("P4", "pairelim", _pairelim.SCHEMAS, _b_P4, PAIRELIM, None),
-    ("P5", "pairelim", _pairelim.SCHEMAS, _b_P5, PAIRELIM, None),
-    ("P6", "pairelim", _pairelim.SCHEMAS, _b_P6, PAIRELIM, None),
-    ("P7", "pairelim", _pairelim.SCHEMAS, _b_P7, PAIRELIM, None),
-    ("P8", "pairelim", _pairelim.SCHEMAS, _b_P8, PAIRELIM, _pairelim.apply_p8_pushed),
-    ("G1", "genpush", _genpush.SCHEMAS, _b_G1, GENPUSH, None),
-    ("G2", "genpush", _genpush.SCHEMAS, _b_G2, GENPUSH, None),
-    ("G3", "genpush", _genpush.SCHEMAS, _b_G3, GENPUSH, None),
-    ("G4", "genpush", _genpush.SCHEMAS, _b_G4, GENPUSH, None),
+    ("L1", "letlift", letlift.SCHEMAS, _b_L1, LETLIFT, None),
+    ("L2", "letlift", letlift.SCHEMAS, _b_L2, LETLIFT, None),
+    ("L3", "letlift", letlift.SCHEMAS, _b_L3, LETLIFT, None),
+    ("L4", "letlift", letlift.SCHEMAS, _b_L4, LETLIFT, None),
+    ("L5", "letlift", letlift.SCHEMAS, _b_L5, LETLIFT, None),
+    ("L6", "letlift", letlift.SCHEMAS, _b_L6, LETLIFT, None),
+    ("L7", "letlift", letlift.SCHEMAS, _b_L7, LETLIFT, None),
+    ("L8", "letlift", letlift.SCHEMAS, _b_L8, LETLIFT, None),
+    ("L9", "letlift", letlift.SCHEMAS, _b_L9, LETLIFT, None),
+    ("P0", "pairelim", pairelim.SCHEMAS, _b_P0, PAIRELIM, None),
+    ("P1", "pairelim", pairelim.SCHEMAS, _b_P1, PAIRELIM, None),
+    ("P2", "pairelim", pairelim.SCHEMAS, _b_P2, PAIRELIM, None),
+    ("P3", "pairelim", pairelim.SCHEMAS, _b_P3, PAIRELIM, None),
+    ("P4", "pairelim", pairelim.SCHEMAS, _b_P4, PAIRELIM, None),
+    ("P5", "pairelim", pairelim.SCHEMAS, _b_P5, PAIRELIM, None),
+    ("P6", "pairelim", pairelim.SCHEMAS, _b_P6, PAIRELIM, None),
+    ("P7", "pairelim", pairelim.SCHEMAS, _b_P7, PAIRELIM, None),
+    ("P8", "pairelim", pairelim.SCHEMAS, _b_P8, PAIRELIM, pairelim.apply_p8_pushed),
+    ("G1", "genpush", genpush.SCHEMAS, _b_G1, GENPUSH, None),
+    ("G2", "genpush", genpush.SCHEMAS, _b_G2, GENPUSH, None),
+    ("G3", "genpush", genpush.SCHEMAS, _b_G3, GENPUSH, None),
+    ("G4", "genpush", genpush.SCHEMAS, _b_G4, GENPUSH, None),
 ]
 
 for _name, _pass, _schemas, _build, _fam, _custom in _ENTRIES:

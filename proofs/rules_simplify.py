@@ -375,14 +375,12 @@ def _register() -> None:
     for name, (text, build, apply, literal) in PYTHON_RULES.items():
         register(Rule(name, "simplify", text, instances(build, literal), apply))
 
-    from tensorlang.passes.genpush import genpush
-    from tensorlang.passes.letlift import letlift
-    from tensorlang.passes.pairelim import pairelim
+    from tensorlang import pipeline
     from tensorlang.passes.simplify import simplify
 
     from .normal_forms_ssa import is_tensor_ssa
     register_pass(PassEntry(
-        "simplify", lambda d: tssa.to_core(to_ssa(genpush(pairelim(letlift(d))))),
+        "simplify", lambda d: tssa.to_core(pipeline.run_to(d, "ssa")),
         lambda d: simplify(to_ssa(d), strict=True).program, is_tensor_ssa, tssa.to_core))
 
 

@@ -62,7 +62,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
-from tensorlang.ir import ast as A
+from tensorlang.ir import ast
 from tensorlang.ir.ast import REAL, Affine, Param, Type
 from tensorlang.syntax.errors import TypeCheckError
 
@@ -97,7 +97,7 @@ def _temp() -> str:
 def _check_name(name: str, what: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name) or name.startswith(_TEMP_PREFIX):
         raise DSLError(f"{what} name {name!r} is not an identifier")
-    if name in KEYWORDS or name in A.BUILTINS or name in A.DERIVED_KINDS:
+    if name in KEYWORDS or name in ast.BUILTINS or name in ast.DERIVED_KINDS:
         raise DSLError(f"{what} name {name!r} is reserved")
     return name
 
@@ -114,23 +114,23 @@ def _usable(name: str) -> bool:
 # Names inside nodes
 
 
-def _all_names(node: A.Node) -> set[str]:
+def _all_names(node: ast.Node) -> set[str]:
     """Every identifier in `node`, free or bound (variables, indices, sizes, relations)."""
     out: set[str] = set()
-    for n in A.walk(node):
-        if isinstance(n, A.Var):
+    for n in ast.walk(node):
+        if isinstance(n, ast.Var):
             out.add(n.name)
         elif isinstance(n, Affine):
             out |= n.vars()
-        elif isinstance(n, A.RelCall):
+        elif isinstance(n, ast.RelCall):
             out.add(n.name)
-        b = A.binder_name(n)
+        b = ast.binder_name(n)
         if b is not None:
             out.add(b)
     return out
 
 
-def _fresh_for(base: str, *nodes: A.Node) -> str:
+def _fresh_for(base: str, *nodes: ast.Node) -> str:
     """`base`, or `base1`, `base2`, ...: the first name used nowhere in `nodes`, so binding it
     can neither capture nor shadow anything."""
     taken: set[str] = set()
@@ -169,20 +169,20 @@ class _Binding:
     """`name = value` of a def (made by `bind`); `deps` are the bindings `value` reads."""
 
     name: str
-    value: A.Expr
+    value: ast.Expr
     deps: frozenset["_Binding"]
     seq: int
 
     def reads(self, name: str) -> bool:
-        return name in A.free_names(self.value) or _py.any(
-            name in A.free_names(d.value) for d in self.deps)
+        return name in ast.free_names(self.value) or _py.any(
+            name in ast.free_names(d.value) for d in self.deps)
 
 
-def _close(node: A.Expr, deps: frozenset[_Binding], temp: str) -> tuple[A.Expr, frozenset]:
+def _close(node: ast.Expr, deps: frozenset[_Binding], temp: str) -> tuple[ast.Expr, frozenset]:
     """Emit (as `let`s around `node`) the bindings that read the binder `temp`."""
     local = sorted((b for b in deps if b.reads(temp)), key=lambda b: b.seq)
     for b in reversed(local):
-        node = A.Let(b.name, b.value, node)
+        node = ast.Let(b.name, b.value, node)
     return node, deps.difference(local)
 
 
@@ -255,23 +255,23 @@ class Index:
     __rmul__ = __mul__
 
     def __lt__(self, o: Any) -> "Pred":
-        return Pred(A.Cmp("<", self.aff, _affine(o)))
+        return Pred(ast.Cmp("<", self.aff, _affine(o)))
 
     def __le__(self, o: Any) -> "Pred":
-        return Pred(A.Cmp("<=", self.aff, _affine(o)))
+        return Pred(ast.Cmp("<=", self.aff, _affine(o)))
 
     def __gt__(self, o: Any) -> "Pred":
-        return Pred(A.Cmp("<", _affine(o), self.aff))
+        return Pred(ast.Cmp("<", _affine(o), self.aff))
 
     def __ge__(self, o: Any) -> "Pred":
-        return Pred(A.Cmp("<=", _affine(o), self.aff))
+        return Pred(ast.Cmp("<=", _affine(o), self.aff))
 
     def __eq__(self, o: Any) -> "Pred":  # type: ignore[override]
-        return Pred(A.Cmp("==", self.aff, _affine(o)))
+        return Pred(ast.Cmp("==", self.aff, _affine(o)))
 
     def __ne__(self, o: Any) -> "Pred":  # type: ignore[override]
         a, b = self.aff, _affine(o)
-        return Pred(A.Or(A.Cmp("<", a, b), A.Cmp("<", b, a)))
+        return Pred(ast.Or(ast.Cmp("<", a, b), ast.Cmp("<", b, a)))
 
     def __bool__(self) -> bool:
         raise DSLError("an index has no truth value")
@@ -287,7 +287,7 @@ class Size(Index):
 
     def __init__(self, name: str):
         super().__init__(Affine.var(_check_name(name, "size")))
-        self.param = Param(name, A.TSize())
+        self.param = Param(name, ast.TSize())
 
     @property
     def name(self) -> str:
@@ -304,20 +304,20 @@ class Pred:
     __slots__ = ("node",)
     __array_ufunc__ = None
 
-    def __init__(self, node: A.Pred):
+    def __init__(self, node: ast.Pred):
         self.node = node
 
     def __and__(self, o: "Pred") -> "Pred":
-        return Pred(A.And(self.node, _pred(o).node))
+        return Pred(ast.And(self.node, _pred(o).node))
 
     def __or__(self, o: "Pred") -> "Pred":
-        return Pred(A.Or(self.node, _pred(o).node))
+        return Pred(ast.Or(self.node, _pred(o).node))
 
     def __rand__(self, o: "Pred") -> "Pred":
-        return Pred(A.And(_pred(o).node, self.node))
+        return Pred(ast.And(_pred(o).node, self.node))
 
     def __ror__(self, o: "Pred") -> "Pred":
-        return Pred(A.Or(_pred(o).node, self.node))
+        return Pred(ast.Or(_pred(o).node, self.node))
 
     def __mul__(self, o: Any) -> Any:
         if isinstance(o, Pred):
@@ -358,12 +358,12 @@ def _pred(p: Any) -> Pred:
     if isinstance(p, Pred):
         return p
     if isinstance(p, bool):
-        return Pred(A.PTrue() if p else A.PFalse())
+        return Pred(ast.PTrue() if p else ast.PFalse())
     raise DSLError(f"expected a predicate, not {_describe(p)}")
 
 
-true = Pred(A.PTrue())
-false = Pred(A.PFalse())
+true = Pred(ast.PTrue())
+false = Pred(ast.PFalse())
 
 
 class Relation:
@@ -379,11 +379,11 @@ class Relation:
         return self.param.name
 
     def __call__(self, *idx: Any) -> Pred:
-        assert isinstance(self.param.type, A.TRel)
+        assert isinstance(self.param.type, ast.TRel)
         if len(idx) != len(self.param.type.sizes):
             raise DSLError(f"relation {self.name} takes {len(self.param.type.sizes)} indices, "
                            f"got {len(idx)}")
-        return Pred(A.RelCall(self.name, tuple(_affine(a) for a in idx)))
+        return Pred(ast.RelCall(self.name, tuple(_affine(a) for a in idx)))
 
     def __repr__(self) -> str:
         return self.name
@@ -410,12 +410,12 @@ def _lift(x: Any) -> "Expr":
     if isinstance(x, Expr):
         return x
     if _is_number(x):
-        return Expr(A.Const(float(x)))
+        return Expr(ast.Const(float(x)))
     if isinstance(x, Pred):
-        return Expr(A.Iverson(x.node, A.Const(1.0)))
+        return Expr(ast.Iverson(x.node, ast.Const(1.0)))
     if isinstance(x, Index):
         raise DSLError(f"the index {x!r} is not a value (indices only index tensors)")
-    if isinstance(x, A.Expr):
+    if isinstance(x, ast.Expr):
         return Expr(x)
     raise DSLError(f"expected an expression, not {_describe(x)}")
 
@@ -430,7 +430,7 @@ class Expr:
     __slots__ = ("node", "deps")
     __array_ufunc__ = None     # numpy scalars defer to the reflected operators below
 
-    def __init__(self, node: A.Expr, deps: frozenset[_Binding] = frozenset()):
+    def __init__(self, node: ast.Expr, deps: frozenset[_Binding] = frozenset()):
         self.node = node
         self.deps = deps
 
@@ -438,30 +438,30 @@ class Expr:
         return Expr(cls(a.node, b.node), _deps(a, b))
 
     def __add__(self, o: Any) -> "Expr":
-        return self._bin(A.Add, self, _lift(o))
+        return self._bin(ast.Add, self, _lift(o))
 
     def __radd__(self, o: Any) -> "Expr":
-        return self._bin(A.Add, _lift(o), self)
+        return self._bin(ast.Add, _lift(o), self)
 
     def __sub__(self, o: Any) -> "Expr":
-        return self._bin(A.Add, self, _negate(_lift(o), literal=False))
+        return self._bin(ast.Add, self, _negate(_lift(o), literal=False))
 
     def __rsub__(self, o: Any) -> "Expr":
-        return self._bin(A.Add, _lift(o), _negate(self, literal=False))
+        return self._bin(ast.Add, _lift(o), _negate(self, literal=False))
 
     def __mul__(self, o: Any) -> "Expr":
         if isinstance(o, Pred):
             return iverson(o, self)
-        return self._bin(A.Mul, self, _lift(o))
+        return self._bin(ast.Mul, self, _lift(o))
 
     def __rmul__(self, o: Any) -> "Expr":
-        return self._bin(A.Mul, _lift(o), self)
+        return self._bin(ast.Mul, _lift(o), self)
 
     def __truediv__(self, o: Any) -> "Expr":
-        return self._bin(A.Mul, self, recip(_lift(o)))
+        return self._bin(ast.Mul, self, recip(_lift(o)))
 
     def __rtruediv__(self, o: Any) -> "Expr":
-        return self._bin(A.Mul, _lift(o), recip(self))
+        return self._bin(ast.Mul, _lift(o), recip(self))
 
     def __pow__(self, c: Any) -> "Expr":
         return pow(self, c)
@@ -485,7 +485,7 @@ class Expr:
         for k in items:
             if isinstance(k, slice):
                 raise DSLError("slices are not supported: use dsl.gen to build a sub-tensor")
-        return Expr(A.Access(self.node, tuple(_affine(k) for k in items)), self.deps)
+        return Expr(ast.Access(self.node, tuple(_affine(k) for k in items)), self.deps)
 
     def __iter__(self) -> Any:
         raise DSLError("an expression is not iterable (index it, or project a pair with "
@@ -497,7 +497,7 @@ class Expr:
     def proj(self, k: int) -> "Expr":
         if k not in (0, 1):
             raise DSLError(f"pairs have components 0 and 1, not {k!r}")
-        return Expr(A.Proj(self.node, k), self.deps)
+        return Expr(ast.Proj(self.node, k), self.deps)
 
     @property
     def fst(self) -> "Expr":
@@ -517,7 +517,7 @@ class Variable(Expr):
     __slots__ = ("param",)
 
     def __init__(self, p: Param):
-        super().__init__(A.Var(p.name))
+        super().__init__(ast.Var(p.name))
         self.param = p
 
     @property
@@ -531,12 +531,12 @@ class Variable(Expr):
 
 def _negate(e: Expr, literal: bool) -> Expr:
     """`-e` is `(-1.0) * e`; unary minus of a constant is the negated constant (parser)."""
-    if literal and isinstance(e.node, A.Const):
-        return Expr(A.Const(-e.node.value), e.deps)
-    return Expr(A.Mul(A.Const(-1.0), e.node), e.deps)
+    if literal and isinstance(e.node, ast.Const):
+        return Expr(ast.Const(-e.node.value), e.deps)
+    return Expr(ast.Mul(ast.Const(-1.0), e.node), e.deps)
 
 
-def _show(node: A.Node) -> str:
+def _show(node: ast.Node) -> str:
     try:
         from tensorlang.syntax.printer import to_tl
         return to_tl(node)
@@ -547,13 +547,13 @@ def _show(node: A.Node) -> str:
 def const(c: float) -> Expr:
     if not _is_number(c):
         raise DSLError(f"a constant must be a number, not {_describe(c)}")
-    return Expr(A.Const(float(c)))
+    return Expr(ast.Const(float(c)))
 
 
 def iverson(p: Any, e: Any = 1.0) -> Expr:
     """`[p] * e`: `e` where `p` holds, else the zero of `e`'s type (any type)."""
     v = _lift(e)
-    return Expr(A.Iverson(_pred(p).node, v.node), v.deps)
+    return Expr(ast.Iverson(_pred(p).node, v.node), v.deps)
 
 
 def pair(a: Any, b: Any, *more: Any) -> Expr:
@@ -561,7 +561,7 @@ def pair(a: Any, b: Any, *more: Any) -> Expr:
     if more:
         b = pair(b, *more)
     x, y = _lift(a), _lift(b)
-    return Expr(A.Pair(x.node, y.node), _deps(x, y))
+    return Expr(ast.Pair(x.node, y.node), _deps(x, y))
 
 
 def proj(e: Any, k: int) -> Expr:
@@ -573,7 +573,7 @@ def proj(e: Any, k: int) -> Expr:
 
 def builtin(fn: str, *args: Any, params: Iterable[float] = ()) -> Expr:
     """A call of any builtin of `ast.BUILTINS` (with constant `params`, e.g. pow's exponent)."""
-    arity = A.BUILTINS.get(fn)
+    arity = ast.BUILTINS.get(fn)
     ps = tuple(params)
     if arity is None:
         raise DSLError(f"unknown builtin {fn!r}")
@@ -585,7 +585,7 @@ def builtin(fn: str, *args: Any, params: Iterable[float] = ()) -> Expr:
             raise DSLError(f"the constant parameter of {fn} must be a number, not "
                            f"{_describe(p)}")
     xs = [_lift(a) for a in args]
-    return Expr(A.Call(fn, tuple(x.node for x in xs), tuple(float(p) for p in ps)), _deps(*xs))
+    return Expr(ast.Call(fn, tuple(x.node for x in xs), tuple(float(p) for p in ps)), _deps(*xs))
 
 
 def exp(e: Any) -> Expr:
@@ -673,23 +673,23 @@ def _binder_args(args: tuple, what: str) -> tuple[list[Affine], Callable]:
     return out, fn
 
 
-def _bind_indices(what: str, args: tuple) -> tuple[A.Node, frozenset[_Binding]]:
+def _bind_indices(what: str, args: tuple) -> tuple[ast.Node, frozenset[_Binding]]:
     sizes, fn = _binder_args(args, what)
     names = _lambda_names(fn, len(sizes), _INDEX_NAMES, what)
     temps = [_temp() for _ in sizes]
     result = fn(*(Index(Affine.var(t)) for t in temps))
-    node: A.Node
+    node: ast.Node
     if what == "exists":
         node, deps = _pred(result).node, frozenset()
     else:
         body = _lift(result)
         node, deps = body.node, body.deps
-    cls = {"gen": A.Gen, "sum": A.Sum, "exists": A.Exists}[what]
+    cls = {"gen": ast.Gen, "sum": ast.Sum, "exists": ast.Exists}[what]
     for k in reversed(range(len(sizes))):
         if what != "exists":
             node, deps = _close(node, deps, temps[k])
         name = _fresh_for(names[k], node)
-        node = cls(name, sizes[k], A.subst(node, {temps[k]: Affine.var(name)}))
+        node = cls(name, sizes[k], ast.subst(node, {temps[k]: Affine.var(name)}))
     return node, deps
 
 
@@ -719,12 +719,12 @@ def let(*args: Any) -> Expr:
     vs = [_lift(v) for v in values]
     names = _lambda_names(fn, len(vs), ["v"] * len(vs), "let")
     temps = [_temp() for _ in vs]
-    body = _lift(fn(*(Expr(A.Var(t)) for t in temps)))
+    body = _lift(fn(*(Expr(ast.Var(t)) for t in temps)))
     node, deps = body.node, body.deps
     for k in reversed(range(len(vs))):
         node, deps = _close(node, deps, temps[k])
         name = _fresh_for(names[k], node, vs[k].node)
-        node = A.Let(name, vs[k].node, A.subst(node, {temps[k]: A.Var(name)}))
+        node = ast.Let(name, vs[k].node, ast.subst(node, {temps[k]: ast.Var(name)}))
     return Expr(node, deps | _deps(*vs))
 
 
@@ -732,36 +732,36 @@ def bind(name: str, value: Any) -> Expr:
     """A statement `name = value` of the def being built; returns the variable `name`."""
     v = _lift(value)
     b = _Binding(_check_name(name, "statement"), v.node, v.deps, next(_bindings))
-    return Expr(A.Var(name), v.deps | {b})
+    return Expr(ast.Var(name), v.deps | {b})
 
 
-def call(f: A.Def | str, *args: Any) -> Expr:
+def call(f: ast.Def | str, *args: Any) -> Expr:
     """A call of an earlier def (surface `DefCall`; the elaborator inlines it).  Sizes are
     passed as index expressions or integers, relations as `Relation`s."""
-    name = f.name if isinstance(f, A.Def) else _check_name(f, "def")
-    nodes: list[A.Expr] = []
+    name = f.name if isinstance(f, ast.Def) else _check_name(f, "def")
+    nodes: list[ast.Expr] = []
     deps: frozenset[_Binding] = frozenset()
     for a in args:
         if isinstance(a, Relation):
-            nodes.append(A.Var(a.name))
+            nodes.append(ast.Var(a.name))
         elif isinstance(a, Index) or (isinstance(a, int) and not isinstance(a, bool)):
             nodes.append(_affine_expr(_affine(a)))
         else:
             x = _lift(a)
             nodes.append(x.node)
             deps |= x.deps
-    return Expr(A.DefCall(name, tuple(nodes)), deps)
+    return Expr(ast.DefCall(name, tuple(nodes)), deps)
 
 
-def _affine_expr(a: Affine) -> A.Expr:
+def _affine_expr(a: Affine) -> ast.Expr:
     """A size argument as the parser writes it: `N`, `N + 1.0`, `2.0 * N`, ..."""
-    out: A.Expr | None = None
+    out: ast.Expr | None = None
     for name, c in a.terms:
-        term: A.Expr = A.Var(name) if c == 1 else A.Mul(A.Const(float(c)), A.Var(name))
-        out = term if out is None else A.Add(out, term)
+        term: ast.Expr = ast.Var(name) if c == 1 else ast.Mul(ast.Const(float(c)), ast.Var(name))
+        out = term if out is None else ast.Add(out, term)
     if out is None:
-        return A.Const(float(a.const))
-    return A.Add(out, A.Const(float(a.const))) if a.const else out
+        return ast.Const(float(a.const))
+    return ast.Add(out, ast.Const(float(a.const))) if a.const else out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -773,7 +773,7 @@ class _RealType:
 
     def __getitem__(self, dims: Any) -> Type:
         items = dims if isinstance(dims, tuple) else (dims,)
-        return A.tensor([_affine(d, "a tensor dimension") for d in items])
+        return ast.tensor([_affine(d, "a tensor dimension") for d in items])
 
     def __repr__(self) -> str:
         return "R"
@@ -791,10 +791,10 @@ def _type(t: Any) -> Type:
         parts = [_type(x) for x in t]
         out = parts[-1]
         for x in reversed(parts[:-1]):
-            out = A.TPair(x, out)
+            out = ast.TPair(x, out)
         return out
     if isinstance(t, str) and t == "size":
-        return A.TSize()
+        return ast.TSize()
     raise DSLError(f"not a type: {t!r} (use dsl.R, dsl.R[...], a tuple of types, "
                    "dsl.array, dsl.rel or 'size')")
 
@@ -802,14 +802,14 @@ def _type(t: Any) -> Type:
 def array(shape: Any, elem: Any = R) -> Type:
     """`[n1]...[nk] elem`: a tensor with any element type, e.g. `array(N, (R, R))`."""
     dims = shape if isinstance(shape, (tuple, list)) else (shape,)
-    return A.tensor([_affine(d, "a tensor dimension") for d in dims], _type(elem))
+    return ast.tensor([_affine(d, "a tensor dimension") for d in dims], _type(elem))
 
 
 def rel(*sizes: Any) -> Type:
     """`rel(n1, ..., nk)`: a relation over index tuples (a sparse pattern given as input)."""
     if not sizes:
         raise DSLError("a relation needs at least one dimension")
-    return A.TRel(tuple(_affine(n, "a relation dimension") for n in sizes))
+    return ast.TRel(tuple(_affine(n, "a relation dimension") for n in sizes))
 
 
 def size(name: str) -> Size:
@@ -825,10 +825,10 @@ def sizes(names: str) -> tuple[Size, ...]:
 def param(name: str, t: Any) -> Any:
     """A parameter: a `Variable` (values), a `Size` (type `"size"`) or a `Relation`."""
     ty = _type(t)
-    if isinstance(ty, A.TSize):
+    if isinstance(ty, ast.TSize):
         return Size(name)
     p = Param(_check_name(name, "parameter"), ty)
-    if isinstance(ty, A.TRel):
+    if isinstance(ty, ast.TRel):
         return Relation(p)
     return Variable(p)
 
@@ -845,31 +845,31 @@ def _as_param(p: Any) -> Param:
     raise DSLError(f"a parameter must come from dsl.size or dsl.param, not {_describe(p)}")
 
 
-def _rename_clashes(node: A.Node, reserved: set[str], taken: set[str]) -> A.Node:
+def _rename_clashes(node: ast.Node, reserved: set[str], taken: set[str]) -> ast.Node:
     """Rename inner binders named like a parameter or a statement (a name means one thing
     at each point of a def); new names avoid everything in `taken`."""
-    memo: dict[int, A.Node] = {}
+    memo: dict[int, ast.Node] = {}
 
-    def go(e: A.Node) -> A.Node:
+    def go(e: ast.Node) -> ast.Node:
         hit = memo.get(id(e))
         if hit is not None:
             return hit
-        out = A.map_fields(e, go) if isinstance(e, (A.Expr, A.Pred)) else e
-        name = A.binder_name(out)
+        out = ast.map_fields(e, go) if isinstance(e, (ast.Expr, ast.Pred)) else e
+        name = ast.binder_name(out)
         if name is not None and name in reserved:
             new = next(f"{name}{k}" for k in itertools.count(1) if f"{name}{k}" not in taken)
             taken.add(new)
-            if isinstance(out, A.Let):
-                out = A.Let(new, out.value, A.subst(out.body, {name: A.Var(new)}))
+            if isinstance(out, ast.Let):
+                out = ast.Let(new, out.value, ast.subst(out.body, {name: ast.Var(new)}))
             else:
-                out = type(out)(new, out.size, A.subst(out.body, {name: Affine.var(new)}))
+                out = type(out)(new, out.size, ast.subst(out.body, {name: Affine.var(new)}))
         memo[id(e)] = out
         return out
 
     return go(node)
 
 
-def function(name: str, params: Sequence[Any], body: Any, ret: Any = None) -> A.Def:
+def function(name: str, params: Sequence[Any], body: Any, ret: Any = None) -> ast.Def:
     """The `Def` `name(params) -> ret` returning `body`, with the statements (`bind`) that
     `body` reads as the `let`s of its spine, in the order they were made.  `ret=None` leaves
     the return type to be inferred.  The result may still need elaboration (see module
@@ -894,20 +894,20 @@ def function(name: str, params: Sequence[Any], body: Any, ret: Any = None) -> A.
         taken |= _all_names(s.value)
     node = _rename_clashes(b.node, reserved, taken)
     for s in reversed(stmts):
-        node = A.Let(s.name, _rename_clashes(s.value, reserved, taken), node)
-    leaked = sorted(n for n in A.free_names(node) if n.startswith(_TEMP_PREFIX))
+        node = ast.Let(s.name, _rename_clashes(s.value, reserved, taken), node)
+    leaked = sorted(n for n in ast.free_names(node) if n.startswith(_TEMP_PREFIX))
     if leaked:
         raise DSLError(f"{name}: an index (or let variable) is used outside the dsl.gen/sum/let "
                        "that bound it")
-    unknown = sorted(A.free_names(node) - set(pnames))
+    unknown = sorted(ast.free_names(node) - set(pnames))
     if unknown:
         raise DSLError(f"{name}: {', '.join(unknown)} "
                        f"{'is not a parameter' if len(unknown) == 1 else 'are not parameters'}"
                        f" (parameters: {', '.join(pnames) or 'none'})")
-    return A.Def(name, ps, None if ret is None else _type(ret), node)
+    return ast.Def(name, ps, None if ret is None else _type(ret), node)
 
 
-def core(d: A.Def, earlier: Sequence[A.Def] = ()) -> A.Def:
+def core(d: ast.Def, earlier: Sequence[ast.Def] = ()) -> ast.Def:
     """`d` type-checked and elaborated to the core (the defs it calls go in `earlier`)."""
     from tensorlang.check.typecheck import check_module
 

@@ -509,7 +509,8 @@ def history_file() -> str:
                                                              ".tensorlang_history")
 
 
-def _make_history() -> Any:
+def make_history() -> Any:
+    """The prompt history: the history file, or in memory where it cannot be written."""
     from prompt_toolkit.history import FileHistory, InMemoryHistory
 
     class SafeFileHistory(FileHistory):
@@ -553,7 +554,7 @@ def make_completer(repl: Repl) -> Any:
 def _prompt_loop(repl: Repl) -> None:
     from prompt_toolkit import PromptSession
 
-    session: Any = PromptSession(history=_make_history(), completer=make_completer(repl),
+    session: Any = PromptSession(history=make_history(), completer=make_completer(repl),
                                  complete_while_typing=False)
     print("tensorlang REPL: :help for the commands, :quit or Ctrl-D to leave")
     while not repl.done:

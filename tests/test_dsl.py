@@ -5,17 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tensorlang.ir import ast as A
+from tensorlang.ir import ast
 from tensorlang import dsl
 from tensorlang.dsl import DSLError
 from tensorlang.syntax.errors import TLError
 
-V, L = A.Affine.var, A.Affine.lit
-R = A.REAL
+V, L = ast.Affine.var, ast.Affine.lit
+R = ast.REAL
 
 
-def acc(name: str, *idx: A.Affine) -> A.Expr:
-    return A.Access(A.Var(name), idx)
+def acc(name: str, *idx: ast.Affine) -> ast.Expr:
+    return ast.Access(ast.Var(name), idx)
 
 
 def parse_one(text: str) -> list:
@@ -23,7 +23,7 @@ def parse_one(text: str) -> list:
     return parser.parse_module(text)
 
 
-def interpret(d: A.Def, args: dict) -> object:
+def interpret(d: ast.Def, args: dict) -> object:
     interp = pytest.importorskip("tensorlang.semantics.interp")
     return interp.interpret(d, args)
 
@@ -42,7 +42,7 @@ def masked(N: size, E: rel(N, N), A: R[N, N]) -> R:
 """
 
 
-def build_qform() -> A.Def:
+def build_qform() -> ast.Def:
     N = dsl.size("N")
     x = dsl.param("x", dsl.R[N])
     Am = dsl.param("A", dsl.R[N, N])
@@ -50,7 +50,7 @@ def build_qform() -> A.Def:
     return dsl.function("qform", [N, x, Am], dsl.sum(N, lambda i: x[i] * y[i]), ret=dsl.R)
 
 
-def build_conv() -> A.Def:
+def build_conv() -> ast.Def:
     N, K = dsl.sizes("N K")
     x = dsl.param("x", dsl.R[N + K - 1])
     w = dsl.param("w", dsl.R[K])
@@ -58,7 +58,7 @@ def build_conv() -> A.Def:
     return dsl.function("conv", [N, K, x, w], out, ret=dsl.R[N])
 
 
-def build_masked() -> A.Def:
+def build_masked() -> ast.Def:
     N = dsl.size("N")
     E = dsl.param("E", dsl.rel(N, N))
     Am = dsl.param("A", dsl.R[N, N])
@@ -69,23 +69,24 @@ def build_masked() -> A.Def:
 def test_spec_examples_match_hand_built_asts() -> None:
     N, K = V("N"), V("K")
     i, j, k = V("i"), V("j"), V("k")
-    vec, mat = A.tensor([N]), A.tensor([N, N])
-    qform = A.Def(
-        "qform", (A.Param("N", A.TSize()), A.Param("x", vec), A.Param("A", mat)), R,
-        A.Let("y", A.Gen("i", N, A.Sum("j", N, A.Mul(acc("A", i, j), acc("x", j)))),
-              A.Sum("i", N, A.Mul(acc("x", i), acc("y", i)))))
+    vec, mat = ast.tensor([N]), ast.tensor([N, N])
+    qform = ast.Def(
+        "qform", (ast.Param("N", ast.TSize()), ast.Param("x", vec), ast.Param("A", mat)), R,
+        ast.Let("y", ast.Gen("i", N, ast.Sum("j", N, ast.Mul(acc("A", i, j), acc("x", j)))),
+                ast.Sum("i", N, ast.Mul(acc("x", i), acc("y", i)))))
     assert build_qform() is qform
-    conv = A.Def(
-        "conv", (A.Param("N", A.TSize()), A.Param("K", A.TSize()),
-                 A.Param("x", A.tensor([N + K - 1])), A.Param("w", A.tensor([K]))),
-        A.tensor([N]),
-        A.Let("out", A.Gen("i", N, A.Sum("k", K, A.Mul(acc("w", k), acc("x", i + k)))),
-              A.Var("out")))
+    conv = ast.Def(
+        "conv", (ast.Param("N", ast.TSize()), ast.Param("K", ast.TSize()),
+                 ast.Param("x", ast.tensor([N + K - 1])), ast.Param("w", ast.tensor([K]))),
+        ast.tensor([N]),
+        ast.Let("out", ast.Gen("i", N, ast.Sum("k", K, ast.Mul(acc("w", k), acc("x", i + k)))),
+                ast.Var("out")))
     assert build_conv() is conv
-    guard = A.And(A.RelCall("E", (i, j)), A.Or(A.Cmp("<", i, j), A.Cmp("<", j, i)))
-    masked = A.Def(
-        "masked", (A.Param("N", A.TSize()), A.Param("E", A.TRel((N, N))), A.Param("A", mat)),
-        R, A.Sum("i", N, A.Sum("j", N, A.Iverson(guard, A.Call("pow", (acc("A", i, j),),
+    guard = ast.And(ast.RelCall("E", (i, j)), ast.Or(ast.Cmp("<", i, j), ast.Cmp("<", j, i)))
+    masked = ast.Def(
+        "masked",
+        (ast.Param("N", ast.TSize()), ast.Param("E", ast.TRel((N, N))), ast.Param("A", mat)),
+        R, ast.Sum("i", N, ast.Sum("j", N, ast.Iverson(guard, ast.Call("pow", (acc("A", i, j),),
                                                                    (2.0,))))))
     assert build_masked() is masked
 
@@ -118,7 +119,7 @@ def t(N: size, a: R, b: R, x: R[N], p: (R, R[N])) -> R:
 """
 
 
-def build_sugar() -> A.Def:
+def build_sugar() -> ast.Def:
     N = dsl.size("N")
     a, b = dsl.param("a", dsl.R), dsl.param("b", dsl.R)
     x = dsl.param("x", dsl.R[N])
@@ -135,15 +136,15 @@ def test_sugar_matches_the_parser() -> None:
     assert parse_one(SUGAR)[0] is d
     body = d.body
     parts = []
-    while isinstance(body, A.Add):       # the sum chain nests to the left
+    while isinstance(body, ast.Add):       # the sum chain nests to the left
         parts.append(body.b)
         body = body.a
     parts.append(body)
-    a, b = A.Var("a"), A.Var("b")
-    assert parts[-1] is a and parts[-2] is A.Mul(A.Const(-1.0), b)     # a - b
-    assert parts[-4] is A.Const(-3.0)                                   # literal -3.0
-    assert parts[-5] is A.Mul(a, A.Call("recip", (b,), ()))              # a / b
-    assert parts[-8] is A.Iverson(A.Cmp("<=", L(2), V("N")), A.Const(1.0))  # [N >= 2]
+    a, b = ast.Var("a"), ast.Var("b")
+    assert parts[-1] is a and parts[-2] is ast.Mul(ast.Const(-1.0), b)     # a - b
+    assert parts[-4] is ast.Const(-3.0)                                   # literal -3.0
+    assert parts[-5] is ast.Mul(a, ast.Call("recip", (b,), ()))              # a / b
+    assert parts[-8] is ast.Iverson(ast.Cmp("<=", L(2), V("N")), ast.Const(1.0))  # [N >= 2]
 
 
 def test_sugar_evaluates() -> None:
@@ -160,36 +161,36 @@ def test_operators_build_core_nodes() -> None:
     x = dsl.param("x", dsl.R[N])
     s = dsl.param("s", dsl.R)
     xs = x.node
-    assert (s - 1).node is A.Add(A.Var("s"), A.Mul(A.Const(-1.0), A.Const(1.0)))
-    assert (2 - s).node is A.Add(A.Const(2.0), A.Mul(A.Const(-1.0), A.Var("s")))
-    assert (-s).node is A.Mul(A.Const(-1.0), A.Var("s"))
-    assert (-dsl.const(2)).node is A.Const(-2.0)
-    assert (1 / s).node is A.Mul(A.Const(1.0), A.Call("recip", (A.Var("s"),), ()))
-    assert (s ** 3).node is A.Call("pow", (A.Var("s"),), (3.0,))
+    assert (s - 1).node is ast.Add(ast.Var("s"), ast.Mul(ast.Const(-1.0), ast.Const(1.0)))
+    assert (2 - s).node is ast.Add(ast.Const(2.0), ast.Mul(ast.Const(-1.0), ast.Var("s")))
+    assert (-s).node is ast.Mul(ast.Const(-1.0), ast.Var("s"))
+    assert (-dsl.const(2)).node is ast.Const(-2.0)
+    assert (1 / s).node is ast.Mul(ast.Const(1.0), ast.Call("recip", (ast.Var("s"),), ()))
+    assert (s ** 3).node is ast.Call("pow", (ast.Var("s"),), (3.0,))
     assert np.float64(2.0) * s is not None and (np.float64(2.0) * s).node is \
-        A.Mul(A.Const(2.0), A.Var("s"))
-    assert x[N - 1 - 0].node is A.Access(xs, (V("N") - 1,))
+        ast.Mul(ast.Const(2.0), ast.Var("s"))
+    assert x[N - 1 - 0].node is ast.Access(xs, (V("N") - 1,))
     g = dsl.gen(N, lambda i: x[N - 1 - i] * (i < 2) + x[2 * i + 1] * (i > 0))
     body = g.node.body
-    assert body.a is A.Iverson(A.Cmp("<", V("i"), L(2)), A.Access(xs, (V("N") - 1 - V("i"),)))
-    assert body.b is A.Iverson(A.Cmp("<", L(0), V("i")), A.Access(xs, (V("i") * 2 + 1,)))
+    assert body.a is ast.Iverson(ast.Cmp("<", V("i"), L(2)), ast.Access(xs, (V("N") - 1 - V("i"),)))
+    assert body.b is ast.Iverson(ast.Cmp("<", L(0), V("i")), ast.Access(xs, (V("i") * 2 + 1,)))
     ge = dsl.gen(N, lambda i: (i >= 1) * 1.0)
-    assert ge.node.body is A.Iverson(A.Cmp("<=", L(1), V("i")), A.Const(1.0))
+    assert ge.node.body is ast.Iverson(ast.Cmp("<=", L(1), V("i")), ast.Const(1.0))
     both = dsl.gen(N, lambda i: ((i < 2) * (i == 1)) * s)
-    assert both.node.body is A.Iverson(A.And(A.Cmp("<", V("i"), L(2)),
-                                             A.Cmp("==", V("i"), L(1))), A.Var("s"))
-    assert dsl.iverson(dsl.true).node is A.Iverson(A.PTrue(), A.Const(1.0))
-    assert (dsl.false * x).node is A.Iverson(A.PFalse(), xs)
+    assert both.node.body is ast.Iverson(ast.And(ast.Cmp("<", V("i"), L(2)),
+                                                 ast.Cmp("==", V("i"), L(1))), ast.Var("s"))
+    assert dsl.iverson(dsl.true).node is ast.Iverson(ast.PTrue(), ast.Const(1.0))
+    assert (dsl.false * x).node is ast.Iverson(ast.PFalse(), xs)
     pr = dsl.pair(s, x, 1.0)
-    assert pr.node is A.Pair(A.Var("s"), A.Pair(xs, A.Const(1.0)))
-    assert pr.snd.fst.node is A.Proj(A.Proj(pr.node, 1), 0)
-    assert dsl.proj(pr, 0).node is A.Proj(pr.node, 0)
-    assert dsl.pow(s, 0.5).node is A.Call("pow", (A.Var("s"),), (0.5,))
-    assert dsl.builtin("dtanh", s).node is A.Call("dtanh", (A.Var("s"),), ())
+    assert pr.node is ast.Pair(ast.Var("s"), ast.Pair(xs, ast.Const(1.0)))
+    assert pr.snd.fst.node is ast.Proj(ast.Proj(pr.node, 1), 0)
+    assert dsl.proj(pr, 0).node is ast.Proj(pr.node, 0)
+    assert dsl.pow(s, 0.5).node is ast.Call("pow", (ast.Var("s"),), (0.5,))
+    assert dsl.builtin("dtanh", s).node is ast.Call("dtanh", (ast.Var("s"),), ())
     for fn in ("exp", "log", "sin", "cos", "tan", "tanh", "sqrt", "sigmoid", "softplus",
                "abs", "relu", "square", "recip"):
-        assert getattr(dsl, fn)(s).node is A.Call(fn, (A.Var("s"),), ())
-    assert dsl.min(s, 2).node is A.Call("min", (A.Var("s"), A.Const(2.0)), ())
+        assert getattr(dsl, fn)(s).node is ast.Call(fn, (ast.Var("s"),), ())
+    assert dsl.min(s, 2).node is ast.Call("min", (ast.Var("s"), ast.Const(2.0)), ())
     assert repr(s + 1) == "s + 1.0"
 
 
@@ -207,8 +208,9 @@ def test_binder_names_follow_lambdas_and_never_capture() -> None:
     outer = dsl.gen(N, lambda i: dsl.let(A_[i, 0], lambda v: dsl.sum(N, lambda i: v * A_[i, 1])))
     inner_sum = outer.node.body.body
     assert outer.node.idx != inner_sum.idx
-    assert inner_sum.body is A.Mul(A.Var("v"), A.Access(A.Var("A"), (V(inner_sum.idx), L(1))))
-    assert outer.node.body.value is A.Access(A.Var("A"), (V(outer.node.idx), L(0)))
+    assert inner_sum.body is ast.Mul(ast.Var("v"),
+                                     ast.Access(ast.Var("A"), (V(inner_sum.idx), L(1))))
+    assert outer.node.body.value is ast.Access(ast.Var("A"), (V(outer.node.idx), L(0)))
     # Unusable lambda names get defaults.
     assert dsl.gen(N, lambda _: 1.0).node.idx == "i"
     assert dsl.gen(N, lambda R: 1.0).node.idx == "i"
@@ -221,7 +223,7 @@ def test_binders_named_like_parameters_are_renamed() -> None:
     x = dsl.param("x", dsl.R[N])
     y = dsl.param("y", dsl.R)
     d = dsl.function("f", [N, x, y], dsl.sum(N, lambda y: x[y]))   # y is a parameter
-    assert d.body.idx != "y" and d.body.body is A.Access(A.Var("x"), (V(d.body.idx),))
+    assert d.body.idx != "y" and d.body.body is ast.Access(ast.Var("x"), (V(d.body.idx),))
     typecheck = pytest.importorskip("tensorlang.check.typecheck")
     typecheck.check_module([d])
 
@@ -233,21 +235,21 @@ def test_statements_and_lets() -> None:
     s = dsl.bind("s", dsl.sum(N, lambda i: x[i]))
     m = dsl.bind("m", s * s)
     d = dsl.function("f", [N, x], dsl.gen(N, lambda i: x[i] * m))
-    assert isinstance(d.body, A.Let) and d.body.name == "s"
-    assert d.body.body.name == "m" and d.body.body.value is A.Mul(A.Var("s"), A.Var("s"))
+    assert isinstance(d.body, ast.Let) and d.body.name == "s"
+    assert d.body.body.name == "m" and d.body.body.value is ast.Mul(ast.Var("s"), ast.Var("s"))
     assert d.ret is None
     # A statement made inside a binder that reads its index is a let inside that body.
     g = dsl.gen(N, lambda i: dsl.bind("t", x[i] * x[i]) + dsl.bind("u", s))
     d2 = dsl.function("g", [N, x], g)
     assert d2.body.name == "s" and d2.body.body.name == "u"          # hoisted
     inner = d2.body.body.body
-    assert isinstance(inner, A.Gen) and inner.body is A.Let(
-        "t", A.Mul(A.Access(A.Var("x"), (V("i"),)), A.Access(A.Var("x"), (V("i"),))),
-        A.Add(A.Var("t"), A.Var("u")))
+    assert isinstance(inner, ast.Gen) and inner.body is ast.Let(
+        "t", ast.Mul(ast.Access(ast.Var("x"), (V("i"),)), ast.Access(ast.Var("x"), (V("i"),))),
+        ast.Add(ast.Var("t"), ast.Var("u")))
     # dsl.let with several values nests.
     e = dsl.let(1.0, 2.0, lambda a, b: a * b)
-    assert e.node is A.Let("a", A.Const(1.0), A.Let("b", A.Const(2.0),
-                                                     A.Mul(A.Var("a"), A.Var("b"))))
+    assert e.node is ast.Let("a", ast.Const(1.0), ast.Let("b", ast.Const(2.0),
+                                                     ast.Mul(ast.Var("a"), ast.Var("b"))))
     out = interpret(d, {"N": 3, "x": np.array([1.0, 2.0, 3.0])})
     assert np.allclose(out, np.array([1.0, 2.0, 3.0]) * 36)
 
@@ -261,12 +263,12 @@ def test_tensor_arithmetic_and_calls_need_elaboration() -> None:
     d = dsl.function("f", [N, x, y, a], (x + a * y) - y * y + dsl.call(norm, N, x) * x)
     assert not elaborate.is_core(d)
     c = dsl.core(d, [norm])
-    assert elaborate.is_core(c) and isinstance(c.ret, A.TArr)
+    assert elaborate.is_core(c) and isinstance(c.ret, ast.TArr)
     xv, yv = np.array([1.0, -2.0, 0.5]), np.array([0.25, 3.0, -1.0])
     got = interpret(c, {"N": 3, "x": xv, "y": yv, "a": 2.0})
     assert np.allclose(got, xv + 2.0 * yv - yv * yv + (xv @ xv) * xv)
     call = dsl.call(norm, N + 1, x).node
-    assert call is A.DefCall("norm2", (A.Add(A.Var("N"), A.Const(1.0)), A.Var("x")))
+    assert call is ast.DefCall("norm2", (ast.Add(ast.Var("N"), ast.Const(1.0)), ast.Var("x")))
 
 
 def test_relations_pairs_and_exists_evaluate() -> None:

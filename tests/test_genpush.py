@@ -16,14 +16,12 @@ from tensorlang.semantics.cost import cost_def
 from tensorlang.semantics.interp import interpret
 from tensorlang.syntax.parser import parse_module
 from tensorlang.passes.genpush import genpush, range_guard
-from tensorlang.passes.letlift import letlift
-from tensorlang.passes.pairelim import pairelim
 from tensorlang.passes.rewrite import RuleNotApplicable, apply_rule, let_chain
 from tensorlang.proofs.catalogue import compare
 from tensorlang.proofs.normal_forms import is_gen_pushed
 from tensorlang.testing import programs, random_args
 from tensorlang.check.typecheck import check_module
-from tensorlang.pipeline import derived_core
+from tensorlang.pipeline import derived_core, run_to
 
 from test_letlift import assert_equivalent, core
 
@@ -38,13 +36,9 @@ RULE_CASES: dict[str, str] = {
 }
 
 
-def pipeline(d: Def) -> Def:
-    return genpush(pairelim(letlift(d)))
-
-
 @pytest.mark.parametrize("rule", sorted(RULE_CASES))
 def test_each_rule_keeps_meaning_and_cost(rule: str) -> None:
-    d = pairelim(letlift(core(RULE_CASES[rule])))
+    d = run_to(core(RULE_CASES[rule]), "pairelim")
     out = apply_rule(rule, d)
     assert out.body is not d.body
     assert_equivalent(d, out)
@@ -149,7 +143,7 @@ def test_examples_through_the_three_passes() -> None:
             cm = check_module(parse_module(f.read(), str(path)), str(path),
                               derive=derived_core)
         for d in cm.defs.values():
-            out = pipeline(d)
+            out = run_to(d, "genpush")
             assert is_gen_pushed(out) is None, (path, d.name, is_gen_pushed(out))
             sizes = {p.name: 3 for p in d.params if isinstance(p.type, TSize)}
             args = random_args(d, sizes, 1)
@@ -160,7 +154,7 @@ def test_examples_through_the_three_passes() -> None:
 @given(programs())
 def test_genpush_on_random_programs(example: tuple[Def, dict[str, Any]]) -> None:
     d, args = example
-    src = pairelim(letlift(d))
+    src = run_to(d, "pairelim")
     out = genpush(src)
     assert is_gen_pushed(out) is None, is_gen_pushed(out)
     meaning, cost, _, why = compare(src, out, args)

@@ -49,11 +49,8 @@ def assert_same(got: Any, want: Any, atol: float = ATOL) -> None:
 
 
 def to_program(d: ast.Def) -> tssa.Program:
-    from tensorlang.passes.genpush import genpush
-    from tensorlang.passes.letlift import letlift
-    from tensorlang.passes.pairelim import pairelim
-    from tensorlang.passes.ssa import to_ssa
-    return to_ssa(genpush(pairelim(letlift(d))))
+    from tensorlang import pipeline
+    return pipeline.run_to(d, "ssa")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,7 +299,7 @@ def test_jitted_once_per_program():
     p = fn.run_to("simplified")
     a = jax_backend.compile_program(p)
     b = jax_backend.compile_program(p)
-    assert a._jitted is b._jitted
+    assert a.jitted is b.jitted
 
 
 # ---------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 import tensorlang as tl
 from examples_util import EXAMPLES, ROOT, WORKLOADS
-from tensorlang.ir import ast as A
+from tensorlang.ir import ast
 from tensorlang.ir import tssa
 from tensorlang.ir.build import Builder
 from tensorlang.semantics.cost import cost_def
@@ -39,7 +39,7 @@ generated_source = numba_cpu.generated_source
 RTOL, ATOL = 1e-9, 1e-12
 
 
-def to_program(d: A.Def) -> tssa.Program:
+def to_program(d: ast.Def) -> tssa.Program:
     from tensorlang import pipeline
     return pipeline.run_to(d, "ssa")
 
@@ -75,7 +75,7 @@ _CALLS = [f"{f}(x[i])" for f in (
     "min(x[i], y[i])", "ge(x[i], y[i])", "gt(x[i], y[i])"] + [
     c for c in ("d2tanh(x[i])", "d2sigmoid(x[i])", "d2tan(x[i])",
                 "sel_ge(x[i], y[i], y[i], x[i])", "keep_ge(x[i], y[i], y[i])",
-                "keep_gt(x[i], y[i], y[i])") if c.split("(")[0] in A.BUILTINS]
+                "keep_gt(x[i], y[i], y[i])") if c.split("(")[0] in ast.BUILTINS]
 
 
 def _nest(items: list[str]) -> str:
@@ -105,16 +105,16 @@ def test_builtins_match_the_interpreter_on_special_values():
     `njit` function: much cheaper to compile than a kernel with a loop per builtin.)"""
     from numba import njit
 
-    from tensorlang.semantics import builtins as B
+    from tensorlang.semantics import builtins
     from tensorlang.backends import numba_rt
     from tensorlang.backends.scalar_builtins import FUNCS
-    rows = [(name, (c,)) for name in sorted(FUNCS) if B.lookup(name).nparams
+    rows = [(name, (c,)) for name in sorted(FUNCS) if builtins.lookup(name).nparams
             for c in (0.5, -1.0, 3.0, 2.0, -0.5, 1.5, 0.0)]
-    rows += [(name, ()) for name in sorted(FUNCS) if not B.lookup(name).nparams]
+    rows += [(name, ()) for name in sorted(FUNCS) if not builtins.lookup(name).nparams]
     lines = ["def run(xs, ys, out):", "    for k in range(xs.shape[0]):",
              "        x = xs[k]", "        y = ys[k]"]
     for r, (name, ps) in enumerate(rows):
-        args = ["x", "y", "y", "x"][:B.lookup(name).arity] + [repr(c) for c in ps]
+        args = ["x", "y", "y", "x"][:builtins.lookup(name).arity] + [repr(c) for c in ps]
         lines.append(f"        out[{r}, k] = tl_{name}({', '.join(args)})")
     ns = {f"tl_{n}": getattr(numba_rt, f"tl_{n}") for n in FUNCS}
     exec("\n".join(lines), ns)
@@ -122,8 +122,8 @@ def test_builtins_match_the_interpreter_on_special_values():
     out = np.zeros((len(rows), a["N"]))
     njit(error_model="numpy")(ns["run"])(a["x"], a["y"], out)
     for r, (name, ps) in enumerate(rows):
-        arity = B.lookup(name).arity
-        want = B.apply(name, [a["x"], a["y"], a["y"], a["x"]][:arity], ps)
+        arity = builtins.lookup(name).arity
+        want = builtins.apply(name, [a["x"], a["y"], a["y"], a["x"]][:arity], ps)
         _same_bits(out[r], np.broadcast_to(want, out[r].shape), f"{name}{ps}")
 
 
@@ -137,16 +137,16 @@ def test_builtins_in_a_kernel():
 
 
 def test_every_builtin_has_a_scalar_implementation():
-    from tensorlang.semantics import builtins as B
+    from tensorlang.semantics import builtins
     from tensorlang.backends.scalar_builtins import FUNCS
-    assert set(FUNCS) == set(B.BUILTIN_FUNCS)
+    assert set(FUNCS) == set(builtins.BUILTIN_FUNCS)
     rng = np.random.default_rng(0)
     for name, f in FUNCS.items():   # plain Python on ordinary values
-        spec = B.lookup(name)
+        spec = builtins.lookup(name)
         for _ in range(20):
             xs = [float(rng.uniform(0.1, 3.0)) for _ in range(spec.arity)]
             ps = [1.5] * spec.nparams
-            want = float(B.apply(name, [np.float64(x) for x in xs], ps))
+            want = float(builtins.apply(name, [np.float64(x) for x in xs], ps))
             assert f(*xs, *ps) == pytest.approx(want, rel=1e-12, abs=1e-300), name
 
 
@@ -260,7 +260,7 @@ def test_generated_code_shape():
 # Random programs
 
 
-def _check_random(d: A.Def, args: dict[str, Any], jit: bool) -> None:
+def _check_random(d: ast.Def, args: dict[str, Any], jit: bool) -> None:
     p = to_program(d)
     c = compile_program(p, instrument=True, jit=jit)
     want = interpret(d, args)
@@ -304,8 +304,8 @@ def _derived_cases() -> list[tuple[str, str]]:
 def _derived(name: str, kind: str) -> tuple[Any, tssa.Program] | None:
     w = WORKLOADS[name]
     d = tl.load(str(EXAMPLES / w.file))[w.func].core()
-    real = [q.name for q in d.params if isinstance(A.scalar_of(q.type), A.TReal)]
-    if kind == "hessian" and d.ret != A.REAL:
+    real = [q.name for q in d.params if isinstance(ast.scalar_of(q.type), ast.TReal)]
+    if kind == "hessian" and d.ret != ast.REAL:
         return None
     return w, derive.derive(to_program(d), kind,
                             tuple(real[:1]) if kind == "hessian" else tuple(real))
@@ -314,7 +314,7 @@ def _derived(name: str, kind: str) -> tuple[Any, tssa.Program] | None:
 def _derived_args(w: Any, p: tssa.Program, n: int) -> dict[str, Any]:
     base = w.inputs(w.sizes(n), np.random.default_rng(n))
     core = tssa.to_core(p)
-    sizes = {q.name: base[q.name] for q in core.params if isinstance(q.type, A.TSize)}
+    sizes = {q.name: base[q.name] for q in core.params if isinstance(q.type, ast.TSize)}
     extra = random_args(core, sizes, np.random.default_rng(n + 100))
     return {q.name: base.get(q.name, extra[q.name]) for q in core.params}
 
@@ -355,7 +355,7 @@ def test_derived_random_programs_python_mode(case, kind):
     d, args, wrt = case
     p = derive.derive(to_program(d), kind, tuple(wrt))
     core = tssa.to_core(p)
-    sizes = {q.name: args[q.name] for q in d.params if isinstance(q.type, A.TSize)}
+    sizes = {q.name: args[q.name] for q in d.params if isinstance(q.type, ast.TSize)}
     a = random_args(core, sizes, np.random.default_rng(0))
     assert_same(compile_program(p, jit=False)(a), interpret(core, a), atol=1e-9)
 
@@ -386,13 +386,13 @@ def test_identifiers_in_generated_code_are_generated():
     """Names that are not plain identifiers (possible through the AST or DSL) never reach
     the code: the kernel still runs, and every name token of the source is one of ours."""
     bad = "x; import os\nos.system('echo pwned')"
-    b = Builder([A.Param("N", A.TSize()), A.Param(bad, A.tensor([A.Affine.var("N")])),
-                      A.Param("E r", A.TRel((A.Affine.var("N"), A.Affine.var("N"))))])
+    b = Builder([ast.Param("N", ast.TSize()), ast.Param(bad, ast.tensor([ast.Affine.var("N")])),
+                      ast.Param("E r", ast.TRel((ast.Affine.var("N"), ast.Affine.var("N"))))])
     xv = b.input(bad)
     i, j = "i", "j"
     v = b.reduce([(i, "N")], [(j, "N")], (xv, [j]),
-                 pred=A.RelCall("E r", (A.Affine.var(i), A.Affine.var(j))))
-    p = b.program(v, name="g(h)", ret=A.tensor([A.Affine.var("N")]))
+                 pred=ast.RelCall("E r", (ast.Affine.var(i), ast.Affine.var(j))))
+    p = b.program(v, name="g(h)", ret=ast.tensor([ast.Affine.var("N")]))
     src = generated_source(p)
     names = {t.string for t in tokenize.generate_tokens(io.StringIO(src).readline)
              if t.type == tokenize.NAME}

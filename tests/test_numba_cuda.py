@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 
 import tensorlang as tl
 from examples_util import EXAMPLE_FILES, EXAMPLES, ROOT, WORKLOADS
-from tensorlang.ir import ast as A
+from tensorlang.ir import ast
 from tensorlang.ir import tssa
 from tensorlang.ir.build import Builder
 from tensorlang.semantics.interp import interpret
@@ -51,7 +51,7 @@ RTOL, ATOL = 1e-9, 1e-12
 SIZES = (0, 1, 3)
 
 
-def to_program(d: A.Def) -> tssa.Program:
+def to_program(d: ast.Def) -> tssa.Program:
     from tensorlang import pipeline
     return pipeline.run_to(d, "ssa")
 
@@ -74,7 +74,7 @@ def assert_same(got: Any, want: Any, atol: float = ATOL) -> None:
 
 
 @lru_cache(maxsize=None)
-def example_programs() -> list[tuple[str, Any, tssa.Program, tuple[A.Param, ...]]]:
+def example_programs() -> list[tuple[str, Any, tssa.Program, tuple[ast.Param, ...]]]:
     """(name, workload, SSA program, parameters) for every function of examples/*.tl:
     forward functions, their derived functions (grad, hessian, hvp, jvp as written in the
     files), and vjp/jvp of every forward function."""
@@ -96,11 +96,11 @@ def example_programs() -> list[tuple[str, Any, tssa.Program, tuple[A.Param, ...]
     return out
 
 
-def example_args(w: Any, params: tuple[A.Param, ...], n: int) -> dict[str, Any]:
+def example_args(w: Any, params: tuple[ast.Param, ...], n: int) -> dict[str, Any]:
     """The workload's inputs at size n; parameters it lacks (tangents, cotangents) random."""
     base = w.inputs(w.sizes(n), np.random.default_rng(n))
-    sig = A.Def("f", params, None, A.Const(0.0))
-    sizes = {q.name: base[q.name] for q in params if isinstance(q.type, A.TSize)}
+    sig = ast.Def("f", params, None, ast.Const(0.0))
+    sizes = {q.name: base[q.name] for q in params if isinstance(q.type, ast.TSize)}
     extra = random_args(sig, sizes, np.random.default_rng(n + 100))
     return {q.name: base.get(q.name, extra[q.name]) for q in params}
 
@@ -152,12 +152,12 @@ SPECIAL = [0.0, -0.0, 1.0, -1.0, 0.5, 2.0, -3.7, 30.0, 800.0, -800.0, 1e-300, np
 def builtins_program(chain: bool) -> tssa.Program:
     """Every builtin applied to (x, y): one output each, or (chain) each applied to the
     previous result (one fused kernel)."""
-    n = A.Affine.var("N")
-    b = Builder([A.Param("N", A.TSize()), A.Param("x", A.tensor([n])),
-                      A.Param("y", A.tensor([n]))])
+    n = ast.Affine.var("N")
+    b = Builder([ast.Param("N", ast.TSize()), ast.Param("x", ast.tensor([n])),
+                      ast.Param("y", ast.tensor([n]))])
     x, y = b.input("x"), b.input("y")
     outs: list[str] = []
-    for fn, (nargs, nparams) in sorted(A.BUILTINS.items()):
+    for fn, (nargs, nparams) in sorted(ast.BUILTINS.items()):
         first = outs[-1] if chain and outs else x
         ops = [(first, ["i"]), (y, ["i"]), (x, ["i"]), (y, ["i"])][:nargs]
         outs.append(b.map([("i", "N")], fn, ops, params=[1.5] * nparams))
@@ -241,13 +241,13 @@ def test_identifiers_in_generated_code_are_generated():
     """Names that are not identifiers (possible through the AST or DSL) never reach the
     code: the kernels still run, and no name token of the source comes from them."""
     bad = "x; import os\nos.system('echo pwned')"
-    b = Builder([A.Param("N", A.TSize()), A.Param(bad, A.tensor([A.Affine.var("N")])),
-                      A.Param("E r", A.TRel((A.Affine.var("N"), A.Affine.var("N"))))])
+    b = Builder([ast.Param("N", ast.TSize()), ast.Param(bad, ast.tensor([ast.Affine.var("N")])),
+                      ast.Param("E r", ast.TRel((ast.Affine.var("N"), ast.Affine.var("N"))))])
     xv = b.input(bad)
     v = b.reduce([("i", "N")], [("j", "N")], (xv, ["j"]),
-                 pred=A.RelCall("E r", (A.Affine.var("i"), A.Affine.var("j"))))
+                 pred=ast.RelCall("E r", (ast.Affine.var("i"), ast.Affine.var("j"))))
     w = b.map([("i", "N")], "exp", [(v, ["i"])])
-    p = b.program(w, name="g(h)", ret=A.tensor([A.Affine.var("N")]))
+    p = b.program(w, name="g(h)", ret=ast.tensor([ast.Affine.var("N")]))
     src = generated_source(p)
     names = {t.string for t in tokenize.generate_tokens(io.StringIO(src).readline)
              if t.type == tokenize.NAME}

@@ -165,7 +165,7 @@ def test_history_file_tolerates_read_only_home(tmp_path, monkeypatch):
     from prompt_toolkit.history import FileHistory, InMemoryHistory
 
     monkeypatch.setenv("TL_HISTORY_FILE", str(tmp_path / "hist"))
-    h = repl_mod._make_history()
+    h = repl_mod.make_history()
     assert isinstance(h, FileHistory)
     h.store_string(":help")
     assert ":help" in (tmp_path / "hist").read_text()
@@ -175,9 +175,9 @@ def test_history_file_tolerates_read_only_home(tmp_path, monkeypatch):
     try:
         monkeypatch.setenv("TL_HISTORY_FILE", str(ro / "hist"))
         if os.access(ro, os.W_OK):  # root ignores permissions: the fallback is still safe
-            repl_mod._make_history().store_string("x")
+            repl_mod.make_history().store_string("x")
         else:
-            assert isinstance(repl_mod._make_history(), InMemoryHistory)
+            assert isinstance(repl_mod.make_history(), InMemoryHistory)
     finally:
         ro.chmod(0o700)
 

@@ -26,11 +26,7 @@ from tensorlang.semantics.interp import interpret
 from tensorlang.passes.simplify import Budget, SimplifyError, driver, roundtrip
 from tensorlang.passes.simplify.rules_egg import RULES as EGGLOG_RULES
 from tensorlang.passes.derive import derive
-from tensorlang.passes.genpush import genpush
-from tensorlang.passes.letlift import letlift
-from tensorlang.passes.pairelim import pairelim
 from tensorlang.passes.simplify import Simplified, simplify
-from tensorlang.passes.ssa import to_ssa
 from tensorlang.proofs.catalogue import RULES, check_rule, format_table, values_close
 from tensorlang.proofs.normal_forms_ssa import is_tensor_ssa
 from tensorlang.testing import programs, random_args
@@ -182,7 +178,7 @@ def test_the_pipeline_simplifies() -> None:
 
 
 def _ssa(d: Def) -> tssa.Program:
-    return to_ssa(genpush(pairelim(letlift(d))))
+    return pipeline.run_to(d, "ssa")
 
 
 @settings(deadline=None, suppress_health_check=list(HealthCheck))
@@ -230,11 +226,11 @@ def _rd(name: str, *idx: str) -> ast.Expr:
 
 
 def _simplified_text(d: Def, sizes: dict | None = None) -> str:
-    return to_text(simp(to_ssa(d), sizes))
+    return to_text(simp(pipeline.run_to(d, "ssa"), sizes))
 
 
 def _program(d: Def, sizes: dict | None = None) -> tuple[tssa.Program, tssa.Program]:
-    p = to_ssa(d)
+    p = pipeline.run_to(d, "ssa")
     return p, simp(p, sizes)
 
 
@@ -355,7 +351,7 @@ def test_failures_raise_in_strict_mode(monkeypatch: pytest.MonkeyPatch) -> None:
 
     def broken(*a, **k):
         raise RuntimeError("boom")
-    monkeypatch.setattr(driver, "_attempt", broken)
+    monkeypatch.setattr(driver, "attempt", broken)
     with pytest.raises(SimplifyError, match="boom"):
         simplify(p, strict=True)
     monkeypatch.setenv("TENSORLANG_STRICT", "1")
@@ -368,7 +364,7 @@ def test_failures_are_reported_when_not_strict(monkeypatch: pytest.MonkeyPatch) 
 
     def broken(*a, **k):
         raise RuntimeError("boom")
-    monkeypatch.setattr(driver, "_attempt", broken)
+    monkeypatch.setattr(driver, "attempt", broken)
     q, r = simplify(p, strict=False)
     assert q is p and r.mode == "unchanged" and r.failed
     assert "boom" in r.text() and "FAILED" in r.text()
@@ -377,7 +373,7 @@ def test_failures_are_reported_when_not_strict(monkeypatch: pytest.MonkeyPatch) 
 def test_a_costlier_candidate_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
     p = example("qform2", "qform2")
     worse = example("qform2", "qform2_jvp")   # more work (and other outputs): never taken
-    monkeypatch.setattr(driver, "_attempt", lambda *a, **k: ([worse], None, ()))
+    monkeypatch.setattr(driver, "attempt", lambda *a, **k: ([worse], None, ()))
     q, r = simplify(p, strict=True)           # a verified outcome, not a failure
     assert q is p and r.mode == "unchanged" and not r.failed
     assert "cost would rise" in r.text()
@@ -387,7 +383,7 @@ def test_sizes_that_cannot_be_costed_fail_loudly() -> None:
     # every panel point makes the dimension N - 20 negative: nothing could be checked
     d = _def(("b", Gen("i", N - 20, Mul(_rd("x", "i"), _rd("x", "i")))),
              params=(Param("N", TSize()), Param("x", tensor([N - 20]))))
-    p = to_ssa(d)
+    p = pipeline.run_to(d, "ssa")
     with pytest.raises(SimplifyError, match="no sizes"):
         simplify(p, strict=True)
     q, r = simplify(p, strict=False)
@@ -399,7 +395,7 @@ def test_a_candidate_that_cannot_be_costed_fails_loudly(
         monkeypatch: pytest.MonkeyPatch) -> None:
     p = example("qform2", "qform2")
     alien = example("logreg", "logreg")       # needs a size M that p does not have
-    monkeypatch.setattr(driver, "_attempt", lambda *a, **k: ([alien], None, ()))
+    monkeypatch.setattr(driver, "attempt", lambda *a, **k: ([alien], None, ()))
     with pytest.raises(SimplifyError, match="cannot be costed"):
         simplify(p, strict=True)
     q, r = simplify(p, strict=False)
@@ -411,7 +407,7 @@ def test_known_sizes_are_used_for_extraction() -> None:
     # extraction and the check use exactly those sizes, and say so
     bc = Gen("i", N, Gen("k", N, Sum("j", M, Mul(_rd("B", "i", "j"), _rd("C", "k", "j")))))
     d = _def(("t", bc), ("b", Gen("i", N, Sum("k", N, Mul(_rd("t", "i", "k"), _rd("x", "k"))))))
-    p = to_ssa(d)
+    p = pipeline.run_to(d, "ssa")
     q, r = simplify(p, {"N": 30, "M": 30}, strict=True)
     assert r.cost_points == [{"M": 30, "N": 30}] and "at the sizes M=30, N=30" in r.text()
     assert r.before and all(k.startswith("N=30,M=30,") for k in r.before)

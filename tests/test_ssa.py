@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from tensorlang.ir import ast as A
+from tensorlang.ir import ast
 from tensorlang.ir import tssa
 from tensorlang.syntax import ssa_printer
 from tensorlang.ir.ast import (Access, Add, Affine, Call, Cmp, Const, Def, Gen, Iverson, Let, Mul,
@@ -24,7 +24,7 @@ from tensorlang.proofs.normal_forms_ssa import is_tensor_ssa
 from tensorlang.proofs.rules_ssa import genpushed_programs
 
 N, M, K = Affine.var("N"), Affine.var("M"), Affine.var("K")
-PARAMS = (Param("N", A.TSize()), Param("M", A.TSize()), Param("x", tensor([N])),
+PARAMS = (Param("N", ast.TSize()), Param("M", ast.TSize()), Param("x", tensor([N])),
           Param("y", tensor([N])), Param("A", tensor([N, M])), Param("B", tensor([M, N])),
           Param("z", tensor([M])))
 
@@ -33,17 +33,17 @@ def v(name: str) -> Affine:
     return Affine.var(name)
 
 
-def rd(name: str, *idx: Affine) -> A.Expr:
+def rd(name: str, *idx: Affine) -> ast.Expr:
     return Access(Var(name), idx) if idx else Var(name)
 
 
-def gens(pairs: list[tuple[str, Affine]], e: A.Expr) -> A.Expr:
+def gens(pairs: list[tuple[str, Affine]], e: ast.Expr) -> ast.Expr:
     for name, size in reversed(pairs):
         e = Gen(name, size, e)
     return e
 
 
-def prog(*binds: tuple[str, A.Expr], out: A.Expr, params=PARAMS) -> Def:
+def prog(*binds: tuple[str, ast.Expr], out: ast.Expr, params=PARAMS) -> Def:
     body = out
     for name, e in reversed(binds):
         body = Let(name, e, body)
@@ -84,9 +84,9 @@ def test_matrix_product_is_one_contract():
     mv = gens([("i", N)], Sum("j", M, Mul(rd("A", v("i"), v("j")), rd("z", v("j")))))
     mm = gens([("i", N), ("k", N)], Sum("j", M, Mul(rd("A", v("i"), v("j")),
                                                      rd("B", v("j"), v("k")))))
-    p = check(prog(("y1", mv), ("C", mm), out=A.Pair(gens([("o", N)], rd("y1", v("o"))),
-                                                     gens([("o", N), ("q", N)],
-                                                          rd("C", v("o"), v("q"))))), args())
+    p = check(prog(("y1", mv), ("C", mm), out=ast.Pair(gens([("o", N)], rd("y1", v("o"))),
+                                                       gens([("o", N), ("q", N)],
+                                                            rd("C", v("o"), v("q"))))), args())
     assert body_lines(p) == ["    v0[i0:N] = sum j0:M. A[i0, j0] * z[j0]",
                              "    v1[i0:N, i1:N] = sum j0:M. A[i0, j0] * B[j0, i1]",
                              "    return (v0, v1)"]
@@ -145,9 +145,9 @@ def test_constants_are_coefficients_and_keep_their_multiplications():
     one = gens([("i", N)], Mul(Const(1.0), rd("x", v("i"))))  # 1 * x still multiplies
     neg = gens([("i", N)], Add(rd("x", v("i")), Mul(Const(-1.0), rd("y", v("i")))))
     p = check(prog(("a", e), ("b", one), ("c", neg),
-                   out=A.Pair(gens([("o", N)], rd("a", v("o"))),
-                              A.Pair(gens([("o", N)], rd("b", v("o"))),
-                                     gens([("o", N)], rd("c", v("o")))))), args())
+                   out=ast.Pair(gens([("o", N)], rd("a", v("o"))),
+                                ast.Pair(gens([("o", N)], rd("b", v("o"))),
+                                         gens([("o", N)], rd("c", v("o")))))), args())
     assert body_lines(p) == ["    v0 = 3.0", "    v1[i0:N] = 2.0 * v0 * x[i0]", "    v2 = 1.0",
                              "    v3[i0:N] = v2 * x[i0]", "    v4[i0:N] = -1.0 * y[i0]",
                              "    v5[i0:N] = v4[i0] + x[i0]", "    return (v1, (v3, v5))"]
@@ -169,12 +169,12 @@ def test_trivial_statements_cse_and_dead_code():
 
 
 def test_pair_inputs_and_outputs():
-    q = Param("q", A.TArr(N, A.TPair(A.REAL, A.REAL)))
-    params = (Param("N", A.TSize()), q)
-    e = gens([("i", N)], Mul(Access(A.Proj(Var("q"), 0), (v("i"),)),
-                             Access(A.Proj(Var("q"), 1), (v("i"),))))
-    d = prog(("r", e), out=A.Pair(gens([("o", N)], rd("r", v("o"))),
-                                  gens([("o", N)], Access(A.Proj(Var("q"), 1), (v("o"),)))),
+    q = Param("q", ast.TArr(N, ast.TPair(ast.REAL, ast.REAL)))
+    params = (Param("N", ast.TSize()), q)
+    e = gens([("i", N)], Mul(Access(ast.Proj(Var("q"), 0), (v("i"),)),
+                             Access(ast.Proj(Var("q"), 1), (v("i"),))))
+    d = prog(("r", e), out=ast.Pair(gens([("o", N)], rd("r", v("o"))),
+                                    gens([("o", N)], Access(ast.Proj(Var("q"), 1), (v("o"),)))),
              params=params)
     rng = np.random.default_rng(3)
     a = {"N": 3, "q": (rng.normal(size=3), rng.normal(size=3))}
@@ -184,7 +184,7 @@ def test_pair_inputs_and_outputs():
 
 
 def test_convolution_of_spec_2_3():
-    params = (Param("N", A.TSize()), Param("K", A.TSize()), Param("x", tensor([N + K - 1])),
+    params = (Param("N", ast.TSize()), Param("K", ast.TSize()), Param("x", tensor([N + K - 1])),
               Param("w", tensor([K])))
     e = gens([("i", N)], Sum("k", K, Mul(rd("w", v("k")), rd("x", v("i") + v("k")))))
     d = prog(("out", e), out=gens([("o", N)], rd("out", v("o"))), params=params)
@@ -263,22 +263,20 @@ def _pipeline_programs():
 @settings(max_examples=40)
 @given(_pipeline_programs())
 def test_random_programs_through_the_pipeline(instance):
-    from tensorlang.passes.genpush import genpush
-    from tensorlang.passes.letlift import letlift
-    from tensorlang.passes.pairelim import pairelim
+    from tensorlang import pipeline
 
     d0, a = instance
-    d = genpush(pairelim(letlift(d0)))
+    d = pipeline.run_to(d0, "genpush")
     p = check(d, a)
     assert values_close(evaluate_program(p, a), interpret(d0, a))
 
 
 def test_catalogue_entries_hold():
-    from tensorlang.proofs import catalogue as C
+    from tensorlang.proofs import catalogue
     from tensorlang.proofs import rules_ssa
 
     for name in rules_ssa.SCHEMAS:
-        r = C.check_rule(C.RULES[name], 8)
+        r = catalogue.check_rule(catalogue.RULES[name], 8)
         assert r.ok, (name, r.counterexample)
-    pr = C.check_pass(C.PASSES["ssa"], 8)
+    pr = catalogue.check_pass(catalogue.PASSES["ssa"], 8)
     assert pr.ok, pr.counterexample

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from tensorlang.ir import ast as A
+from tensorlang.ir import ast
 from tensorlang.ir import tssa
 from tensorlang.ir.ast import Affine, And, Cmp, Exists, Or, Param, PFalse, PTrue, RelCall, tensor
 from tensorlang.ir.build import Builder, make_add, make_contract, make_reduce
@@ -21,9 +21,9 @@ from scalar_reference import interpret_reference
 
 N, M = Affine.var("N"), Affine.var("M")
 i, j, k = Affine.var("i"), Affine.var("j"), Affine.var("k")
-PARAMS = (Param("N", A.TSize()), Param("M", A.TSize()), Param("x", tensor([N])),
-          Param("y", tensor([M])), Param("A", tensor([N, M])), Param("s", A.REAL),
-          Param("E", A.TRel((N, M))))
+PARAMS = (Param("N", ast.TSize()), Param("M", ast.TSize()), Param("x", tensor([N])),
+          Param("y", tensor([M])), Param("A", tensor([N, M])), Param("s", ast.REAL),
+          Param("E", ast.TRel((N, M))))
 
 
 def args(n: int = 4, m: int = 3, seed: int = 0) -> dict:
@@ -159,8 +159,8 @@ def test_exists_predicates():
 
 
 def test_pair_inputs_are_projections():
-    q = Param("q", A.TArr(N, A.TPair(A.REAL, A.TPair(A.REAL, A.REAL))))
-    b = Builder((Param("N", A.TSize()), q))
+    q = Param("q", ast.TArr(N, ast.TPair(ast.REAL, ast.TPair(ast.REAL, ast.REAL))))
+    b = Builder((Param("N", ast.TSize()), q))
     q0, q11 = b.input("q", (0,)), b.input("q", (1, 1))
     assert (q0, q11) == ("q_0", "q_1_1")
     v = b.add([("a", N)], (q0, ["a"]), (q11, ["a"]))
@@ -265,7 +265,7 @@ def test_canonical_predicates_keep_meaning_and_are_idempotent(p, n, m, seed):
 
 
 def test_index_prefixes_avoid_parameter_names():
-    params = (Param("i0", A.TSize()), Param("x", tensor([Affine.var("i0")])))
+    params = (Param("i0", ast.TSize()), Param("x", tensor([Affine.var("i0")])))
     b = Builder(params)
     assert b.ix != tssa.IX and b.ix[0] != "i"
     x = b.input("x")

@@ -12,7 +12,8 @@ indices.
 The helpers live in the modules `snf` (Smith normal form), `fm` (Fourier-Motzkin, bound
 printing), `core` (equality systems, parametrisation) and `loops` (loop nests); this
 package exports the public API (sum elimination and `solve_for` are defined here).  See
-docs/indexsolve.md.
+docs/indexsolve.md.  May import `tensorlang.ir` and `tensorlang.semantics.grid` only (no
+other pass): the derivative passes, the simplifier and the backends build on it.
 """
 from __future__ import annotations
 

@@ -341,7 +341,7 @@ class Emitter:
             return self._note(self.b.emit(rhs), rhs)
         sides = []
         for o, s in (a, b):
-            o, s = self._forward_add_operand(o, s)
+            o, s = self.forward_add_operand(o, s)
             if o is not None:
                 s = self.canon(ast.pred_and(s, *self._atoms_at(o)), gen,
                                context=pred)
@@ -359,7 +359,9 @@ class Emitter:
         rhs = make_add(gen, o1, o2, pred, (s1, s2), self.ix)
         return self._note(self.b.emit(rhs), rhs)
 
-    def _forward_add_operand(self, o: Operand, s: Pred) -> tuple[Operand | None, Pred]:
+    def forward_add_operand(self, o: Operand, s: Pred) -> tuple[Operand | None, Pred]:
+        """`o` (under mask `s`) read through the unit-coefficient reductions that define it,
+        with their masks joined to `s`; (None, false) for a constant zero."""
         for _ in range(_ROUNDS):
             d = self.b.defs.get(o.var)
             if isinstance(d, ConstRhs) and d.value == 0.0:
@@ -617,7 +619,7 @@ def builtin_select(em: Emitter, gen: IndexList, pred: Pred, fn: str, args: Seque
     helper, ops = call
     lin: list[Operand] = []
     for t in ops[2:]:
-        o, s = (None, PTrue()) if em.naive else em._forward_add_operand(t, PTrue())
+        o, s = (None, PTrue()) if em.naive else em.forward_add_operand(t, PTrue())
         if o is not None and (len(ops) == 3 or isinstance(em.canon(s, gen), PTrue)):
             pred, t = ast.pred_and(pred, s), o
         lin.append(t)

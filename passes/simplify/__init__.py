@@ -24,7 +24,8 @@ Modules, in the order a program flows through them:
     one_rule    one rule at a time (proofs/ catalogue), `roundtrip`
 
 It imports `tensorlang.ir`, `tensorlang.semantics` (interp for predicates, builtins),
-`tensorlang.passes.indexsolve` and `tensorlang.passes.ssa`; nothing imports it but the
+`tensorlang.syntax` (errors, the SSA printer's affine format), `tensorlang.passes.indexsolve`
+and `tensorlang.passes.ssa`; nothing imports it but the
 pipeline, the proofs/ catalogue and tests.
 """
 from __future__ import annotations

@@ -139,7 +139,7 @@ def simplify(p: Program, sizes: Mapping[str, int] | None = None, *,
         attempts.append(("clean", list(GROUPS["clean"])))
     for mode, chosen in attempts:
         try:
-            candidates, run, model = _attempt(p, given, budget, chosen)
+            candidates, run, model = attempt(p, given, budget, chosen)
         except Exception as err:  # a bug: loud in strict mode, in the report otherwise
             msg = f"{mode}: {type(err).__name__}: {err}"
             if strict:
@@ -173,8 +173,8 @@ def _failed(p: Program, report: Report, msg: str, strict: bool,
     return Simplified(p, report)
 
 
-def _attempt(p: Program, sizes: Mapping[str, int] | None, budget: Budget,
-             rules: Sequence[str] | None) -> tuple[list[Program], RunStats, tuple[int, ...]]:
+def attempt(p: Program, sizes: Mapping[str, int] | None, budget: Budget,
+            rules: Sequence[str] | None) -> tuple[list[Program], RunStats, tuple[int, ...]]:
     """Lower, saturate, extract: the candidate programs, the run, the model's cost."""
     loaded = load(tssa.to_core(p), p.ix[2], rules)
     search = rules is None or any(RULES[r].group == "search" for r in rules)

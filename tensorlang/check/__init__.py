@@ -1,1 +1,7 @@
-"""tensorlang.check"""
+"""tensorlang.check: the front end after parsing.
+
+Owns `typecheck` (types, shapes, sizes and warnings of a module; the signatures of derived
+functions), `elaborate` (surface sugar -> core `Def`s) and `contracts` (checked contracts of
+the examples).  May import `tensorlang.syntax`, `tensorlang.ir` and `tensorlang.semantics`
+(builtins, cost formulas); it runs no pass and imports no pass, pipeline or backend.
+"""
