@@ -231,7 +231,9 @@ def check_derivatives(d: Def | Program, args: Mapping[str, Any],
     dy = like(y, rng)
     vj = run(vjp_program(p, xs, cotangent_name=ct), {**args, ct: dy})
     y_v, grads = vj
-    gl = [grads] if len(xs) == 1 else _untuple(grads, len(xs))
+    from tensorlang.testing import untuple
+
+    gl = [grads] if len(xs) == 1 else untuple(grads, len(xs))
     lhs = sum(float(flat(g) @ flat(dx[x])) for g, x in zip(gl, xs))
     rhs = float(flat(dy) @ flat(ty))
     dot_err = abs(lhs - rhs) / max(1.0, abs(lhs), abs(rhs))
@@ -245,16 +247,6 @@ def _fresh(base: str, taken: set[str]) -> str:
     while name in taken:
         name += "_"
     return name
-
-
-def _untuple(v: Any, n: int) -> list[Any]:
-    """The n components of a right-nested tuple."""
-    out = []
-    for _ in range(n - 1):
-        out.append(v[0])
-        v = v[1]
-    out.append(v)
-    return out
 
 
 __all__ = ["BoundReport", "check_bounds", "check_compiled_bounds", "DerivReport",

@@ -1129,7 +1129,7 @@ def _assert_callable_bound(fn: Any, bound: Callable[..., Any], max_size: int) ->
             raise AssertionError(f"cost of {fn.name} at {where} is {cost} > bound {limit}")
 
 
-def _flatten(value: Any, n: int) -> list[Any]:
+def untuple(value: Any, n: int) -> list[Any]:
     """The n components of a right-nested tuple `(a, (b, c))`."""
     out = []
     for _ in range(n - 1):
@@ -1236,16 +1236,16 @@ def assert_derivative_correct(g: Any, args: Mapping[str, Any] | None = None, *,
     jvp = api.jvp(f, *xs)
     vjp = api.vjp(f, *xs)
     ju = np.asarray(run(jvp, {f"d_{x}": u[x] for x in xs})[1])
-    parts = _flatten(run(vjp, {"d_y": w}), len(xs) + 1)
+    parts = untuple(run(vjp, {"d_y": w}), len(xs) + 1)
     jtw = dict(zip(xs, parts[1:]))
     if kind == "grad":
-        grads = _flatten(run(g), len(xs)) if len(xs) > 1 else [run(g)]
+        grads = untuple(run(g), len(xs)) if len(xs) > 1 else [run(g)]
         jtw = dict(zip(xs, grads))
         w = 1.0
     elif kind == "jvp":
         ju = np.asarray(run(g, {f"d_{x}": u[x] for x in xs})[1])
     elif kind == "vjp":
-        parts = _flatten(run(g, {"d_y": w}), len(xs) + 1)
+        parts = untuple(run(g, {"d_y": w}), len(xs) + 1)
         jtw = dict(zip(xs, parts[1:]))
     elif kind == "jacobian":
         x = xs[0]
@@ -1267,4 +1267,4 @@ def assert_derivative_correct(g: Any, args: Mapping[str, Any] | None = None, *,
 
 
 __all__ += ["function_sizes", "function_inputs", "random_inputs", "assert_cost_bound",
-            "assert_derivative_correct"]
+            "assert_derivative_correct", "untuple"]

@@ -4,6 +4,9 @@ from __future__ import annotations
 import importlib.util
 import pathlib
 import sys
+from typing import Any
+
+import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -21,3 +24,27 @@ def _load_refs():
 numpy_ref = _load_refs()
 WORKLOADS = numpy_ref.WORKLOADS
 EXAMPLE_FILES = sorted(EXAMPLES.glob("*.tl"))
+
+
+# Agreement of a backend with the interpreter (SPEC 8: rtol 1e-9 for float64)
+RTOL, ATOL = 1e-9, 1e-12
+
+
+def to_program(d: Any) -> Any:
+    """The Tensor-SSA program of a core Def (through the pipeline)."""
+    from tensorlang import pipeline
+
+    return pipeline.run_to(d, "ssa")
+
+
+def assert_same(got: Any, want: Any, atol: float = ATOL) -> None:
+    """Same structure (float / float64 array / tuple) and values within rtol 1e-9."""
+    if isinstance(want, tuple):
+        assert isinstance(got, tuple) and len(got) == len(want)
+        for g, w in zip(got, want):
+            assert_same(g, w, atol)
+        return
+    assert type(got) is type(want), (type(got), type(want))
+    if isinstance(want, np.ndarray):
+        assert got.shape == want.shape and got.dtype == np.float64
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=atol, equal_nan=True)

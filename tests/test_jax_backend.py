@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 pytest.importorskip("jax")
 
 import tensorlang as tl  # noqa: E402
-from examples_util import EXAMPLES, ROOT, WORKLOADS  # noqa: E402
+from examples_util import EXAMPLES, ROOT, WORKLOADS, assert_same, to_program, RTOL, ATOL  # noqa: E402
 from tensorlang.ir import ast  # noqa: E402
 from tensorlang.ir import tssa  # noqa: E402
 from tensorlang.ir.build import Builder  # noqa: E402
@@ -33,24 +33,8 @@ from tensorlang.testing import differentiable_programs, programs, random_args  #
 from tensorlang.backends import jax_backend, jax_rt  # noqa: E402
 from tensorlang.passes import derive  # noqa: E402
 
-RTOL, ATOL = 1e-9, 1e-12
 
 
-def assert_same(got: Any, want: Any, atol: float = ATOL) -> None:
-    if isinstance(want, tuple):
-        assert isinstance(got, tuple) and len(got) == len(want)
-        for g, w in zip(got, want):
-            assert_same(g, w, atol)
-        return
-    assert type(got) is type(want), (type(got), type(want))
-    np.testing.assert_allclose(got, want, rtol=RTOL, atol=atol, equal_nan=True)
-    if isinstance(want, np.ndarray):
-        assert got.shape == want.shape and got.dtype == np.float64
-
-
-def to_program(d: ast.Def) -> tssa.Program:
-    from tensorlang import pipeline
-    return pipeline.run_to(d, "ssa")
 
 
 # ---------------------------------------------------------------------------------------------

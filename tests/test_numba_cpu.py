@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tensorlang as tl
-from examples_util import EXAMPLES, ROOT, WORKLOADS
+from examples_util import EXAMPLES, ROOT, WORKLOADS, assert_same, to_program, RTOL, ATOL
 from tensorlang.ir import ast
 from tensorlang.ir import tssa
 from tensorlang.ir.build import Builder
@@ -36,24 +36,8 @@ numba_cpu = pytest.importorskip("tensorlang.backends.numba_cpu")
 compile_program = numba_cpu.compile_program
 generated_source = numba_cpu.generated_source
 
-RTOL, ATOL = 1e-9, 1e-12
 
 
-def to_program(d: ast.Def) -> tssa.Program:
-    from tensorlang import pipeline
-    return pipeline.run_to(d, "ssa")
-
-
-def assert_same(got: Any, want: Any, atol: float = ATOL) -> None:
-    if isinstance(want, tuple):
-        assert isinstance(got, tuple) and len(got) == len(want)
-        for g, w in zip(got, want):
-            assert_same(g, w, atol)
-        return
-    assert type(got) is type(want), (type(got), type(want))
-    np.testing.assert_allclose(got, want, rtol=RTOL, atol=atol, equal_nan=True)
-    if isinstance(want, np.ndarray):
-        assert got.shape == want.shape and got.dtype == np.float64
 
 
 def example(name: str) -> tuple[Any, tssa.Program]:

@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import tensorlang as tl
-from examples_util import EXAMPLE_FILES, EXAMPLES, ROOT, WORKLOADS
+from examples_util import EXAMPLE_FILES, EXAMPLES, ROOT, WORKLOADS, assert_same, to_program, RTOL, ATOL
 from tensorlang.ir import ast
 from tensorlang.ir import tssa
 from tensorlang.ir.build import Builder
@@ -47,26 +47,9 @@ SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 runs_kernels = pytest.mark.skipif(
     not RUNS_KERNELS, reason="no GPU and no simulator in this process "
                              "(test_kernels_under_the_simulator runs these in a subprocess)")
-RTOL, ATOL = 1e-9, 1e-12
 SIZES = (0, 1, 3)
 
 
-def to_program(d: ast.Def) -> tssa.Program:
-    from tensorlang import pipeline
-    return pipeline.run_to(d, "ssa")
-
-
-def assert_same(got: Any, want: Any, atol: float = ATOL) -> None:
-    """Same structure (float / float64 array / tuple) and values within rtol 1e-9."""
-    if isinstance(want, tuple):
-        assert isinstance(got, tuple) and len(got) == len(want)
-        for g, w in zip(got, want):
-            assert_same(g, w, atol)
-        return
-    assert type(got) is type(want), (type(got), type(want))
-    if isinstance(want, np.ndarray):
-        assert got.shape == want.shape and got.dtype == np.float64
-    np.testing.assert_allclose(got, want, rtol=RTOL, atol=atol, equal_nan=True)
 
 
 # ---------------------------------------------------------------------------------------------
