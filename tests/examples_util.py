@@ -48,3 +48,17 @@ def assert_same(got: Any, want: Any, atol: float = ATOL) -> None:
     if isinstance(want, np.ndarray):
         assert got.shape == want.shape and got.dtype == np.float64
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=atol, equal_nan=True)
+
+
+def derived_random_case(case: Any, kind: str) -> tuple[Any, Any, dict[str, Any]]:
+    """A random program's `kind` derivative (jvp/vjp), its core form and random inputs for it:
+    what the backends' random-derivative tests compare with the interpreter."""
+    from tensorlang.ir import ast, tssa
+    from tensorlang.passes import derive
+    from tensorlang.testing import random_args
+
+    d, args, wrt = case
+    p = derive.derive(to_program(d), kind, tuple(wrt))
+    core = tssa.to_core(p)
+    sizes = {q.name: args[q.name] for q in d.params if isinstance(q.type, ast.TSize)}
+    return p, core, random_args(core, sizes, np.random.default_rng(0))

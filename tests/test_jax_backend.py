@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 pytest.importorskip("jax")
 
 import tensorlang as tl  # noqa: E402
-from examples_util import EXAMPLES, ROOT, WORKLOADS, assert_same, to_program, RTOL, ATOL  # noqa: E402
+from examples_util import (ATOL, EXAMPLES, ROOT, RTOL, WORKLOADS, assert_same,  # noqa: E402
+                           derived_random_case, to_program)
 from tensorlang.ir import ast  # noqa: E402
 from tensorlang.ir import tssa  # noqa: E402
 from tensorlang.ir.build import Builder  # noqa: E402
@@ -205,11 +206,7 @@ def test_random_programs_sweep(case):
 @given(differentiable_programs(), st.sampled_from(["jvp", "vjp"]))
 def test_derived_random_programs(case, kind):
     """Our jvp/vjp of random programs on XLA."""
-    d, args, wrt = case
-    p = derive.derive(to_program(d), kind, tuple(wrt))
-    core = tssa.to_core(p)
-    sizes = {q.name: args[q.name] for q in d.params if isinstance(q.type, ast.TSize)}
-    a = random_args(core, sizes, np.random.default_rng(0))
+    p, core, a = derived_random_case(case, kind)
     assert_same(jax_backend.compile_program(p)(a), interpret(core, a), atol=1e-9)
 
 

@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tensorlang as tl
-from examples_util import EXAMPLES, ROOT, WORKLOADS, assert_same, to_program, RTOL, ATOL
+from examples_util import (ATOL, EXAMPLES, ROOT, RTOL, WORKLOADS, assert_same,
+                           derived_random_case, to_program)
 from tensorlang.ir import ast
 from tensorlang.ir import tssa
 from tensorlang.ir.build import Builder
@@ -336,11 +337,7 @@ def test_derived_examples_numba_sweep(name, kind):
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(differentiable_programs(), st.sampled_from(["jvp", "vjp"]))
 def test_derived_random_programs_python_mode(case, kind):
-    d, args, wrt = case
-    p = derive.derive(to_program(d), kind, tuple(wrt))
-    core = tssa.to_core(p)
-    sizes = {q.name: args[q.name] for q in d.params if isinstance(q.type, ast.TSize)}
-    a = random_args(core, sizes, np.random.default_rng(0))
+    p, core, a = derived_random_case(case, kind)
     assert_same(compile_program(p, jit=False)(a), interpret(core, a), atol=1e-9)
 
 
