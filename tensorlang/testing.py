@@ -59,7 +59,7 @@ from hypothesis import strategies as st
 from tensorlang.ir.ast import (
     BUILTINS, REAL, Access, Add, Affine, And, Call, Cmp, Const, Def, Exists, Expr, Gen, Iverson,
     Let, Mul, Or, Pair, Param, PFalse, Pred, Proj, PTrue, RelCall, Sum, TArr, TPair, TReal, TRel,
-    TSize, Type, Var, scalar_of, shape_of, tensor,
+    TSize, Type, Var, free_vars, scalar_of, shape_of, tensor,
 )
 from tensorlang.syntax.errors import ShapeError, TLError
 
@@ -792,8 +792,10 @@ def differentiable_programs(max_size: int = 4, max_depth: int = 4,
     def strategy(draw: Callable) -> tuple[Def, dict[str, Any], list[str]]:
         d, args, _ = _draw_program(draw, opts, need_real=True)
         real = [p.name for p in d.params if is_real_tensor(p.type)]
-        chosen = [n for n in real if draw(st.booleans())]
-        return d, args, chosen or real[:1]
+        # Prefer inputs the body reads: an unread input has a zero derivative, a weak test.
+        read = [n for n in real if n in free_vars(d.body)] or real[:1]
+        chosen = [n for n in read if draw(st.booleans())]
+        return d, args, chosen or read[:1]
 
     return strategy()
 
