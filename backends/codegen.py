@@ -189,6 +189,34 @@ def blas_plan(rhs: Rhs, shapes: Mapping[str, tuple[Affine, ...]]) -> BlasPlan | 
     return best
 
 
+def absorbed_contract(p: Program, var: str) -> tuple[ContractRhs, str] | None:
+    """A reduce of a pointwise product, `v[I] = c * sum J. u[A]` with
+    `u[K] = c' * a[..] * b[..]` read only here, as the contraction
+    `v[I] = c c' * sum J. a[..][K := A] * b[..][K := A]` (and the producer u), or None.
+    The simplifier leaves `sum i, j. x[i] * A[i, j] * x[j]` in this shape; as a
+    contraction it can go to BLAS instead of a strided loop over the fused product.
+    Both masks must be `true` and the read `u[A]` a list of distinct plain indices spanning
+    u's axes, so the composed operands read exactly what the producer read."""
+    rhs = p.defs[var]
+    if not isinstance(rhs, ReduceRhs) or not rhs.sdims or not isinstance(rhs.pred, PTrue):
+        return None
+    (o,) = rhs.operands
+    prod = p.defs.get(o.var)
+    if not isinstance(prod, ContractRhs) or prod.sdims or not isinstance(prod.pred, PTrue):
+        return None
+    if o.var in p.output_vars() or p.uses(o.var) != frozenset({var}):
+        return None
+    names = [a.as_var() for a in o.idx]
+    ranges = rhs.ranges()
+    if any(n is None for n in names) or len(set(names)) != len(names) or \
+            any(ranges.get(n) != d for n, d in zip(names, prod.dims)):  # type: ignore
+        return None
+    sub = dict(zip(prod.gen_names(), o.idx))
+    ops = [x.subst(sub) for x in prod.operands]
+    return ContractRhs(rhs.ix, rhs.dims, rhs.sdims, PTrue(), rhs.coeff * prod.coeff, ops), \
+        o.var
+
+
 def _transposes(b: BlasPlan) -> int:
     return sum(p != tuple(range(len(p))) for p in (b.left_perm, b.right_perm, b.out_perm))
 
@@ -262,13 +290,23 @@ def plan_program(p: Program, use_blas: bool = True, use_relations: bool = True
     sizes = [q.name for q in p.params if isinstance(q.type, TSize)]
     rel_dims = {q.name: tuple(q.type.sizes) for q in p.params if isinstance(q.type, TRel)}
     blas: dict[str, BlasPlan] = {}
+    composed: dict[str, ContractRhs] = {}   # reduces of products run as contractions
+    absorbed: set[str] = set()              # their producers (computed by the BLAS call)
     if use_blas:
         for s in p.stmts:
-            if not isinstance(s.rhs, Input):
-                b = blas_plan(s.rhs, p.shapes)
-                if b is not None:
-                    blas[s.var] = b
-    fused = decide_fusion(p, set(blas))
+            if isinstance(s.rhs, Input):
+                continue
+            b = blas_plan(s.rhs, p.shapes)
+            if b is None:
+                ab = absorbed_contract(p, s.var)
+                if ab is not None:
+                    b = blas_plan(ab[0], p.shapes)
+                    if b is not None:
+                        composed[s.var] = ab[0]
+                        absorbed.add(ab[1])
+            if b is not None:
+                blas[s.var] = b
+    fused = decide_fusion(p, set(blas)) | absorbed
     plans: list[StmtPlan] = []
     patterns: list[tuple[str, tuple[int, ...], int]] = []
     for s in p.stmts:
@@ -281,7 +319,8 @@ def plan_program(p: Program, use_blas: bool = True, use_relations: bool = True
             plans.append(StmtPlan(s.var, rhs, "fused", scalar))
             continue
         if s.var in blas:
-            plans.append(StmtPlan(s.var, rhs, "blas", scalar, blas=blas[s.var]))
+            plans.append(StmtPlan(s.var, composed.get(s.var, rhs), "blas", scalar,
+                                  blas=blas[s.var]))
             continue
         plans.append(_loop_plan(s.var, rhs, scalar, sizes, rel_dims, use_relations))
         for part in (plans[-1].outer or []) + (plans[-1].inner or []):
@@ -325,6 +364,30 @@ def _live(rhs: AddRhs, facts: Facts) -> list[Pred]:
 
 
 BUILTIN_PREFIX = "tl_"
+
+# Strength reduction of `pow(x, c)` for the exponents derivatives produce most (SPEC 16,
+# issue 14 cause 6): products, `recip` and `sqrt` instead of `math.pow`.  The kernels pass
+# their float constants as arguments (`numba_cpu_source.abstract_constants`), so `tl_pow`'s
+# own branches on `c` are not folded by the compiler; these forms are.  Each agrees with
+# numpy's `power` on the special values (inf, nan, +-0.0: `recip(-0.0)` squared is +inf
+# like `(-0.0) ** -2`) and within an ulp or two elsewhere; `x` is evaluated once (its
+# text is used once).  0.5 and 2.0 are `tl_pow`'s own branches, bit for bit.
+POWERS: dict[float, str] = {
+    0.5: "{p}sqrt({x})",
+    2.0: "{p}square({x})",
+    4.0: "{p}square({p}square({x}))",
+    -1.0: "{p}recip({x})",
+    -2.0: "{p}square({p}recip({x}))",
+}
+
+
+def builtins_used(rhs: Rhs) -> set[str]:
+    """The builtins the printed form of a map calls (`pow` may print as others)."""
+    if not isinstance(rhs, MapRhs):
+        return set()
+    if rhs.fn == "pow" and rhs.params[0] in POWERS:
+        return set(re.findall(r"\{p\}(\w+)\(", POWERS[rhs.params[0]]))
+    return {rhs.fn}
 
 
 class ExprPrinter:
@@ -422,6 +485,8 @@ class ExprPrinter:
             return f"({parts[0]} + {parts[1]})"
         if isinstance(rhs, MapRhs):
             args = [self._read(o, ops, facts, pre, base) for o in ops]
+            if rhs.fn == "pow" and rhs.params[0] in POWERS:
+                return POWERS[rhs.params[0]].format(x=args[0], p=BUILTIN_PREFIX)
             args += [num(c) for c in rhs.params]
             return f"{BUILTIN_PREFIX}{rhs.fn}({', '.join(args)})"
         return self.product(rhs.coeff, ops, facts, pre, base)

@@ -29,8 +29,9 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from tensorlang.ir import tssa
 from tensorlang.ir.canon import disjuncts
-from tensorlang.ir.ast import (Affine, And, Cmp, Or, PFalse, Pred, PTrue, RelCall, free_names,
-                            pred_and, pred_or)
+from tensorlang.ir.ast import (Affine, And, Cmp, Exists, Or, PFalse, Pred, PTrue, RelCall,
+                            free_names, pred_and, pred_or)
+from tensorlang.ir.ast import subst as ast_subst
 from tensorlang.passes.indexsolve import (LoopNest, affine_to_python, fourier_motzkin,
                                           loop_nest, pred_to_python)
 
@@ -162,6 +163,10 @@ class Facts:
                 return PTrue()
             if self._all_infeasible([cmp_constraints(p)]):
                 return PFalse()
+        if isinstance(p, Exists):
+            q = simplify_exists(p)
+            if q is not p:      # quantifier-free: decided here, or at worst an O(1) guard
+                return self._simplify(self.canon(q))
         return p
 
     def _all_infeasible(self, alternatives: list[list[Affine]]) -> bool:
@@ -176,6 +181,71 @@ class Facts:
             if not _infeasible(_relevant(base + alt, seed)):
                 return False
         return True
+
+
+def simplify_exists(p: Exists) -> Pred:
+    """`exists k:n. C` without the quantifier where that is exact (else with a smaller body;
+    `p` itself when nothing applies), so that a trivially true guard such as
+    `exists k. i == k` is a test, not an O(n) flag loop (docs/backends.md, "Guards").
+
+    * inner `exists` of C are simplified first;
+    * one-point rule: a conjunct `k == e` (k with coefficient +-1) gives
+      `0 <= e < n and C[k := e]`;
+    * C a conjunction of comparisons with k's coefficients in {-1, 0, 1}: Fourier-Motzkin
+      elimination of k from `0 <= k < n` and C (every lower bound at most every upper
+      bound); with unit coefficients the bounds are integers, so this is exact over the
+      integers;
+    * k not free in C: `0 < n and C`."""
+    k, n = p.idx, p.size
+    parts: list[Pred] = []
+    changed = False
+    for q in tssa.conjuncts(p.body):
+        if isinstance(q, Exists):
+            r = simplify_exists(q)
+            changed |= r is not q
+            parts += tssa.conjuncts(r)
+        else:
+            parts.append(q)
+    parts = [q for q in parts if not isinstance(q, PTrue)]
+    if any(isinstance(q, PFalse) for q in parts):
+        return PFalse()
+    if not any(k in free_names(q) for q in parts):
+        return pred_and(Cmp("<", Affine.lit(0), n), *parts)
+    for t, q in enumerate(parts):
+        if isinstance(q, Cmp) and q.op == "==":
+            d = q.rhs - q.lhs                    # d == 0, d = c k + r
+            c = d.coeff(k)
+            if c in (-1, 1) and k not in free_names(n):
+                e = (d - Affine.var(k) * c) * (-c)   # k == e
+                others = [ast_subst(x, {k: e}) for x in parts[:t] + parts[t + 1:]]
+                return pred_and(Cmp("<=", Affine.lit(0), e), Cmp("<", e, n), *others)
+    if all(isinstance(q, Cmp) for q in parts):
+        projected = _project_cmps(k, n, parts)   # type: ignore[arg-type]
+        if projected is not None:
+            return projected
+    return Exists(k, n, pred_and(*parts)) if changed else p
+
+
+def _project_cmps(k: str, n: Affine, parts: Sequence[Cmp]) -> Pred | None:
+    cons: list[Affine] = [Affine.var(k), n - Affine.var(k) - 1]
+    for q in parts:
+        cons += cmp_constraints(q)
+    lower: list[Affine] = []    # a = k + r >= 0: k >= -r
+    upper: list[Affine] = []    # a = -k + r >= 0: k <= r
+    rest: list[Pred] = []
+    for a in cons:
+        c = a.coeff(k)
+        if c not in (-1, 0, 1):
+            return None
+        r = a - Affine.var(k) * c
+        if c == 0:
+            rest.append(Cmp("<=", Affine.lit(0), a))
+        elif c == 1:
+            lower.append(r)
+        else:
+            upper.append(r)
+    rest += [Cmp("<=", Affine.lit(0), lo + hi) for lo in lower for hi in upper]
+    return pred_and(*rest) if rest else PTrue()
 
 
 def _negation_constraints(p: Cmp) -> list[Affine]:

@@ -582,6 +582,9 @@ def cmd_cost(ns: argparse.Namespace) -> int:
     args = {name: parse_value(name, text) for name, text in ns.assign}
     if any(v is RAND for v in args.values()):
         raise TLError("tl cost takes sizes (and relation files), not '@rand'")
+    if ns.machine:
+        print(format_machine_cost(fn, args))
+        return 0
     stage = ns.stage or fn.default_stage()
     cost = fn.cost(args, stage=stage)
     sizes = ", ".join(f"{k}={v}" for k, v in args.items() if isinstance(v, int))
@@ -600,6 +603,18 @@ def cmd_cost(ns: argparse.Namespace) -> int:
             verdict = "ok" if cost.total <= bound else "VIOLATED"
             print(f"bound: {formula} = {bound} ({verdict})")
     return 0
+
+
+def format_machine_cost(fn: Any, args: dict[str, Any]) -> str:
+    """`tl cost --machine`: the SPEC 16 estimate of the program the Numba CPU backend
+    compiles (backends/common/machine_model.py)."""
+    from tensorlang.backends.common import machine_model
+
+    program = fn.run_to(fn.default_stage())
+    est = machine_model.estimate(program, args)
+    sizes = ", ".join(f"{k}={v}" for k, v in args.items() if isinstance(v, int))
+    return est.text(f"machine estimate of {fn.name} (numba CPU, one core)"
+                    f"{' with ' + sizes if sizes else ''}")
 
 
 def format_cost_formula(fn: Any, stage: str | None) -> str:
@@ -735,6 +750,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="default: the program as it will run (last stage available)")
     cost.add_argument("--symbolic", action="store_true",
                       help="exact formulas in the sizes instead of counts (no sizes needed)")
+    cost.add_argument("--machine", action="store_true",
+                      help="per statement: flops, bytes moved, BLAS or loops, estimated "
+                           "time (SPEC 16)")
     cost.set_defaults(handler=cmd_cost)
 
     repl = sub.add_parser("repl", help="interactive session")

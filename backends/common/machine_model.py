@@ -1,0 +1,206 @@
+"""The machine estimate of SPEC 16: per statement of a compiled program, the bytes it
+moves, the floating-point operations it does and whether it runs as BLAS, and from them a
+time estimate (a roofline: the larger of compute time and memory time, plus a per-call
+overhead).  `tl cost --machine` prints it; the benchmark suite ranks its totals against
+measured times (`bench/machine_rank.py`).
+
+What a statement costs follows the code generator's plan (`backends.codegen`):
+
+* a fused statement has no cost of its own: its operations are done in its consumer (they
+  are added to the consumer's row) and it moves no memory;
+* a BLAS statement does `2 m n k` flops at BLAS speed, reads its operands once (plus a copy
+  of an operand the plan transposes) and writes its result;
+* a loop statement does its exact SPEC 3 operations (`semantics.cost.prim_cost`, builtin
+  calls weighted by `CALL_FLOPS`) at scalar-loop speed, writes its array (twice when it is
+  zero-filled first, `common.storage`) and reads each materialised operand array at most
+  once per visited point; a read whose innermost index has a stride other than 1 (a column
+  walk) moves a cache line per element.
+
+The constants describe one core of a current x86 machine; the model is for ranking
+statements and programs (which one dominates, what a layout change saves), not for
+predicting microseconds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from tensorlang.ir import tssa
+from tensorlang.ir.ast import Affine
+from tensorlang.semantics.cost import cost_program
+from tensorlang.semantics.interp import bind_args
+
+from ..codegen import ProgramPlan, StmtPlan, builtins_used, plan_program
+from . import storage
+
+FLOAT_BYTES = 8
+CACHE_LINE = 64
+LOOP_FLOPS = 1.0e9      # scalar loop with a strict-order accumulator, per second
+BLAS_FLOPS = 2.0e10     # dgemm on one core
+BANDWIDTH = 1.0e10      # bytes per second from memory
+CALL_FLOPS = 20         # a transcendental builtin (exp, log, sqrt, ...) in flops
+# Builtins that compile to a few arithmetic instructions (one flop each).
+CHEAP_CALLS = frozenset({"square", "recip", "abs", "relu", "step", "sign", "max", "min",
+                         "ge", "gt", "sel_ge", "keep_ge", "keep_gt"})
+STMT_OVERHEAD = 2.0e-7  # seconds per materialised statement (allocation, loop set-up)
+BLAS_OVERHEAD = 1.0e-6  # seconds per BLAS call (checks, reshapes, dispatch)
+
+
+@dataclass(frozen=True)
+class StmtEstimate:
+    var: str
+    mode: str            # loops | blas | fused (into `into`)
+    flops: int
+    bytes: int
+    blas: bool
+    seconds: float
+    into: str = ""       # the consumer of a fused statement
+
+    def row(self) -> str:
+        where = f"fused into {self.into}" if self.mode == "fused" else \
+            ("BLAS" if self.blas else "loops")
+        return (f"{self.var:>8}  {where:<16} {self.flops:>14,} {self.bytes:>14,} "
+                f"{self.seconds * 1e3:>10.4f}")
+
+
+@dataclass(frozen=True)
+class MachineEstimate:
+    stmts: tuple[StmtEstimate, ...]
+
+    @property
+    def flops(self) -> int:
+        return sum(s.flops for s in self.stmts if s.mode != "fused")
+
+    @property
+    def bytes(self) -> int:
+        return sum(s.bytes for s in self.stmts)
+
+    @property
+    def seconds(self) -> float:
+        return sum(s.seconds for s in self.stmts)
+
+    def text(self, title: str) -> str:
+        head = f"{'stmt':>8}  {'runs as':<16} {'flops':>14} {'bytes moved':>14} {'est. ms':>10}"
+        rows = [s.row() for s in self.stmts]
+        total = (f"{'total':>8}  {'':<16} {self.flops:>14,} {self.bytes:>14,} "
+                 f"{self.seconds * 1e3:>10.4f}")
+        return "\n".join([title, head, *rows, total])
+
+
+def estimate(p: tssa.Program, args: Mapping[str, Any],
+             plan: ProgramPlan | None = None) -> MachineEstimate:
+    """The machine estimate of program `p` at the sizes (and relations) of `args`."""
+    plan = plan or plan_program(p)
+    env = bind_args(p, {k: v for k, v in args.items() if k in {q.name for q in p.params}},
+                    values=False)
+    sizes = {n: int(env.sizes[n]) for n in plan.sizes}
+    counts = cost_program(p, args).per_stmt
+    fused_into = _fused_consumers(plan)
+    flops: dict[str, int] = {}
+    for s in plan.stmts:
+        a, m, c = counts[s.var]
+        flops[s.var] = a + m + call_weight(s.rhs) * c
+    owned: dict[str, int] = dict(flops)        # a consumer's row carries its producers'
+    for v in (s.var for s in plan.stmts):      # program order: producers first
+        if v in fused_into:
+            owned[fused_into[v]] += owned[v]
+    out: list[StmtEstimate] = []
+    for s in plan.stmts:
+        if s.mode == "input":
+            continue
+        if s.mode == "fused":
+            out.append(StmtEstimate(s.var, "fused", flops[s.var], 0, False, 0.0,
+                                    fused_into.get(s.var, "")))
+        elif s.mode == "blas":
+            out.append(_blas(s, plan, sizes))
+        else:
+            out.append(_loops(s, plan, sizes, owned[s.var], counts[s.var]))
+    return MachineEstimate(tuple(out))
+
+
+def call_weight(rhs: tssa.Rhs) -> int:
+    """Flops of one builtin call of a map, as the kernel computes it (integer powers are
+    strength-reduced: `codegen.builtins_used`)."""
+    if not isinstance(rhs, tssa.MapRhs):
+        return 0
+    used = builtins_used(rhs)
+    return max((1 if fn in CHEAP_CALLS else CALL_FLOPS) for fn in used) * len(used)
+
+
+def _size(dims: tuple[Affine, ...], sizes: Mapping[str, int]) -> int:
+    n = 1
+    for d in dims:
+        n *= max(0, d.evaluate(sizes))
+    return n
+
+
+def _blas(s: StmtPlan, plan: ProgramPlan, sizes: Mapping[str, int]) -> StmtEstimate:
+    assert s.blas is not None
+    b, rhs, shapes = s.blas, s.rhs, plan.program.shapes
+    ranges = {k: max(0, d.evaluate(sizes)) for k, d in rhs.ranges().items()}
+
+    def prod(names: tuple[str, ...]) -> int:
+        n = 1
+        for k in names:
+            n *= ranges[k]
+        return n
+    m, n, k = prod(b.i_left), prod(b.i_right), prod(rhs.sum_names())
+    moved = 0
+    for o, perm in ((b.left, b.left_perm), (b.right, b.right_perm)):
+        size = _size(shapes[o.var], sizes)
+        moved += size * (3 if perm != tuple(range(len(perm))) else 1)  # a transposed copy
+    moved += _size(rhs.dims, sizes)
+    flops = 2 * m * n * k
+    bytes_ = FLOAT_BYTES * moved
+    seconds = BLAS_OVERHEAD + max(flops / BLAS_FLOPS, bytes_ / BANDWIDTH)
+    return StmtEstimate(s.var, "blas", flops, bytes_, True, seconds)
+
+
+def _loops(s: StmtPlan, plan: ProgramPlan, sizes: Mapping[str, int], flops: int,
+           count: tuple[int, int, int]) -> StmtEstimate:
+    p = plan.program
+    points = max(count) if any(count) else _size(s.rhs.dims, sizes)
+    out_elems = _size(s.rhs.dims, sizes) if not s.scalar else 0
+    fill = 2 if storage.allocation(s, plan) == storage.ZEROS else 1
+    moved = out_elems * fill * FLOAT_BYTES
+    inner = s.rhs.sum_names()[-1:] or s.rhs.gen_names()[-1:]
+    for var, idx in _reads(s.rhs, plan):
+        size = _size(p.shapes[var], sizes)
+        walked = inner and idx and idx[-1].coeff(inner[0]) not in (0, 1) or \
+            inner and any(a.coeff(inner[0]) != 0 for a in idx[:-1])
+        per = CACHE_LINE if walked else FLOAT_BYTES
+        moved += min(size * FLOAT_BYTES * (CACHE_LINE // FLOAT_BYTES if walked else 1),
+                     points * per)
+    seconds = STMT_OVERHEAD + max(flops / LOOP_FLOPS, moved / BANDWIDTH)
+    return StmtEstimate(s.var, "loops", flops, moved, False, seconds)
+
+
+def _reads(rhs: tssa.Rhs, plan: ProgramPlan) -> list[tuple[str, tuple[Affine, ...]]]:
+    """The materialised arrays a statement's body reads (through fused producers too), each
+    with its access in the statement's indices."""
+    out: list[tuple[str, tuple[Affine, ...]]] = []
+    seen: set[tuple[str, tuple[Affine, ...]]] = set()
+
+    def visit(r: tssa.Rhs, sub: Mapping[str, Affine]) -> None:
+        for o in r.operands:
+            idx = tuple(a.subst(sub) for a in o.idx) if sub else o.idx
+            if o.var in plan.fused:
+                prod = plan.program.defs[o.var]
+                visit(prod, dict(zip(prod.gen_names(), idx)))
+            elif idx and (o.var, idx) not in seen:
+                seen.add((o.var, idx))
+                out.append((o.var, idx))
+    visit(rhs, {})
+    return out
+
+
+def _fused_consumers(plan: ProgramPlan) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for v in plan.fused:
+        users = plan.program.uses(v)
+        if len(users) == 1:
+            (out[v],) = users
+    return out
+
+
+__all__ = ["StmtEstimate", "MachineEstimate", "estimate"]

@@ -1,0 +1,93 @@
+"""Storage decisions for materialised statements (issue 14, cause 1).
+
+A statement's array needs a zero fill only if some element is read that its nest does not
+write.  It is allocated with `np.empty` when
+
+* its nest writes every element (`covers_box`), or
+* it is not an output and every read of it, in every consumer, happens only at points
+  where its own mask holds (`reads_within_mask`): `v3[i, j]` written over the coordinates
+  of a relation `Om` and read only under `[Om(i, j)]` is never read where it was not
+  written, so matfac's N x M temporaries are not zero-filled.
+
+Otherwise it keeps `np.zeros` (the value where the mask fails is 0, SPEC 2.2).  A BLAS
+statement assigns the product itself and allocates zeros only when the product is empty.
+"""
+from __future__ import annotations
+
+from tensorlang.ir import ast, tssa
+from tensorlang.ir.ast import Affine, Cmp, Pred
+
+from ..codegen import ProgramPlan, StmtPlan
+from ..codegen_nest import Facts, Part, in_bounds
+
+ZEROS, EMPTY = "zeros", "empty"
+
+
+def allocation(s: StmtPlan, plan: ProgramPlan) -> str:
+    """`EMPTY` when no element the statement's loops leave unwritten is ever read, else
+    `ZEROS` (see the module docstring; proved on the plan, not guessed)."""
+    if s.mode != "loops" or s.scalar or s.outer is None:
+        return ZEROS
+    if len(s.outer) == 1 and covers_box(s.outer[0], s.rhs.gen_names(), s.rhs.dims,
+                                        plan.sizes):
+        return EMPTY
+    return EMPTY if reads_within_mask(s.var, plan) else ZEROS
+
+
+def reads_within_mask(var: str, plan: ProgramPlan) -> bool:
+    """`var` is not an output and each consumer reads it only where `var`'s mask (the
+    conjuncts without summation indices: the points its nest stores to) holds and the read
+    is in range (for an add, also where one of its supports holds: its nest visits only
+    their union, `codegen._live`).  A consumer's facts are its index ranges and its own mask (a fused
+    consumer's value is computed only where its mask holds; an add reads an operand only
+    under its support)."""
+    p = plan.program
+    if var in p.output_vars():
+        return False
+    rhs = p.defs[var]
+    snames = set(rhs.sum_names())
+    written = [c for c in tssa.conjuncts(rhs.pred) if not ast.free_names(c) & snames]
+    if isinstance(rhs, tssa.AddRhs):    # an add's nest visits only the union of supports
+        written.append(ast.Or(*rhs.supports))
+    for user in p.uses(var):
+        urhs = p.defs[user]
+        if isinstance(urhs, tssa.Input):
+            return False
+        base = Facts.of(urhs.ranges(), plan.sizes, [urhs.pred])
+        for k, o in enumerate(urhs.operands):
+            if o.var != var:
+                continue
+            facts = base
+            if isinstance(urhs, tssa.AddRhs):
+                facts = base.add([urhs.supports[k]])
+            sub = dict(zip(rhs.gen_names(), o.idx))
+            need: list[Pred] = in_bounds(o.idx, rhs.dims) + \
+                [ast.subst(c, sub) for c in written]
+            if not all(facts.implies(c) for c in need):
+                return False
+    return True
+
+
+def covers_box(part: Part, gens: tuple[str, ...], dims: tuple[Affine, ...],
+               sizes: list[str]) -> bool:
+    if part.driver is not None or part.exclude or not part.nest.feasible:
+        return False
+    nonempty = Facts.of({}, sizes, [Cmp("<", Affine.lit(0), d) for d in dims])
+    if not all(nonempty.implies(g) for g in part.nest.guard):
+        return False
+    dim_of = dict(zip(gens, dims))
+    seen: set[str] = set()
+    for lv in part.nest.levels:
+        lb = lv.loop
+        if lb is None or lv.guards or lv.var not in dim_of or len(lb.lower) != 1 \
+                or len(lb.upper) != 1:
+            return False
+        lo, hi = lb.lower[0], lb.upper[0]
+        if lo.div != 1 or lo.expr != Affine.lit(0) or hi.div != 1 \
+                or hi.expr != dim_of[lv.var] - 1:
+            return False
+        seen.add(lv.var)
+    return seen == set(gens)
+
+
+__all__ = ["ZEROS", "EMPTY", "allocation", "covers_box"]
