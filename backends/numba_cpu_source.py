@@ -275,8 +275,9 @@ class NumbaEmitter:
         w(1, f"{kk} = {prod(rhs.sum_names())}")
         w(1, f"{n} = {prod(b.i_right)}")
         w(1, f"if {m} > 0 and {n} > 0 and {kk} > 0:")
-        left = self._blas_operand(b.left.var, b.left_perm, f"({m}, {kk})")
-        right = self._blas_operand(b.right.var, b.right_perm, f"({kk}, {n})")
+        left = self._blas_operand(b.left.var, b.left_perm, f"({m}, {kk})", len(b.i_left))
+        right = self._blas_operand(b.right.var, b.right_perm, f"({kk}, {n})",
+                                   len(rhs.sum_names()))
         prod_expr = f"tl_matmul({left}, {right})"
         if rhs.coeff != 1.0:
             prod_expr = f"{num(rhs.coeff)} * {prod_expr}"
@@ -291,8 +292,13 @@ class NumbaEmitter:
         if self.instrument:
             w(1, f"{COUNTS}[{self.counted[s.var]}] += {m} * {n} * {kk}")
 
-    def _blas_operand(self, var: str, perm: tuple[int, ...], shape: str) -> str:
+    def _blas_operand(self, var: str, perm: tuple[int, ...], shape: str, first: int
+                      ) -> str:
+        """Operand `var` as a matrix: its axes in `perm` order, the first `first` of them
+        the rows."""
         arr = self.var(var)
+        if perm == (1, 0) and first == 1:   # a matrix transposed: BLAS reads it in place
+            return f"{arr}.T"
         if perm != tuple(range(len(perm))):
             arr = f"np.ascontiguousarray({arr}.transpose({_tuple(perm)}))"
         return f"{arr}.reshape({shape})"

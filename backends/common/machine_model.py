@@ -146,9 +146,12 @@ def _blas(s: StmtPlan, plan: ProgramPlan, sizes: Mapping[str, int]) -> StmtEstim
         return n
     m, n, k = prod(b.i_left), prod(b.i_right), prod(rhs.sum_names())
     moved = 0
-    for o, perm in ((b.left, b.left_perm), (b.right, b.right_perm)):
+    for o, perm, first in ((b.left, b.left_perm, len(b.i_left)),
+                           (b.right, b.right_perm, len(rhs.sum_names()))):
         size = _size(shapes[o.var], sizes)
-        moved += size * (3 if perm != tuple(range(len(perm))) else 1)  # a transposed copy
+        in_place = perm == (1, 0) and first == 1          # a plain transpose: no copy
+        copied = perm != tuple(range(len(perm))) and not in_place
+        moved += size * (3 if copied else 1)
     moved += _size(rhs.dims, sizes)
     flops = 2 * m * n * k
     bytes_ = FLOAT_BYTES * moved
