@@ -28,6 +28,8 @@ m*n*k); `CompiledProgram.last_counts` reports them after each call.
 """
 from __future__ import annotations
 
+import hashlib
+import os
 import threading
 import types
 from typing import Any, Mapping
@@ -38,6 +40,7 @@ from tensorlang.ir import ast
 from tensorlang.semantics import interp
 from tensorlang.ir import tssa
 from tensorlang.syntax import ssa_printer
+from tensorlang.syntax.errors import TLError
 from tensorlang.ir.tssa import Program
 
 from . import kernel_cache
@@ -76,24 +79,47 @@ def generated_source(p: Program, instrument: bool = False, jit: bool = True) -> 
 # Compiled programs
 
 
+ENGINES = ("auto", "jit", "aot")
+ENV_ENGINE = "TENSORLANG_ENGINE"
+# "auto" runs a parallel or BLAS kernel as an AOT image only while its exact cost (SPEC 3
+# operations) at the call's sizes is at most this: ~10 ms of serial work, less than Numba's
+# own start-up (docs/caching.md, "Engines").
+AOT_MAX_WORK = 1_000_000
+
+
 class CompiledProgram:
     """A compiled Tensor-SSA program: call it with the interpreter's argument dict (or
-    keywords); the result is a float, an array, or a tuple, as `interpret` returns."""
+    keywords); the result is a float, an array, or a tuple, as `interpret` returns.
+
+    Two engines run the same kernel module (docs/caching.md, "Engines"): "jit", Numba's
+    parallel kernel (`self.kernel`, loaded from Numba's disk cache or compiled), and "aot",
+    its serial ahead-of-time image (backends/aot_cpu.py), which loads without importing
+    Numba.  `engine` ("auto", "jit" or "aot"; default `$TENSORLANG_ENGINE`, else "auto")
+    fixes the choice or leaves it to `engine_for`; `last_engine` says which ran last."""
 
     def __init__(self, program: Program, instrument: bool, source: str, key: str,
                  module: Any, path: Any, constants: tuple[float, ...] = (),
-                 module_key: str = "") -> None:
+                 module_key: str = "", engine: str = "jit") -> None:
+        from .aot_cpu import Header
+
         self.program = program
         self.instrument = instrument
         self.source = source          # the generated module (checked against its hash)
         self.key = key                # the program's key (its SSA text)
         self.module_key = module_key  # the module's (shared by programs differing in constants)
         self.constants = np.array(constants, dtype=np.float64)
-        self.module = module
-        self.kernel = getattr(module, KERNEL)
+        self._module = module         # the JIT module, once loaded (None: not yet)
         self.path = path
-        self._args: tuple[tuple[str, Any], ...] = module.TL_ARGS
-        self._counted: list[str] = list(module.TL_COUNTED)
+        header = Header.of(source)
+        self._args: tuple[tuple[str, Any], ...] = header.args
+        self._counted: list[str] = list(header.counted)
+        # The image is serial and loop-only: "auto" weighs the call only when it is not the
+        # same code as the JIT kernel.
+        self._aot_same = not header.parallel and not header.blas
+        self.engine = engine if module_key else "jit"
+        self._images: dict[str, Any] = {}
+        self._work: dict[tuple[int, ...], int] = {}
+        self.last_engine: str | None = None
         self._sig = ast.Def(program.name, program.params, program.ret, ast.Const(0.0))
         self._inputs = program.inputs()
         self._rel_shapes = {q.name: q.type.sizes for q in program.params
@@ -105,15 +131,74 @@ class CompiledProgram:
     def __repr__(self) -> str:
         return f"<CompiledProgram {self.program.name} (numba cpu{', instrumented' * self.instrument})>"
 
+    # -- the two engines ---------------------------------------------------------------------
+
+    @property
+    def module(self) -> Any:
+        """The JIT kernel's module (imported, with Numba, on first use)."""
+        if self._module is None:
+            self._module, _ = kernel_cache.load_kernel_module(
+                BACKEND, self.module_key, self.source,
+                {"program": self.program.name, "instrumented": self.instrument})
+        return self._module
+
+    @property
+    def kernel(self) -> Any:
+        """The JIT kernel (Numba's dispatcher)."""
+        return getattr(self.module, KERNEL)
+
+    def engine_for(self, args: Mapping[str, Any] | None = None, /, **kwargs: Any) -> str:
+        """The engine a call with these arguments runs on: "jit" or "aot"."""
+        env = interp.bind_args(self._sig, dict(args or {}, **kwargs))
+        return self._choose(env)
+
+    def _choose(self, env: interp.Env) -> str:
+        if self.engine != "auto":
+            return self.engine
+        if self._aot_same:
+            return "aot"
+        sizes = tuple(int(env.sizes[n]) for n in sorted(env.sizes))
+        work = self._work.get(sizes) if not self._rel_shapes else None
+        if work is None:
+            from tensorlang.semantics.cost import cost_program
+
+            work = cost_program(self.program, {**env.sizes, **env.rels}).total
+            if not self._rel_shapes:
+                self._work[sizes] = work
+        return "aot" if work <= AOT_MAX_WORK else "jit"
+
+    def _image(self, kargs: list[Any]) -> Any:
+        """The AOT image's kernel for arguments of these types (loaded, or built here)."""
+        variant = _type_key(kargs)
+        fn = self._images.get(variant)
+        if fn is None:
+            module = kernel_cache.load_aot(BACKEND, self.module_key, variant)
+            if module is None:
+                from . import aot_cpu
+
+                kernel_cache.store_aot(BACKEND, self.module_key, variant,
+                                       aot_cpu.build(self.source, kargs))
+                module = kernel_cache.load_aot(BACKEND, self.module_key, variant)
+                if module is None:
+                    raise RuntimeError(f"the AOT image of kernel {self.module_key} "
+                                       f"did not load after it was built")
+            fn = self._images[variant] = getattr(module, KERNEL)
+        return fn
+
     # -- calling -----------------------------------------------------------------------------
 
     def __call__(self, args: Mapping[str, Any] | None = None, /, **kwargs: Any) -> Any:
         given = dict(args or {}, **kwargs)
         env = interp.bind_args(self._sig, given)
         kargs, counts = self._marshal(env)
-        out = self.kernel(*kargs)
-        if not self._sealed:
-            self._seal()
+        engine = self._choose(env)
+        self.last_engine = engine
+        if engine == "aot":
+            out = self._image(kargs)(*kargs)
+        else:
+            out = self.kernel(*kargs)
+            if not self._sealed:
+                self._seal()
         if counts is not None:
             self.last_counts = {v: int(c) for v, c in zip(self._counted, counts)}
         return self._result(out)
@@ -181,7 +266,7 @@ class CompiledProgram:
     def cache_stats(self) -> dict[str, int]:
         """Numba's counts for this kernel in this process: `hits` (loaded from the disk
         cache) and `misses` (compiled here)."""
-        st = getattr(self.kernel, "stats", None)
+        st = getattr(self.kernel, "stats", None) if self._module is not None else None
         if st is None:
             return {"hits": 0, "misses": 0}
         return {"hits": int(sum(st.cache_hits.values())),
@@ -209,14 +294,16 @@ def pattern_arrays(mask: np.ndarray, order: tuple[int, ...], nbound: int
     return cols, ptr
 
 
-_COMPILED: dict[str, CompiledProgram] = {}
+_COMPILED: dict[tuple[str, str], CompiledProgram] = {}
 _LOCK = threading.Lock()
 
 
-def compile_program(p: Program, instrument: bool = False, *, jit: bool = True
-                    ) -> CompiledProgram:
+def compile_program(p: Program, instrument: bool = False, *, jit: bool = True,
+                    engine: str | None = None) -> CompiledProgram:
     """Compile a Tensor-SSA program for the CPU (kernels are cached in this process and on
-    disk, keyed by `ssa_printer.to_text(p)`; see the module docstring).
+    disk, keyed by `ssa_printer.to_text(p)`; see the module docstring).  `engine`: see
+    `CompiledProgram` (nothing is compiled or imported here: each engine is loaded, or built,
+    on the first call that runs on it).
 
     `jit=False` runs the generated code as plain Python (`prange` is `range`, builtins are
     the interpreter's numpy functions), without Numba and without the disk cache: slow,
@@ -227,10 +314,11 @@ def compile_program(p: Program, instrument: bool = False, *, jit: bool = True
         mod = types.ModuleType(f"tensorlang_kernels.python.{p.name}")
         exec(compile(source, f"<tensorlang kernel {p.name}>", "exec"), mod.__dict__)
         return CompiledProgram(p, instrument, source, "", mod, None, consts)
+    setting = _engine_setting(engine, instrument, True)
     text = ssa_printer.to_text(p)
     key = kernel_cache.kernel_key(text, BACKEND, "instrumented" if instrument else "plain")
     with _LOCK:
-        hit = _COMPILED.get(key)
+        hit = _COMPILED.get((key, setting))
         if hit is not None and hit.program == p:
             return hit
         link = kernel_cache.load_link(BACKEND, key)
@@ -240,14 +328,39 @@ def compile_program(p: Program, instrument: bool = False, *, jit: bool = True
         else:
             source, consts = _abstract_source(p, instrument)
             module_key = kernel_cache.kernel_key(source, BACKEND, "module")
-        mod, path = kernel_cache.load_kernel_module(
-            BACKEND, module_key, source, {"program": p.name, "instrumented": instrument})
+        checked = kernel_cache.kernel_text(BACKEND, module_key, source,
+                                           {"program": p.name, "instrumented": instrument})
         if link is None:
             kernel_cache.store_link(BACKEND, key, module_key, consts)
-        out = CompiledProgram(p, instrument, mod.__tl_source__, key, mod, path, consts,
-                              module_key)
-        _COMPILED[key] = out
+        path = kernel_cache.kernel_dir(BACKEND) / f"tl_{module_key}.py"
+        out = CompiledProgram(p, instrument, checked, key, None, path, consts, module_key,
+                              setting)
+        _COMPILED[(key, setting)] = out
         return out
+
+
+def _engine_setting(engine: str | None, instrument: bool, cached: bool) -> str:
+    """The engine setting of a compiled program: the argument, else `$TENSORLANG_ENGINE`,
+    else "auto"; an instrumented kernel runs on the JIT unless "aot" is asked for, and a
+    plain-Python one (`jit=False`, no cache entry) has no image."""
+    setting = engine or os.environ.get(ENV_ENGINE) or "auto"
+    if setting not in ENGINES:
+        raise TLError(f"unknown engine {setting!r} (${ENV_ENGINE}; engines: "
+                      f"{', '.join(ENGINES)})")
+    if not cached or (instrument and setting == "auto"):
+        return "jit"
+    return setting
+
+
+def _type_key(kargs: list[Any]) -> str:
+    """The kernel arguments' types (an AOT image is compiled for one signature)."""
+    parts = []
+    for a in kargs:
+        if isinstance(a, np.ndarray):
+            parts.append(f"{a.dtype.str}{a.ndim}{'C' if a.flags.c_contiguous else 'A'}")
+        else:
+            parts.append("i" if isinstance(a, (int, np.integer)) else "f")
+    return "s" + hashlib.sha256(",".join(parts).encode()).hexdigest()[:12]
 
 
 def _abstract_source(p: Program, instrument: bool, jit: bool = True

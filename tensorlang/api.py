@@ -30,7 +30,6 @@ from tensorlang import cache, pipeline
 from tensorlang.check import typecheck
 from tensorlang.semantics import interp, memory
 from tensorlang.semantics.bounds import jvp_bound, type_size, vjp_bound
-from tensorlang.syntax import parser
 from tensorlang.ir.ast import Affine, Def, DerivedDef, Param, TArr, TPair, TReal, TRel, TSize, Type
 from tensorlang.syntax.errors import Loc, ResourceError, ShapeError, TLError
 
@@ -891,10 +890,27 @@ class Module(Mapping):
         return f"<tensorlang module {self.filename}: {', '.join(self._functions)}>"
 
 
+_CHECKED: dict[str, Any] = {}
+
+
 def check_source(text: str, filename: str = "<string>") -> Any:
-    """Parse and type-check `text`: the checker's `CheckedModule`."""
-    return typecheck.check_module(parser.parse_module(text, filename), filename,
-                                  derive=pipeline.derived_core)
+    """Parse and type-check `text`: the checker's `CheckedModule`.
+
+    Kept in this process and on disk (`cache.put_checked`), keyed by the code version, the
+    file name (locations name it) and the text: a warm process, or the REPL given the same
+    text again, neither imports the parser nor parses, checks or elaborates (SPEC 15)."""
+    key = cache.key_of("checked module", filename, text)
+    checked = _CHECKED.get(key)
+    if checked is None:
+        checked = cache.get_checked(key)
+        if checked is None:
+            from tensorlang.syntax import parser   # Lark: imported only to parse
+
+            checked = typecheck.check_module(parser.parse_module(text, filename), filename,
+                                             derive=pipeline.derived_core)
+            cache.put_checked(key, checked)
+        _CHECKED[key] = checked
+    return checked
 
 
 def module_from_checked(checked: Any, filename: str = "<string>", text: str = "") -> Module:
