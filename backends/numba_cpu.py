@@ -72,7 +72,23 @@ def generated_source(p: Program, instrument: bool = False, jit: bool = True) -> 
     code importing plain-Python stand-ins for Numba (see `compile_program`)."""
     from . import numba_cpu_source
 
-    return numba_cpu_source.module_source(p, instrument, jit)
+    text = numba_cpu_source.module_source(p, instrument, jit)
+    return text + engine_note(text) if jit else text
+
+
+def engine_note(text: str) -> str:
+    """Which engine runs the kernel module `text` under "auto" (a comment for `tl show`)."""
+    from .aot_cpu import Header
+
+    header = Header.of(text)
+    if not header.parallel and not header.blas:
+        return ("# Engine (docs/caching.md): the AOT image of this module (the same serial "
+                "code) runs every call.\n")
+    changes = ", ".join(what for what, there in (("prange as range", header.parallel),
+                                                 ("loops for BLAS", header.blas)) if there)
+    return (f"# Engines (docs/caching.md): calls of at most {AOT_MAX_WORK} operations "
+            f"(SPEC 3 cost) run the serial AOT image of this module ({changes}); larger "
+            f"calls run Numba's parallel JIT kernel.  ${ENV_ENGINE}=jit|aot fixes one.\n")
 
 
 # ---------------------------------------------------------------------------------------------
