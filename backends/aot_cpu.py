@@ -60,6 +60,7 @@ class Header:
     counted: tuple[str, ...]             # TL_COUNTED
     parallel: bool                       # some function is compiled with parallel loops
     blas: bool                           # calls BLAS (tl_matmul)
+    parts: bool                          # the body is cut into separately compiled parts
 
     @classmethod
     def of(cls, text: str) -> "Header":
@@ -69,7 +70,8 @@ class Header:
                 if line.startswith(name + " = "):
                     values[name] = pyast.literal_eval(line[len(name) + 3:])
         return cls(values["TL_ARGS"], values["TL_COUNTED"],
-                   "@njit(parallel=TL_PARALLEL" in text, "tl_matmul(" in text)
+                   "@njit(parallel=TL_PARALLEL" in text, "tl_matmul(" in text,
+                   "\ndef tl_part" in text)
 
 
 # ---------------------------------------------------------------------------------------------

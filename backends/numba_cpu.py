@@ -81,6 +81,9 @@ def engine_note(text: str) -> str:
     from .aot_cpu import Header
 
     header = Header.of(text)
+    if header.parts:
+        return ("# Engine (docs/caching.md): Numba's JIT kernel runs every call (a kernel "
+                "cut into parts has no AOT image unless $TENSORLANG_ENGINE=aot).\n")
     if not header.parallel and not header.blas:
         return ("# Engine (docs/caching.md): the AOT image of this module (the same serial "
                 "code) runs every call.\n")
@@ -130,8 +133,11 @@ class CompiledProgram:
         self._args: tuple[tuple[str, Any], ...] = header.args
         self._counted: list[str] = list(header.counted)
         # The image is serial and loop-only: "auto" weighs the call only when it is not the
-        # same code as the JIT kernel.
+        # same code as the JIT kernel.  A kernel cut into parts runs on the JIT: pycc builds
+        # each part twice (Numba's JIT compiles every `@njit` callee before linking it into
+        # the image), so its image costs more than twice the JIT's compile time.
         self._aot_same = not header.parallel and not header.blas
+        self._jit_only = header.parts
         self.engine = engine if module_key else "jit"
         self._images: dict[str, Any] = {}
         self._work: dict[tuple[int, ...], int] = {}
@@ -171,6 +177,8 @@ class CompiledProgram:
     def _choose(self, env: interp.Env) -> str:
         if self.engine != "auto":
             return self.engine
+        if self._jit_only:
+            return "jit"
         if self._aot_same:
             return "aot"
         sizes = tuple(int(env.sizes[n]) for n in sorted(env.sizes))
