@@ -99,7 +99,7 @@ def build(text: str, args: Sequence[Any]) -> bytes:
     exec(f"def tl_aot_entry({params}):\n    return {ENTRY}({params})\n", namespace)
     signature = tuple(numba.typeof(a) for a in args)
     with tempfile.TemporaryDirectory(prefix="tl-aot-") as tmp:
-        compiler = _CachedMixinsCC(MODULE_NAME)
+        compiler = _compiler(MODULE_NAME)
         compiler.output_dir = tmp
         compiler.verbose = False
         compiler.export(ENTRY, signature)(namespace["tl_aot_entry"])
@@ -123,26 +123,24 @@ def _mixin_key() -> str:
     return cache.key_of("aot mixins", numba.__version__, sys.version, MODULE_NAME)[:32]
 
 
-class _CachedMixinsCC:
-    """`numba.pycc.CC` whose C support objects come from the cache (verified) when present.
+def _compiler(name: str) -> Any:
+    """A `numba.pycc.CC` for extension `name` whose C support objects come from the cache
+    (verified) when present.  It overrides `CC._compile_mixins`, pycc's step that compiles
+    them: a dependency on pycc's structure, exercised by every image tests/test_aot.py
+    builds."""
+    import warnings
 
-    (It overrides `CC._compile_mixins`, pycc's step that compiles them: a documented
-    dependency on pycc's structure, checked by tests/test_aot.py.)"""
+    from numba.core.errors import NumbaPendingDeprecationWarning
 
-    def __new__(cls, name: str) -> Any:
-        import warnings
+    with warnings.catch_warnings():   # (pycc's; docs/decisions.md says why we use it)
+        warnings.simplefilter("ignore", NumbaPendingDeprecationWarning)
+        from numba.pycc import CC
 
-        from numba.core.errors import NumbaPendingDeprecationWarning
+    class CachedMixinsCC(CC):
+        def _compile_mixins(self, build_dir: str) -> list[str]:
+            return _mixins(super()._compile_mixins, build_dir)
 
-        with warnings.catch_warnings():   # (pycc's; docs/decisions.md says why we use it)
-            warnings.simplefilter("ignore", NumbaPendingDeprecationWarning)
-            from numba.pycc import CC
-
-        class Compiler(CC):
-            def _compile_mixins(self, build_dir: str) -> list[str]:  # noqa: D401
-                return _mixins(super()._compile_mixins, build_dir)
-
-        return Compiler(name)
+    return CachedMixinsCC(name)
 
 
 _MIXIN_OBJECTS: dict[str, list[tuple[str, bytes]]] = {}   # this process's, by key

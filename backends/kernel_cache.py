@@ -258,7 +258,9 @@ def load_kernel_module(backend: str, key: str, source: str | Callable[[], str],
 
 
 def _aot_path(folder: pathlib.Path, key: str, variant: str) -> pathlib.Path:
-    return folder / f"tl_{key}.{variant}.aot.so"
+    from .aot_cpu import SUFFIX
+
+    return folder / f"tl_{key}.{variant}{SUFFIX}"
 
 
 def load_aot(backend: str, key: str, variant: str) -> types.ModuleType | None:

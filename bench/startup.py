@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .tasks import EXAMPLES, ROOT
 
@@ -212,23 +212,27 @@ def run(rounds: int = 5, progress: Callable[[str], None] = lambda s: None,
     return out
 
 
-def _cold(tmp: str, timeout: float, progress: Callable[[str], None]) -> list[dict[str, Any]]:
-    jobs = [(str(EXAMPLES / f), fn) for f, fn in derived_functions()]
+def _cold(tmp: str, timeout: float, progress: Callable[[str], None],
+          only: Sequence[str] = ()) -> list[dict[str, Any]]:
+    jobs = [(str(EXAMPLES / f), fn) for f, fn in derived_functions() if not only or fn in only]
     t50 = os.path.join(tmp, "terms50.tl")
     with open(t50, "w", encoding="utf-8") as fh:
         fh.write(terms50_source())
-    jobs.append((t50, "terms50_hess"))
+    if not only or "terms50_hess" in only:
+        jobs.append((t50, "terms50_hess"))
     records = []
     for k, (path, fn) in enumerate(jobs):
         env = _env(os.path.join(tmp, f"cold{k}"))
         cmd = [sys.executable, "-c", _COLD.format(n=SIZES_FOR_COLD), path, fn]
         rec: dict[str, Any] = {"file": os.path.basename(path), "function": fn}
         try:
-            wall, text = _wall(cmd, env, timeout)
+            wall, used = _timed(cmd, env, timeout)
+            text = _timed.last_stdout
             rec.update(json.loads(text.strip().splitlines()[-1]), process_wall=wall,
-                       status="ok")
+                       process_cpu=used, status="ok")
             progress(f"cold first call {rec['file']} {fn}: {rec['first_call']:.1f} s "
-                     f"({wall:.1f} s process)")
+                     f"({wall:.1f} s process, {used:.1f} s CPU with its children, "
+                     f"{rec['engine']})")
         except (RuntimeError, subprocess.TimeoutExpired) as err:
             rec.update(status="error", message=str(err)[:300])
             progress(f"cold first call {rec['file']} {fn}: {rec['message']}")
@@ -267,7 +271,8 @@ def describe(rec: dict[str, Any]) -> str:
         if c["status"] == "ok":
             lines.append(f"  cold first call {c['file']:>16} {c['function']:<16} "
                          f"{c['first_call']:7.1f} s wall, {c.get('first_call_cpu', 0):7.1f} s "
-                         f"CPU  ({c.get('engine')})")
+                         f"CPU ({c.get('process_cpu', 0):.1f} s process with gcc)  "
+                         f"({c.get('engine')})")
         else:
             lines.append(f"  cold first call {c['file']:>16} {c['function']:<16} "
                          f"error: {c['message']}")
@@ -275,7 +280,14 @@ def describe(rec: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
-    rec = run(progress=lambda s: print(s, file=sys.stderr, flush=True),
-              cold="--no-cold" not in sys.argv)
-    print(describe(rec))
-    print(json.dumps(rec, indent=1))
+    if "--cold-only" in sys.argv:   # the cold calls named after it ("all": every one)
+        names = sys.argv[sys.argv.index("--cold-only") + 1].split(",")
+        with tempfile.TemporaryDirectory(prefix="tl-bench-startup-") as folder:
+            cold = _cold(folder, 3600.0, lambda s: print(s, file=sys.stderr, flush=True),
+                         () if names == ["all"] else names)
+        print(json.dumps(cold, indent=1))
+    else:
+        rec = run(progress=lambda s: print(s, file=sys.stderr, flush=True),
+                  cold="--no-cold" not in sys.argv)
+        print(describe(rec))
+        print(json.dumps(rec, indent=1))
