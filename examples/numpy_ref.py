@@ -259,7 +259,7 @@ def blr_evidence(a: Args) -> float:
 
 def kalman_nll(a: Args) -> float:
     """The Kalman filter's recursion (prediction-error decomposition), step by step."""
-    v, ar, q, r, p0 = a["v"], a["a"], a["q"], a["r"], a["p0"]
+    v, ar, q, r, p0 = a["obs"], a["a"], a["q"], a["r"], a["p0"]
     m, p, out = 0.0, p0, 0.0
     for t, vt in enumerate(v):
         if t > 0:
@@ -289,7 +289,7 @@ def _blr_inputs(s: dict[str, int], rng: np.random.Generator) -> Args:
 
 
 def _kalman_inputs(s: dict[str, int], rng: np.random.Generator) -> Args:
-    return {"T": s["T"], "v": rng.standard_normal(s["T"]), "a": 0.8, "q": 0.5, "r": 0.7,
+    return {"T": s["T"], "obs": rng.standard_normal(s["T"]), "a": 0.8, "q": 0.5, "r": 0.7,
             "p0": 1.2}
 
 
