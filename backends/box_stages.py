@@ -39,23 +39,35 @@ def _flat(v: Any, n: int) -> list[Any]:
 
 
 def split_at_boxes(p: Program) -> list[Part]:
-    """The kernels and boxes of `p`, in order (see the module docstring)."""
-    groups: list[list[Stmt] | Stmt] = [[]]
-    for s in p.stmts:
-        if isinstance(s.rhs, Input):
-            continue
-        if isinstance(s.rhs, BoxRhs):
-            groups.append(s)
-            groups.append([])
-        else:
-            groups[-1].append(s)  # type: ignore[union-attr]
+    """The kernels and boxes of `p`, in order (see the module docstring).  Statements are
+    grouped by box depth, so there are as many kernels as boxes on the longest chain of
+    boxes (plus one), not one per box: kernel k holds every statement that needs the boxes
+    of stages < k and no later one; the boxes of stage k run after kernel k."""
+    level: dict[str, int] = {}       # kernel stage of a statement / box stage of a box
+    is_box: dict[str, bool] = {}
+    stmts = [s for s in p.stmts if not isinstance(s.rhs, Input)]
+    for s in stmts:
+        box = isinstance(s.rhs, BoxRhs)
+        need = 0
+        for o in s.rhs.operands:
+            if o.var not in level:
+                continue                     # an input
+            if is_box[o.var]:
+                need = max(need, level[o.var] + (0 if box else 1))
+            else:
+                need = max(need, level[o.var])
+        level[s.var], is_box[s.var] = need, box
+    depth = max(level.values(), default=0)
+    groups: list[list[Stmt] | Stmt] = []
+    for k in range(depth + 1):
+        groups.append([s for s in stmts if not is_box[s.var] and level[s.var] == k])
+        groups.extend(s for s in stmts if is_box[s.var] and level[s.var] == k)
     later_reads: list[set[str]] = []
-    need = set(p.output_vars())
+    need_vars = set(p.output_vars())
     for g in reversed(groups):
-        later_reads.append(set(need))
-        stmts = [g] if isinstance(g, Stmt) else g
-        for s in stmts:
-            need |= {o.var for o in s.rhs.operands}
+        later_reads.append(set(need_vars))
+        for s in ([g] if isinstance(g, Stmt) else g):
+            need_vars |= {o.var for o in s.rhs.operands}
     later_reads.reverse()
     inputs = p.inputs()
     parts: list[Part] = []

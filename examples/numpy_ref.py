@@ -301,14 +301,14 @@ def _spd_inputs(s: dict[str, int], rng: np.random.Generator) -> Args:
 
 
 LINALG_WORKLOADS: dict[str, Workload] = {w.name: w for w in [
-    Workload("gp_nlml", "gp_nlml.tl", "gp_nlml", lambda n: {"N": n, "D": 3}, _gp_inputs,
+    Workload("gp_nlml", "linalg/gp_nlml.tl", "gp_nlml", lambda n: {"N": n, "D": 3}, _gp_inputs,
              gp_nlml),
-    Workload("blr_chol", "blr_evidence.tl", "blr_chol", lambda n: {"D": n, "N": 2 * n},
+    Workload("blr_chol", "linalg/blr_evidence.tl", "blr_chol", lambda n: {"D": n, "N": 2 * n},
              _blr_inputs, blr_evidence),
-    Workload("blr_lq", "blr_evidence.tl", "blr_lq", lambda n: {"D": n, "N": 2 * n},
+    Workload("blr_lq", "linalg/blr_evidence.tl", "blr_lq", lambda n: {"D": n, "N": 2 * n},
              _blr_inputs, blr_evidence),
-    Workload("kalman_nll", "kalman_loglik.tl", "kalman_nll", lambda n: {"T": n},
+    Workload("kalman_nll", "linalg/kalman_loglik.tl", "kalman_nll", lambda n: {"T": n},
              _kalman_inputs, kalman_nll),
-    Workload("eigh_nll", "eigh_gauss.tl", "eigh_nll", lambda n: {"N": n}, _spd_inputs,
+    Workload("eigh_nll", "linalg/eigh_gauss.tl", "eigh_nll", lambda n: {"N": n}, _spd_inputs,
              eigh_nll),
 ]}

@@ -106,7 +106,7 @@ def _jax_args(args, names):
     return [jnp.asarray(args[k]) for k in names]
 
 
-@pytest.mark.parametrize("backend", ["interp", "numba"])
+@pytest.mark.parametrize("backend", ["interp", pytest.param("numba", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name", sorted(CASES))
 @pytest.mark.parametrize("n", [3, 7])
 def test_value_gradient_jvp_hvp_match_jax(name, n, backend):
@@ -140,6 +140,17 @@ def test_value_gradient_jvp_hvp_match_jax(name, n, backend):
     vt = [jnp.asarray(v) if k == x0 else jnp.zeros_like(a) for k, a in zip(names, jargs)]
     _, hvj = jax.jvp(gfun, tuple(jargs), tuple(vt))
     _close(hv, hvj, rtol=1e-7 if name == "eigh_nll" else RTOL)
+
+
+def test_numba_value_and_gradient_of_gp():
+    """Numba runs LAPACK between kernels (backends/box_stages.py); the full comparison of
+    every example on Numba is the slow-marked case above (Numba compile time)."""
+    w, f, args, fn, names, wrt = _setup("gp_nlml", 4)
+    jargs = _jax_args(args, names)
+    _close(f.compile("numba")(**args), fn(*jargs))
+    gj = jax.grad(fn, argnums=tuple(names.index(x) for x in wrt))(*jargs)
+    for mine, ref in zip(_leaves(tl.grad(f, *wrt).compile("numba")(**args)), gj):
+        _close(mine, ref)
 
 
 @pytest.mark.parametrize("fn", ["cholesky", "trisolve", "trisolve_t", "cholesky_inverse",
@@ -186,7 +197,7 @@ def test_box_rules_against_finite_differences_and_dot_product(fn):
 
 
 def test_not_positive_definite_names_the_matrix_and_the_pivot():
-    f = tl.load(str(EX / "gp_nlml.tl")).gp_nlml
+    f = tl.load(str(EX / "linalg" / "gp_nlml.tl")).gp_nlml
     args = LINALG_WORKLOADS["gp_nlml"].inputs({"N": 5, "D": 3}, np.random.default_rng(0))
     args["sn2"] = -5.0
     for run in (f.interpret, f.compile("numba")):
@@ -254,6 +265,6 @@ def test_jax_backend_value_and_gradient(name):
 
 
 def test_cuda_backend_says_boxes_are_not_there():
-    f = tl.load(str(EX / "gp_nlml.tl")).gp_nlml
+    f = tl.load(str(EX / "linalg" / "gp_nlml.tl")).gp_nlml
     with pytest.raises(tl.TLError, match="CUDA backend has no linear-algebra boxes"):
         f.compile("cuda")
