@@ -20,8 +20,6 @@ from tensorlang.ir.tssa import BoxRhs, Stmt
 from tensorlang.syntax.errors import NotYetSupported
 
 from . import linalg
-from .linalg import le
-from tensorlang.ir.ast import pred_and
 from .rules import JVP_RULES, Forward
 
 
@@ -54,7 +52,7 @@ def fwd_cholesky(fw: Forward, stmt: Stmt) -> str | None:
     l = fw.M[stmt.var]
     y = linalg.solve(em, "trisolve", l, linalg.sym(em, da), lab)
     x = linalg.solve(em, "trisolve", l, linalg.gather(em, y, transpose=True), lab)
-    return linalg.matmul(em, l, linalg.phi(em, x), mask=lambda i, j, k: pred_and(le(j, k), le(k, i)))
+    return linalg.matmul(em, l, linalg.phi(em, x))      # L lower, Phi(X) lower: L Phi(X)
 
 
 @JVP_RULES.register("FWD-trisolve", BoxRhs, "X = L^-1 B -> dX = L^-1 (dB - tril(dL) X)",
@@ -63,7 +61,7 @@ def fwd_trisolve(fw: Forward, stmt: Stmt) -> str | None:
     rhs, (l, b), (dl, db) = _setup(fw, stmt)
     em = fw.em
     x = fw.M[stmt.var]
-    r = linalg.add(em, db, linalg.matmul(em, dl, x, mask=lambda i, j, k: le(k, i)), -1.0)
+    r = linalg.add(em, db, linalg.matmul(em, linalg.tril(em, dl), x), -1.0)
     return linalg.solve(em, "trisolve", l, r, _label(rhs))
 
 
@@ -73,8 +71,7 @@ def fwd_trisolve_t(fw: Forward, stmt: Stmt) -> str | None:
     rhs, (l, b), (dl, db) = _setup(fw, stmt)
     em = fw.em
     x = fw.M[stmt.var]
-    r = linalg.add(em, db, linalg.matmul(em, dl, x, ta=True, mask=lambda i, j, k: le(i, k)),
-                   -1.0)
+    r = linalg.add(em, db, linalg.matmul(em, linalg.tril(em, dl), x, ta=True), -1.0)
     return linalg.solve(em, "trisolve_t", l, r, _label(rhs))
 
 
@@ -87,7 +84,7 @@ def fwd_cholesky_inverse(fw: Forward, stmt: Stmt) -> str | None:
         return None
     em = fw.em
     c = fw.M[stmt.var]
-    p = linalg.matmul(em, c, dl, mask=lambda i, j, k: le(j, k))
+    p = linalg.matmul(em, c, linalg.tril(em, dl))
     m = linalg.right_solve(em, p, l, _label(rhs))
     return linalg.scale(em, linalg.add(em, m, linalg.gather(em, m, transpose=True)), -1.0)
 
@@ -104,9 +101,8 @@ def _lq_parts(fw: Forward, stmt: Stmt) -> tuple[str | None, str | None]:
     lam = linalg.add(em, linalg.tril(em, c),
                      linalg.gather(em, c, transpose=True, mask=lambda i, j: linalg.lt(j, i)))
     if rhs.part == 0:
-        return linalg.matmul(em, l, lam, mask=lambda i, j, k: pred_and(le(j, k), le(k, i))), None
-    return None, linalg.add(em, y, linalg.matmul(em, lam, q, mask=lambda i, j, k: le(k, i)),
-                            -1.0)
+        return linalg.matmul(em, l, lam), None                # L, Lam lower
+    return None, linalg.add(em, y, linalg.matmul(em, lam, q), -1.0)
 
 
 @JVP_RULES.register("FWD-lq", BoxRhs,

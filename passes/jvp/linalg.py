@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from tensorlang.ir.ast import Affine, Cmp, Or, Pred, PTrue
+from tensorlang.ir.build import make_contract
 from tensorlang.ir.tssa import BoxRhs, Operand
 from tensorlang.semantics.boxes import out_shape
 
@@ -45,8 +46,9 @@ def box(em: Emitter, fn: str, part: int, args: Sequence[str], label: str) -> str
 
 def matmul(em: Emitter, a: str | None, b: str | None, ta: bool = False, tb: bool = False,
            mask: Mask | None = None, coeff: float = 1.0) -> str | None:
-    """`coeff * op(a) op(b)` (op: transpose when ta / tb), masked by `mask(i, j, k)`; `b`
-    may be a vector `[*batch, k]` (then the result is a vector)."""
+    """`coeff * op(a) op(b)` (op: transpose when ta / tb), masked by `mask(i, j, k)` (None:
+    a dense product, see below); `b` may be a vector `[*batch, k]` (then the result is a
+    vector)."""
     if a is None or b is None:
         return None
     sa, sb = em.shape(a), em.shape(b)
@@ -61,7 +63,14 @@ def matmul(em: Emitter, a: str | None, b: str | None, ta: bool = False, tb: bool
     k = Affine.var(f"{em.tmp}m0")
     oa = Operand(a, tuple(bi) + ((k, i) if ta else (i, k)))
     ob = Operand(b, tuple(bi) + ((k,) if vec else ((j, k) if tb else (k, j))))
-    pred = mask(i, j if j is not None else i, k) if mask is not None else PTrue()
+    if mask is None:
+        # A dense product, emitted as it is (no mask strengthening from the operands'
+        # supports): the backends run it as one BLAS call.  Triangular operands are
+        # triangular by value (box outputs) or masked before (tril): the product is the
+        # same, at the dense cost, which the per-box budgets count.
+        rhs = make_contract(gen, [(f"{em.tmp}m0", inner)], oa, ob, PTrue(), coeff, em.ix)
+        return em.copy(rhs, {})
+    pred = mask(i, j if j is not None else i, k)
     return em.sum(gen, [(f"{em.tmp}m0", inner)], pred, coeff, [oa, ob])
 
 

@@ -14,7 +14,7 @@ box reads sym(A) the cotangent is symmetrised; where it reads a triangle it is m
 """
 from __future__ import annotations
 
-from tensorlang.ir.ast import Affine, pred_and
+from tensorlang.ir.ast import Affine
 from tensorlang.ir.tssa import BoxRhs, Operand, Stmt
 
 from ..jvp import linalg
@@ -41,17 +41,14 @@ def _label(rhs: BoxRhs) -> str:
     return f"{rhs.label} (in the vjp of {rhs.fn})"
 
 
-def _lower_mask(i, j, k):
-    return pred_and(le(j, k), le(k, i))
-
-
 @VJP_RULES.register("ADJ-cholesky", BoxRhs, "L = chol(A) -> Abar = sym(L^-T Phi(L^T Lbar) L^-1)",
                     when=_is("cholesky"))
 def adj_cholesky(rv: Reverse, stmt: Stmt, dv: str) -> None:
     rhs = stmt.rhs
     em, lab = rv.em, _label(rhs)
     l = rv.M[stmt.var]
-    m = linalg.matmul(em, l, dv, ta=True, mask=lambda i, j, k: pred_and(le(i, k), le(j, k)))
+    # tril(L^T tril(Lbar)) = tril(L^T Lbar) for a lower L: a dense product, then Phi
+    m = linalg.matmul(em, l, dv, ta=True)
     t1 = linalg.solve(em, "trisolve_t", l, linalg.phi(em, m), lab)
     s = linalg.right_solve(em, t1, l, lab)
     _give(rv, rhs, 0, linalg.sym(em, s))
@@ -89,7 +86,7 @@ def _outer(em: Emitter, a: str | None, b: str | None, matrix: bool) -> str | Non
     if a is None or b is None:
         return None
     if matrix:
-        return linalg.matmul(em, a, b, tb=True, coeff=-1.0, mask=lambda i, j, k: le(j, i))
+        return linalg.tril(em, linalg.matmul(em, a, b, tb=True), coeff=-1.0)
     s = em.shape(a)
     gen = em.gens(tuple(s) + (s[-1],))
     ix = [Affine.var(g) for g, _ in gen]
@@ -121,7 +118,7 @@ def adj_lq(rv: Reverse, stmt: Stmt, dv: str) -> None:
     l = linalg.box(em, "lq", 0, [a], rhs.label)
     q = linalg.box(em, "lq", 1, [a], rhs.label)
     if rhs.part == 0:   # Lbar = dv, Qbar = 0
-        m = linalg.matmul(em, l, dv, ta=True, mask=lambda i, j, k: pred_and(le(i, k), le(j, k)))
+        m = linalg.matmul(em, l, dv, ta=True)     # copyltu reads the lower triangle only
         r = linalg.matmul(em, linalg.copyltu(em, m), q)
     else:               # Qbar = dv, Lbar = 0
         m = linalg.scale(em, linalg.matmul(em, dv, q, tb=True), -1.0)
