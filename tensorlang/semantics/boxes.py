@@ -165,17 +165,20 @@ def _potrf(a: np.ndarray, label: str, pos: tuple[int, ...]) -> np.ndarray:
     if n == 0:
         return np.zeros((0, 0))
     sym = 0.5 * (a + a.T)
-    c, info = lapack.dpotrf(sym, lower=1, clean=1)
+    # sym (C order) is, read in Fortran order, its own transpose: the upper factor U of that
+    # (sym = U^T U) is, read back in C order, the lower L -- no copies.
+    u, info = lapack.dpotrf(sym.T, lower=0, clean=1, overwrite_a=1)
     if info > 0:
         k = info - 1
-        minor = sym[:info, :info]
-        pivot = minor[k, k] - (c[k, :k] @ c[k, :k])
+        sym = 0.5 * (a + a.T)
+        c = np.linalg.cholesky(sym[:k, :k]) if k else np.zeros((0, 0))
+        pivot = sym[k, k] - (np.linalg.solve(c, sym[k, :k]) ** 2).sum() if k else sym[0, 0]
         raise BoxError(f"cholesky({_where(label, pos)}): the matrix is not positive definite: "
                        f"pivot {k} (the leading minor of order {info} of {n}) is "
                        f"{pivot:.6g} <= 0")
     if info < 0:
         raise BoxError(f"cholesky({_where(label, pos)}): LAPACK potrf failed (info {info})")
-    return np.tril(c)
+    return u.T
 
 
 def _check_triangular(fn: str, l: np.ndarray, label: str, pos: tuple[int, ...]) -> None:
@@ -196,8 +199,10 @@ def _trsm(trans: bool) -> Callable[..., np.ndarray]:
         _check_triangular(fn, l, label, pos)
         if l.shape[-1] == 0:
             return np.zeros(b.shape)
-        return solve_triangular(l, b, lower=True, trans=1 if trans else 0,
-                                check_finite=False)
+        # l.T is l's lower triangle as an upper triangle in Fortran order (no copy)
+        out = solve_triangular(l.T, b, lower=False, trans=0 if trans else 1,
+                               check_finite=False)
+        return np.ascontiguousarray(out)
     return solve
 
 
