@@ -152,9 +152,15 @@ def _where(label: str, pos: tuple[int, ...]) -> str:
     return label + (f" (batch item {list(pos)})" if pos else "")
 
 
+def all_finite(x: np.ndarray) -> bool:
+    """No NaN or infinity in x (a finite sum proves it without a boolean temporary; only a
+    non-finite sum, which overflow can also cause, needs the full test)."""
+    return bool(np.isfinite(np.sum(x))) or bool(np.all(np.isfinite(x)))
+
+
 def _finite(fn: str, label: str, xs: Sequence[np.ndarray]) -> None:
     for x in xs:
-        if not np.all(np.isfinite(x)):
+        if not all_finite(x):
             raise BoxError(f"{fn}({label}): an argument holds NaN or infinity")
 
 
@@ -164,7 +170,8 @@ def _potrf(a: np.ndarray, label: str, pos: tuple[int, ...]) -> np.ndarray:
     n = a.shape[-1]
     if n == 0:
         return np.zeros((0, 0))
-    sym = 0.5 * (a + a.T)
+    sym = np.add(a, a.T)
+    sym *= 0.5
     # sym (C order) is, read in Fortran order, its own transpose: the upper factor U of that
     # (sym = U^T U) is, read back in C order, the lower L -- no copies.
     u, info = lapack.dpotrf(sym.T, lower=0, clean=1, overwrite_a=1)
@@ -285,7 +292,7 @@ def evaluate(fn: str, part: int, args: Sequence[np.ndarray], label: str = "") ->
         raise TLError(f"unknown linear algebra box {fn}")
     core = _core_dims(fn, [x.shape for x in args])
     out = _batched(lambda *xs: one(*xs[:-1], label, xs[-1]), args, core)
-    if not np.all(np.isfinite(out)):
+    if not all_finite(out):
         raise BoxError(f"{fn}({label}): the result is not finite (the input is too badly "
                        "conditioned)")
     return out
