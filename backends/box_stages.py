@@ -117,7 +117,7 @@ class StagedProgram:
             vals[var] = v
         full = dict(given)
         full.update(env.sizes)
-        factored: dict[tuple, np.ndarray] = {}
+        factored: dict[tuple, tuple[np.ndarray, ...]] = {}
         for part, kernel in self.parts:
             if kernel is not None:
                 call = dict(full)
@@ -129,10 +129,10 @@ class StagedProgram:
                 continue
             rhs = part.rhs
             operands = [np.asarray(vals[o.var], dtype=np.float64) for o in rhs.operands]
-            key = (rhs.fn, rhs.part, tuple(o.var for o in rhs.operands))
-            if key not in factored:
-                factored[key] = boxes.evaluate(rhs.fn, rhs.part, operands, rhs.label)
-            vals[part.var] = factored[key]
+            key = (rhs.fn, tuple(o.var for o in rhs.operands))
+            if key not in factored:   # both parts of a pair box from one factorisation
+                factored[key] = boxes.evaluate_parts(rhs.fn, operands, rhs.label)
+            vals[part.var] = factored[key][rhs.part]
 
         def build(o: tssa.Out) -> Any:
             if isinstance(o, str):

@@ -272,6 +272,32 @@ def _core_dims(fn: str, shapes: Sequence[tuple[int, ...]]) -> list[int]:
     return [2]
 
 
+def evaluate_parts(fn: str, args: Sequence[np.ndarray], label: str = ""
+                   ) -> tuple[np.ndarray, ...]:
+    """Every output of `fn` (both parts of `lq`, `eigh` from one factorisation)."""
+    if fn not in PAIR_BOXES:
+        return (evaluate(fn, 0, args, label),)
+    a = np.ascontiguousarray(args[0], dtype=np.float64)
+    label = label or "arg0"
+    _finite(fn, label, [a])
+    if fn == "lq" and a.shape[-2] > a.shape[-1]:
+        return (evaluate(fn, 0, [a], label),)        # raises the error
+    batch = a.shape[:-2]
+    flat = a.reshape((-1,) + a.shape[-2:])
+    both = [lq_factor(x) if fn == "lq" else eigh_factor(x) for x in flat]
+    outs = []
+    for k in range(2):
+        parts = [b[k] for b in both]
+        shape = parts[0].shape if parts else out_shape(fn, k, [a.shape])[len(batch):]
+        out = np.stack(parts).reshape(batch + tuple(shape)) if parts else np.zeros(
+            batch + tuple(int(d) for d in shape))
+        if not all_finite(out):
+            raise BoxError(f"{fn}({label}): the result is not finite (the input is too badly "
+                           "conditioned)")
+        outs.append(out)
+    return tuple(outs)
+
+
 def evaluate(fn: str, part: int, args: Sequence[np.ndarray], label: str = "") -> np.ndarray:
     """Output `part` of `fn` on float64 arrays (leading dimensions batch)."""
     args = [np.ascontiguousarray(x, dtype=np.float64) for x in args]
@@ -332,4 +358,4 @@ def box_cost(fn: str, part: int, shapes: Sequence[tuple[int, ...]]) -> tuple[int
 
 
 __all__ = ["BOXES", "BoxSpec", "BoxError", "JVP_CONST", "VJP_CONST", "is_box", "out_shape",
-           "evaluate", "box_cost", "lq_factor", "eigh_factor", "sign_columns"]
+           "evaluate", "evaluate_parts", "box_cost", "all_finite", "lq_factor", "eigh_factor", "sign_columns"]
