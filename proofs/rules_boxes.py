@@ -89,7 +89,7 @@ def box_rule(name: str) -> Rule:
         return const * cf + _io(p, args, wrt)
 
     check = check_jvp if fwd else check_vjp
-    return Rule(name, table.kind, table.rules[name].schema + f"   [budget {const} C(f) + io]",
+    return Rule(name, table.kind, table.rules[name].schema,
                 lambda: box_instances(fn), check=lambda inst: check(name, inst, budget))
 
 

@@ -316,7 +316,8 @@ def check_jvp(name: str, inst: Instance, budget_of: Budget | None = None) -> Ver
     cost = cj - cf <= budget
     what = ([] if values_close(y, y0, 1e-12) else ["the primal differs"])
     what += [] if err <= FD_TOL else [f"tangent vs finite differences: error {err:.2e}"]
-    what += [] if cost else [f"tangent costs {cj - cf} > the budget {budget}"]
+    what += [] if cost else [f"tangent costs {cj - cf} > 3 C(f) = {budget}" if budget_of is None
+                             else f"tangent costs {cj - cf} > the per-box budget {budget}"]
     what += [] if nf is None else [f"not Tensor SSA: {nf}"]
     return Verdict(meaning, cost, nf is None, _ratio(cj - cf, budget),
                    _describe(p, args, wrt, what, j) if what else None)
@@ -355,7 +356,9 @@ def check_vjp(name: str, inst: Instance, budget_of: Budget | None = None) -> Ver
     what += [] if dot_err <= DOT_TOL else [f"dot-product test vs jvp: error {dot_err:.2e}"]
     what += [] if fd_err <= FD_TOL else [f"dot-product test vs finite differences: error "
                                          f"{fd_err:.2e}"]
-    what += [] if cost else [f"C(vjp) = {cv} > the budget {budget}"]
+    what += [] if cost else [f"C(vjp) = {cv} > 4 C(f) + |in| + |out| = {budget}"
+                             if budget_of is None else
+                             f"C(vjp) = {cv} > the per-box budget {budget}"]
     what += [] if nf is None else [f"not Tensor SSA: {nf}"]
     return Verdict(meaning, cost, nf is None, _ratio(cv, budget),
                    _describe(p, args, wrt, what, v) if what else None)
@@ -371,6 +374,9 @@ FORMS: dict[str, str] = {
     "ADJ-select": "select", "ADJ-contract": "contract", "ADJ-reduce": "reduce",
     "ADJ-fanout": "fanout",
 }
+# The linear-algebra boxes (SPEC 13): instances of one box statement (rules_boxes.py)
+FORMS.update({f"{kind}-{box}": f"box:{box}" for kind in ("FWD", "ADJ")
+              for box in sorted(ast.BOX_NAMES)})
 
 
 def derivative_rule(name: str) -> Rule:
