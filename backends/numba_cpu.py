@@ -43,7 +43,7 @@ from tensorlang.syntax import ssa_printer
 from tensorlang.syntax.errors import TLError
 from tensorlang.ir.tssa import Program
 
-from . import kernel_cache
+from . import box_stages, kernel_cache
 
 BACKEND = "numba_cpu"
 INDENT = "    "
@@ -333,6 +333,8 @@ def compile_program(p: Program, instrument: bool = False, *, jit: bool = True,
     the interpreter's numpy functions), without Numba and without the disk cache: slow,
     but it checks the code generator itself in milliseconds per program (tests, debugging).
     """
+    if box_stages.has_boxes(p):  # LAPACK between kernels (backends/box_stages.py)
+        return box_stages.StagedProgram(p, lambda q: compile_program(q, instrument, jit=jit))
     if not jit:
         source, consts = _abstract_source(p, instrument, jit=False)
         mod = types.ModuleType(f"tensorlang_kernels.python.{p.name}")

@@ -52,12 +52,13 @@ from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from tensorlang.ir.ast import (
-    BUILTINS, DERIVED_KINDS, REAL, Access, Add, Affine, And, Call, Cmp, Const, Def, DefCall,
+    BUILTINS, DERIVED_KINDS, REAL, Access, Add, Affine, And, Box, Call, Cmp, Const, Def, DefCall,
     DerivedDef, Exists, Expr, Gen, Iverson, Let, Mul, Node, Or, Pair, Param, PFalse, Pred,
     Proj, PTrue, RelCall, Sum, TArr, TPair, TReal, TRel, TSize, Type, Var, children, fresh,
     free_names,
     scalar_of, shape_of, subst, tensor,
 )
+from tensorlang.semantics import boxes
 from tensorlang.syntax.errors import Loc, Source, TLError, TypeCheckError, diagnostic
 
 # The core Def of a derived definition given the module's earlier defs and derived defs: the
@@ -487,9 +488,23 @@ def _type_rule(e: Expr, env: TypeEnv, loc: Loc | None) -> Type:
     if isinstance(e, Let):
         tv = _type(e.value, env, loc)
         return _type(e.body, env.with_var(e.name, tv), loc)
+    if isinstance(e, Box):
+        return box_type(e.fn, e.part, [_type(a, env, loc) for a in e.args], loc)
     if isinstance(e, DefCall):
         raise _err(f"call of {e.name} is not core: defs must be elaborated (inlined) first", loc)
     raise _err(f"not an expression: {e!r}", loc)
+
+
+def box_type(fn: str, part: int, arg_types: Sequence[Type], loc: Loc | None) -> Type:
+    """The type of output `part` of the linear-algebra box `fn` (SPEC 13)."""
+    for k, t in enumerate(arg_types):
+        if not isinstance(scalar_of(t), TReal) or not shape_of(t):
+            raise _err(f"argument {k + 1} of {fn} must be a tensor of R, found "
+                       f"{format_type(t)}", loc)
+    try:
+        return tensor(boxes.out_shape(fn, part, [shape_of(t) for t in arg_types]))
+    except ValueError as err:
+        raise _err(str(err), loc) from None
 
 
 def access_result(t: Type, k: int, loc: Loc | None) -> Type:
