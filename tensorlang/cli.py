@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from tensorlang import deep
 from tensorlang.syntax.errors import ResourceError, TLError, diagnostic, printable
 
 _INT = re.compile(r"[+-]?\d+")
@@ -786,7 +787,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     warnings.showwarning = _show_warning
     try:
-        return handler(ns)
+        if handler is cmd_repl:  # the terminal stays on this thread; each line runs deep
+            return handler(ns)
+        return deep.run(handler, ns)  # a large stack for deep programs (tensorlang/deep.py)
     except TLError as err:
         print(str(err), file=sys.stderr)
         return 1

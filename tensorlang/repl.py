@@ -27,7 +27,7 @@ from typing import Any, Iterable, TextIO
 
 import numpy as np
 
-from tensorlang import api, pipeline
+from tensorlang import api, deep, pipeline
 from tensorlang.ir import ast
 from tensorlang.ir.ast import Affine, Param, TRel, TSize, Type
 from tensorlang.syntax.errors import Loc, ResourceError, TLError
@@ -93,7 +93,7 @@ class Repl:
     def handle(self, line: str) -> str:
         """Process one input line; return the text to print ("" for nothing)."""
         try:
-            return self._handle(line.rstrip("\r\n"))
+            return deep.run(self._handle, line.rstrip("\r\n"))  # deep programs: deep.py
         except TLError as err:
             self.errors += 1
             return str(err)

@@ -44,7 +44,8 @@ from tensorlang.ir.ast import (
     DerivedDef, Exists, Expr, Gen, Iverson, Let, Mul, Or, Pair, Param, PFalse, Pred, Proj,
     PTrue, RelCall, Sum, TPair, TRel, TSize, Type, Var,
 )
-from tensorlang.syntax.errors import Loc, ParseError, Source
+from tensorlang.syntax.errors import LimitError, Loc, ParseError, Source
+from tensorlang.syntax.limits import LIMITS_DOC, MAX_DEPTH
 
 __all__ = ["parse_module", "parse_expr", "parse_type", "parse_pred", "parse_affine",
            "parse_contract", "KEYWORDS"]
@@ -329,7 +330,7 @@ def _run(text: str, filename: str, start: str) -> tuple[Source, Tree]:
         except LarkError as err:
             raise _lark_error(src, err) from None
         except RecursionError:
-            raise ParseError("input nested too deeply", Loc(src, 1, 1)) from None
+            raise _too_deep(src) from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -751,7 +752,28 @@ def _convert(src: Source, fn: Callable[[_Converter], object]) -> object:
     try:
         return fn(_Converter(src))
     except RecursionError:
-        raise ParseError("expression nested too deeply", Loc(src, 1, 1)) from None
+        raise _too_deep(src) from None
+
+
+def _too_deep(src: Source) -> LimitError:
+    """Nesting beyond what the parser's stack holds (far beyond `MAX_DEPTH`): reported at
+    the deepest bracket, or at the longest run of prefix operators."""
+    depth, best, run, best_run, at, run_at = 0, 0, 0, 0, 0, 0
+    for k, ch in enumerate(src.text):
+        if ch in "([":
+            depth += 1
+            if depth > best:
+                best, at = depth, k
+        elif ch in ")]":
+            depth -= 1
+        run = run + 1 if ch in "-+ " else 0
+        if run > best_run:
+            best_run, run_at = run, k - run + 1
+    at = run_at if best_run > best else at
+    line = src.text.count("\n", 0, at) + 1
+    col = at - (src.text.rfind("\n", 0, at) + 1) + 1
+    return LimitError(f"expression nested too deeply: more than {MAX_DEPTH:,} levels of "
+                      f"nesting ({LIMITS_DOC})", Loc(src, line, col))
 
 
 def parse_module(text: str, filename: str = "<input>") -> list[Def | DerivedDef]:
