@@ -26,11 +26,11 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from tensorlang import cache, deep, pipeline
+from tensorlang import cache, pipeline
 from tensorlang.check import typecheck
 from tensorlang.semantics import interp, memory
 from tensorlang.semantics.bounds import jvp_bound, type_size, vjp_bound
-from tensorlang.syntax import parser
+from tensorlang.syntax import limits, parser
 from tensorlang.ir.ast import Affine, Def, DerivedDef, Param, TArr, TPair, TReal, TRel, TSize, Type
 from tensorlang.syntax.errors import Loc, ResourceError, ShapeError, TLError
 
@@ -512,7 +512,7 @@ class Function:
         """What the pipeline compiles: the core `Def` (a `Derivation` for derived functions)."""
         return self._def
 
-    @deep.entry(_at_def)
+    @limits.entry(_at_def)
     def core(self) -> Def:
         """The core `Def` as written (for a derived function: its derivative program)."""
         return pipeline.run_to(self.program(), "parsed")
@@ -520,7 +520,7 @@ class Function:
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         return self.compile(default_backend())(*args, **kwargs)
 
-    @deep.entry(_at_def)
+    @limits.entry(_at_def)
     def interpret(self, /, *args: Any, **kwargs: Any) -> Any:
         """Run the reference interpreter on the program as written."""
         core = self.core()
@@ -528,7 +528,7 @@ class Function:
         memory.check(core, bound, self.name)
         return to_python(interp.interpret(core, bound))
 
-    @deep.entry(_at_def)
+    @limits.entry(_at_def)
     def compile(self, backend: str = "numba", *, mesh: Any = None,
                 shard: Mapping[str, Sequence[Any]] | None = None) -> "Compiled":
         """A callable running this function on `backend` ("numba", "cuda", "jax" or "interp").
@@ -558,12 +558,12 @@ class Function:
         self._compiled[backend] = out
         return out
 
-    @deep.entry(_at_def)
+    @limits.entry(_at_def)
     def generated_source(self, backend: str = "numba") -> str:
         """The source a compiled backend generates for this function (`tl show --stage numba`)."""
         return _backend_module(backend).generated_source(self.final_program())
 
-    @deep.entry(_at_def)
+    @limits.entry(_at_def)
     def final_program(self) -> Any:
         """The program as it will run (after `pipeline.FINAL`), from the front
         cache when this definition was compiled before (see `final_program`)."""
@@ -576,12 +576,12 @@ class Function:
 
     # -- inspection ------------------------------------------------------------------------
 
-    @deep.entry(_at_def)
+    @limits.entry(_at_def)
     def run_to(self, stage: str) -> Any:
         """The program after `stage` of the pipeline (a core Def or a Tensor-SSA program)."""
         return pipeline.run_to(self.program(), stage)
 
-    @deep.entry(_at_def)
+    @limits.entry(_at_def)
     def show(self, stage: str = "parsed", unicode: bool = False) -> str:
         """The program at `stage` as text (`.tl` syntax, or Unicode notation); `stage`
         "numba" or "cuda": the kernel source that backend generates (as `tl show`)."""
@@ -589,7 +589,7 @@ class Function:
             return self.generated_source(stage)
         return pipeline.show(self.program(), stage, unicode=unicode)
 
-    @deep.entry(_at_def)
+    @limits.entry(_at_def)
     def cost(self, given: Mapping[str, Any] | None = None, /, stage: Any = None,
              **args: Any) -> Any:
         """Exact SPEC 3 cost for the given sizes (and relations; arrays give their sizes).
@@ -613,7 +613,7 @@ class Function:
         """The stage `cost` uses by default: the program as it will run."""
         return pipeline.FINAL
 
-    @deep.entry(_at_def)
+    @limits.entry(_at_def)
     def cost_formula(self, stage: str | None = None) -> Any:
         """The exact cost at `stage` (default: as it will run) as formulas in the sizes: a
         `CostFormula` (tensorlang/semantics/cost_formula.py; `str()` is the total as a Python
@@ -640,7 +640,7 @@ class Compiled:
         bound = self.function.bind(*args, **kwargs)
         memory.check(self._estimated(), bound, self.function.name)  # before any allocation
         if self.backend == "interp":  # the interpreter recurses over the program
-            return to_python(deep.run(self._run, bound, where=_at_def(self.function)))
+            return to_python(limits.run(self._run, bound, where=_at_def(self.function)))
         return to_python(self._run(bound))
 
     def _estimated(self) -> Def:
@@ -777,7 +777,7 @@ class DerivedFunction(Function):
         """The derivation and its base function's text: no derivative is computed for it."""
         return f"{self.kind}({', '.join(self.wrt)}) as {self.name}\n{self.base.cache_text()}"
 
-    @deep.entry(_at_def)
+    @limits.entry(_at_def)
     def cost_bound(self, given: Mapping[str, Any] | None = None, /,
                    **args: Any) -> tuple[int, int | None, str]:
         """(C(f) of the base function as compiled, the theorem's bound on this function's
@@ -910,7 +910,7 @@ class Module(Mapping):
 
 def check_source(text: str, filename: str = "<string>") -> Any:
     """Parse and type-check `text`: the checker's `CheckedModule`."""
-    return deep.run(lambda: typecheck.check_module(parser.parse_module(text, filename),
+    return limits.run(lambda: typecheck.check_module(parser.parse_module(text, filename),
                                                    filename, derive=pipeline.derived_core))
 
 
@@ -987,6 +987,6 @@ def from_def(d: Def, earlier: Sequence["Def | Function"] = ()) -> Function:
     if not isinstance(d, Def):
         raise TLError(f"from_def expects a tensorlang Def, got {type(d).__name__}")
     defs = [e.source if isinstance(e, Function) else e for e in earlier]
-    checked = deep.run(typecheck.check_module, [*defs, d], "<dsl>",
+    checked = limits.run(typecheck.check_module, [*defs, d], "<dsl>",
                        derive=pipeline.derived_core, where=d.loc)
     return module_from_checked(checked, "<dsl>")[d.name]

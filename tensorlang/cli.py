@@ -17,8 +17,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from tensorlang import deep
 from tensorlang.syntax.errors import ResourceError, TLError, diagnostic, printable
+from tensorlang.syntax import limits
 
 _INT = re.compile(r"[+-]?\d+")
 _FLOAT = re.compile(r"[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?|inf|nan)",
@@ -789,7 +789,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if handler is cmd_repl:  # the terminal stays on this thread; each line runs deep
             return handler(ns)
-        return deep.run(handler, ns)  # a large stack for deep programs (tensorlang/deep.py)
+        return limits.run(handler, ns)  # a large stack for deep programs (tensorlang/syntax/limits.py)
     except TLError as err:
         print(str(err), file=sys.stderr)
         return 1

@@ -1,7 +1,7 @@
 """The documented limits on the shape of a program (docs/tutorial.md, "Limits").
 
 The compiler's traversals are recursive over the expression tree; they run on a worker with a
-large stack (`tensorlang.deep`), so what bounds them is not Python's default recursion limit
+large stack (`run`, below), so what bounds them is not Python's default recursion limit
 but these limits, checked on every def before anything else walks it (`check_def`), with an
 error at the place that exceeds one:
 
@@ -14,10 +14,22 @@ error at the place that exceeds one:
   * `MAX_BINDERS`: index variables (`gen`, `sum` and `exists` binders) in scope at once,
     inlined calls included.  The interpreter gives each an array axis, and numpy arrays have
     at most 32 axes in the operations it uses.
+
+Running deep: the entry points (`tensorlang.api`, the CLI, the REPL and this package's
+parser) run their work through `run`, on a worker thread whose stack (`STACK_BYTES`) and
+recursion limit (`RECURSION_LIMIT`) hold every program within these limits.  A call made
+on the worker runs inline; the caller's context (numpy's error state) is carried over.
+Anything that still exhausts the recursion limit (a program within the limits as written
+that grows deeper in the pipeline) ends in a `LimitError` at the def concerned, never in a
+`RecursionError` or a crash (docs/decisions.md, "Deep programs").
 """
 from __future__ import annotations
 
-from typing import Any
+import contextvars
+import functools
+import sys
+import threading
+from typing import Any, Callable, TypeVar
 
 from tensorlang.ir.ast import Def, Exists, Gen, Node, Sum
 from tensorlang.syntax.errors import LimitError, Loc
@@ -41,6 +53,7 @@ def check_def(d: Def, what: str = "") -> None:
     says which form of the def is checked (e.g. "after inlining")."""
     where = d.loc
     source = where.source if where is not None else None
+    first = where.line if where is not None else 0  # inlined callees are written earlier
     suffix = f" {what}" if what else ""
     # (node, depth, binders in scope, nearest location): an explicit stack, no recursion.
     # Nodes are shared (hash-consing): a node is walked again only at a greater depth or
@@ -50,7 +63,7 @@ def check_def(d: Def, what: str = "") -> None:
     while stack:
         node, depth, binders, loc = stack.pop()
         own = node.loc
-        if own is not None and (source is None or own.source == source):
+        if own is not None and (source is None or own.source == source and own.line >= first):
             loc = own
         if depth > MAX_DEPTH:
             raise LimitError(f"nested too deeply{suffix}: more than {MAX_DEPTH:,} levels of "
@@ -73,4 +86,101 @@ def check_def(d: Def, what: str = "") -> None:
                     stack.append((child, depth + 1, binders, loc))
 
 
-__all__ = ["MAX_DEPTH", "MAX_BINDERS", "LIMITS_DOC", "check_def", "too_deep"]
+# ---------------------------------------------------------------------------------------------
+# The deep runner
+
+# Python frames of 3.11 live on the heap; the C stack is used only where a call passes
+# through C (hash-consing constructors, comparisons, `map`), at most one C frame (a few
+# hundred bytes to a few KiB) per Python frame.  The limit keeps RECURSION_LIMIT frames
+# well inside STACK_BYTES, so running out is a RecursionError, never a segfault.  The stack
+# is virtual memory: only the pages a deep program touches are ever committed.
+STACK_BYTES = 1 << 30
+RECURSION_LIMIT = 150_000
+
+_LOCAL = threading.local()
+_LOCK = threading.Lock()  # stack size and recursion limit are process-wide settings
+_RUNNING = [0, 0]         # workers running, the recursion limit before the first started
+
+T = TypeVar("T")
+
+
+def inside() -> bool:
+    """Whether the caller already runs on a deep worker."""
+    return getattr(_LOCAL, "deep", False)
+
+
+def run(fn: Callable[..., T], *args: Any, where: Loc | None = None, **kwargs: Any) -> T:
+    """`fn(*args, **kwargs)` on a deep worker (inline when already on one); exceptions
+    propagate to the caller, a `RecursionError` as a `LimitError` located at `where`."""
+    if inside():
+        return _guarded(fn, args, kwargs, where)
+    context = contextvars.copy_context()
+    outcome: dict[str, Any] = {}
+
+    def work() -> None:
+        _LOCAL.deep = True
+        try:
+            outcome["value"] = context.run(_guarded, fn, args, kwargs, where)
+        except BaseException as err:  # noqa: BLE001 -- re-raised on the caller's thread
+            outcome["error"] = err
+        finally:
+            _leave()
+
+    with _LOCK:
+        # The recursion limit is process-wide (the depth is counted per thread): raised while
+        # any worker runs, restored when the last one ends.
+        if _RUNNING[0] == 0:
+            _RUNNING[1] = sys.getrecursionlimit()
+            sys.setrecursionlimit(max(_RUNNING[1], RECURSION_LIMIT))
+        _RUNNING[0] += 1
+        old_size = threading.stack_size()
+        threading.stack_size(STACK_BYTES)
+        try:
+            worker = threading.Thread(target=work, name="tensorlang-deep", daemon=True)
+            worker.start()
+        except BaseException:
+            _leave_locked()
+            raise
+        finally:
+            threading.stack_size(old_size)
+    while worker.is_alive():  # a timed join keeps Ctrl-C working on the caller's thread
+        worker.join(0.25)
+    if "error" in outcome:
+        err = outcome["error"]
+        raise err.with_traceback(err.__traceback__)
+    return outcome["value"]
+
+
+def _leave() -> None:
+    with _LOCK:
+        _leave_locked()
+
+
+def _leave_locked() -> None:
+    _RUNNING[0] -= 1
+    if _RUNNING[0] == 0:
+        sys.setrecursionlimit(_RUNNING[1])
+
+
+def _guarded(fn: Callable[..., T], args: tuple, kwargs: dict, where: Loc | None) -> T:
+    try:
+        return fn(*args, **kwargs)
+    except RecursionError:
+        raise too_deep(where) from None
+
+
+def entry(where: Callable[..., Loc | None] | None = None) -> Callable[[Callable[..., T]],
+                                                                      Callable[..., T]]:
+    """Decorator: run the function through `run`; `where(*args, **kwargs)` locates a
+    `LimitError` (e.g. at the def a method belongs to)."""
+    def wrap(fn: Callable[..., T]) -> Callable[..., T]:
+        @functools.wraps(fn)
+        def deep_fn(*args: Any, **kwargs: Any) -> T:
+            loc = where(*args, **kwargs) if where is not None else None
+            return run(fn, *args, where=loc, **kwargs)
+        return deep_fn
+    return wrap
+
+
+__all__ = ["MAX_DEPTH", "MAX_BINDERS", "LIMITS_DOC", "check_def", "too_deep", "run", "entry",
+           "inside", "STACK_BYTES", "RECURSION_LIMIT"]
