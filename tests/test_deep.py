@@ -3,6 +3,7 @@
 limits (tensorlang/syntax/limits.py) a located `LimitError`, never a `RecursionError`."""
 from __future__ import annotations
 
+import re
 import sys
 
 import numpy as np
@@ -91,6 +92,7 @@ def test_nesting_beyond_the_limit_is_a_located_limit_error():
     assert info.value.loc.line == 2
 
 
+@pytest.mark.slow
 def test_nesting_beyond_the_stack_is_a_located_limit_error():
     """Far beyond the limit, the parser's own tree conversion gives up: still located."""
     text = HEAD + "    return " + "-" * (limits.RECURSION_LIMIT + 10) + "x[0]\n"
@@ -132,3 +134,29 @@ def test_checking_benchmark_reports_time_per_unit():
     assert all(len(data[f]["per_unit_us"]) == 2 and data[f]["spread"] > 0
                for f in ("statements", "terms"))
     assert "us/unit" in checking.describe(data)
+
+
+def vector_chain(n: int) -> str:
+    """n statements `y{k}[i:N] = y{k-1}[i] * 0.5 + x[i]`: a chain the code generator fuses."""
+    return ("def f(N: size, x: R[N]) -> R[N]:\n" + "".join(
+        f"    y{k}[i:N] = {f'y{k - 1}' if k else 'x'}[i] * 0.5 + x[i]\n" for k in range(n))
+        + f"    return y{n - 1}\n")
+
+
+def test_a_long_fused_chain_generates_valid_python():
+    """Fusing 130 statements into one expression nested past Python's 200 brackets; the
+    generator materialises every `MAX_FUSED_CHAIN` links instead."""
+    from tensorlang.backends import codegen
+
+    f = tl.parse(vector_chain(130)).f
+    source = f.generated_source("numba")
+    compile(source, "kernel.py", "exec")
+    stores = re.findall(r"^\s+v_\w+\[i0\] = ", source, re.MULTILINE)  # materialised
+    assert 130 // codegen.MAX_FUSED_CHAIN <= len(stores) < 130
+
+
+@pytest.mark.slow
+def test_a_long_fused_chain_runs_on_numba():
+    f = tl.parse(vector_chain(130)).f
+    x = np.array([1.0, 2.0, 3.0])
+    np.testing.assert_allclose(f.compile("numba")(x=x), f.interpret(x=x), rtol=1e-12)

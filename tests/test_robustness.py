@@ -16,7 +16,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tensorlang as tl
@@ -180,6 +180,21 @@ def test_deep_and_long_programs(text, outcome):
         with pytest.raises(TLError) as info:
             tl.parse(text)
         assert info.value.kind == outcome and info.value.loc is not None
+
+
+@settings(max_examples=10)
+@given(st.lists(st.tuples(st.sampled_from(["(", "-", "[0 < 1] * ", "sum i:N. ", "exp(",
+                                           "let t = 2.0 in "]),
+                          st.integers(1, 400)), min_size=1, max_size=4),
+       st.integers(1, 400))
+def test_fuzz_deep_and_long_programs(prefixes, statements):
+    """Random mixes of nesting (brackets, signs, Iverson brackets, binders, calls, lets)
+    inside long statement chains: every stage answers with a result or a `TLError` (a
+    `LimitError` naming the limit beyond them), never a RecursionError."""
+    opened = "".join(p * n for p, n in prefixes)
+    closing = "".join(")" * (n * p.count("(")) for p, n in reversed(prefixes))
+    body = "".join(f"    y{k} = y{k - 1} * 0.5\n" for k in range(1, statements))
+    exercise(H + f"    y0 = {opened}x[0]{closing}\n" + body + f"    return y{statements - 1}\n")
 
 
 @pytest.mark.slow
