@@ -512,10 +512,13 @@ class Function:
         """What the pipeline compiles: the core `Def` (a `Derivation` for derived functions)."""
         return self._def
 
-    @limits.entry(_at_def)
     def core(self) -> Def:
         """The core `Def` as written (for a derived function: its derivative program)."""
-        return pipeline.run_to(self.program(), "parsed")
+        found = getattr(self, "_core", None)  # kept: a call must not start a worker
+        if found is None:
+            found = self._core = limits.run(pipeline.run_to, self.program(), "parsed",
+                                            where=_at_def(self))
+        return found
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         return self.compile(default_backend())(*args, **kwargs)
@@ -528,7 +531,6 @@ class Function:
         memory.check(core, bound, self.name)
         return to_python(interp.interpret(core, bound))
 
-    @limits.entry(_at_def)
     def compile(self, backend: str = "numba", *, mesh: Any = None,
                 shard: Mapping[str, Sequence[Any]] | None = None) -> "Compiled":
         """A callable running this function on `backend` ("numba", "cuda", "jax" or "interp").
@@ -542,12 +544,16 @@ class Function:
             raise TLError(f"unknown backend '{backend}' (backends: {', '.join(BACKENDS)})")
         if (mesh is not None or shard) and backend != "jax":
             raise TLError(f"mesh and shard are options of the jax backend, not of '{backend}'")
+        hit = None if mesh is not None or shard else self._compiled.get(backend)
+        if hit is not None:
+            return hit
+        return limits.run(self._compile, backend, mesh, shard, where=_at_def(self))
+
+    def _compile(self, backend: str, mesh: Any,
+                 shard: Mapping[str, Sequence[Any]] | None) -> "Compiled":
         if mesh is not None or shard:
             return Compiled(self, backend, _backend_module(backend).compile_program(
                 pipeline.run_to(self.program(), pipeline.FINAL), mesh=mesh, shard=shard))
-        hit = self._compiled.get(backend)
-        if hit is not None:
-            return hit
         if backend == "interp":
             core = self.core()
             run = interp.interpret
@@ -644,7 +650,11 @@ class Compiled:
         return to_python(self._run(bound))
 
     def _estimated(self) -> Def:
-        return memory_program(self.function, self.backend)
+        found = getattr(self, "_estimate_program", None)  # kept: no worker per call
+        if found is None:
+            found = self._estimate_program = limits.run(
+                memory_program, self.function, self.backend, where=_at_def(self.function))
+        return found
 
 
 def memory_program(fn: Function, backend: str) -> Def:
