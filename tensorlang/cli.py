@@ -787,8 +787,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     warnings.showwarning = _show_warning
     try:
-        if handler is cmd_repl:  # the terminal stays on this thread; each line runs deep
-            return handler(ns)
+        if handler in (cmd_repl, cmd_bench):  # the REPL's terminal and the benchmark's
+            return handler(ns)               # timers need the main thread (their work runs deep)
         return limits.run(handler, ns)  # a large stack for deep programs (tensorlang/syntax/limits.py)
     except TLError as err:
         print(str(err), file=sys.stderr)

@@ -134,15 +134,18 @@ def run(fn: Callable[..., T], *args: Any, where: Loc | None = None, **kwargs: An
             sys.setrecursionlimit(max(_RUNNING[1], RECURSION_LIMIT))
         _RUNNING[0] += 1
         old_size = threading.stack_size()
-        threading.stack_size(STACK_BYTES)
+        worker = threading.Thread(target=work, name="tensorlang-deep", daemon=True)
         try:
-            worker = threading.Thread(target=work, name="tensorlang-deep", daemon=True)
+            threading.stack_size(STACK_BYTES)
             worker.start()
-        except BaseException:
-            _leave_locked()
-            raise
+        except RuntimeError:  # "can't start new thread": a memory rlimit refuses the stack
+            worker = None
         finally:
             threading.stack_size(old_size)
+        if worker is None:
+            _leave_locked()
+    if worker is None:  # run here, at the default depth: a RecursionError is a LimitError
+        return _guarded(fn, args, kwargs, where)
     while worker.is_alive():  # a timed join keeps Ctrl-C working on the caller's thread
         worker.join(0.25)
     if "error" in outcome:
