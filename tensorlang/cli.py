@@ -789,7 +789,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if handler in (cmd_repl, cmd_bench):  # the REPL's terminal and the benchmark's
             return handler(ns)               # timers need the main thread (their work runs deep)
-        return limits.run(handler, ns)  # a large stack for deep programs (tensorlang/syntax/limits.py)
+        return limits.run(handler, ns)  # a large stack for deep programs (syntax/limits.py)
     except TLError as err:
         print(str(err), file=sys.stderr)
         return 1

@@ -238,8 +238,8 @@ class TypeEnv:
 
     # -- extension
     def _with(self, name: str, role: str, info: Any) -> "TypeEnv":
-        names = self.names
-        names = (names if isinstance(names, Scope) else Scope(dict(names))).bind(name, (role, info))
+        scope = self.names if isinstance(self.names, Scope) else Scope(dict(self.names))
+        names = scope.bind(name, (role, info))
         bounded = self.bounded
         if role in (INDEX, SIZE) or name in bounded:
             bounded = bounded.bind(name, (role, info))
