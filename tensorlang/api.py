@@ -30,6 +30,7 @@ from tensorlang import cache, pipeline
 from tensorlang.check import typecheck
 from tensorlang.semantics import interp, memory
 from tensorlang.semantics.bounds import jvp_bound, type_size, vjp_bound
+from tensorlang.syntax import limits
 from tensorlang.ir.ast import Affine, Def, DerivedDef, Param, TArr, TPair, TReal, TRel, TSize, Type
 from tensorlang.syntax.errors import Loc, ResourceError, ShapeError, TLError
 
@@ -445,6 +446,11 @@ def to_python(value: Any) -> Any:
 # Functions
 
 
+def _at_def(fn: "Function", *args: Any, **kwargs: Any) -> Loc | None:
+    """Where a program too deep for the compiler is reported: at its def."""
+    return getattr(fn.source, "loc", None)
+
+
 class Function:
     """A tensorlang function: an elaborated core `Def` with its signature.
 
@@ -508,11 +514,16 @@ class Function:
 
     def core(self) -> Def:
         """The core `Def` as written (for a derived function: its derivative program)."""
-        return pipeline.run_to(self.program(), "parsed")
+        found = getattr(self, "_core", None)  # kept: a call must not start a worker
+        if found is None:
+            found = self._core = limits.run(pipeline.run_to, self.program(), "parsed",
+                                            where=_at_def(self))
+        return found
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         return self.compile(default_backend())(*args, **kwargs)
 
+    @limits.entry(_at_def)
     def interpret(self, /, *args: Any, **kwargs: Any) -> Any:
         """Run the reference interpreter on the program as written."""
         core = self.core()
@@ -533,12 +544,16 @@ class Function:
             raise TLError(f"unknown backend '{backend}' (backends: {', '.join(BACKENDS)})")
         if (mesh is not None or shard) and backend != "jax":
             raise TLError(f"mesh and shard are options of the jax backend, not of '{backend}'")
+        hit = None if mesh is not None or shard else self._compiled.get(backend)
+        if hit is not None:
+            return hit
+        return limits.run(self._compile, backend, mesh, shard, where=_at_def(self))
+
+    def _compile(self, backend: str, mesh: Any,
+                 shard: Mapping[str, Sequence[Any]] | None) -> "Compiled":
         if mesh is not None or shard:
             return Compiled(self, backend, _backend_module(backend).compile_program(
                 pipeline.run_to(self.program(), pipeline.FINAL), mesh=mesh, shard=shard))
-        hit = self._compiled.get(backend)
-        if hit is not None:
-            return hit
         if backend == "interp":
             core = self.core()
             run = interp.interpret
@@ -549,10 +564,12 @@ class Function:
         self._compiled[backend] = out
         return out
 
+    @limits.entry(_at_def)
     def generated_source(self, backend: str = "numba") -> str:
         """The source a compiled backend generates for this function (`tl show --stage numba`)."""
         return _backend_module(backend).generated_source(self.final_program())
 
+    @limits.entry(_at_def)
     def final_program(self) -> Any:
         """The program as it will run (after `pipeline.FINAL`), from the front
         cache when this definition was compiled before (see `final_program`)."""
@@ -565,10 +582,12 @@ class Function:
 
     # -- inspection ------------------------------------------------------------------------
 
+    @limits.entry(_at_def)
     def run_to(self, stage: str) -> Any:
         """The program after `stage` of the pipeline (a core Def or a Tensor-SSA program)."""
         return pipeline.run_to(self.program(), stage)
 
+    @limits.entry(_at_def)
     def show(self, stage: str = "parsed", unicode: bool = False) -> str:
         """The program at `stage` as text (`.tl` syntax, or Unicode notation); `stage`
         "numba" or "cuda": the kernel source that backend generates (as `tl show`)."""
@@ -576,6 +595,7 @@ class Function:
             return self.generated_source(stage)
         return pipeline.show(self.program(), stage, unicode=unicode)
 
+    @limits.entry(_at_def)
     def cost(self, given: Mapping[str, Any] | None = None, /, stage: Any = None,
              **args: Any) -> Any:
         """Exact SPEC 3 cost for the given sizes (and relations; arrays give their sizes).
@@ -599,6 +619,7 @@ class Function:
         """The stage `cost` uses by default: the program as it will run."""
         return pipeline.FINAL
 
+    @limits.entry(_at_def)
     def cost_formula(self, stage: str | None = None) -> Any:
         """The exact cost at `stage` (default: as it will run) as formulas in the sizes: a
         `CostFormula` (tensorlang/semantics/cost_formula.py; `str()` is the total as a Python
@@ -624,10 +645,16 @@ class Compiled:
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         bound = self.function.bind(*args, **kwargs)
         memory.check(self._estimated(), bound, self.function.name)  # before any allocation
+        if self.backend == "interp":  # the interpreter recurses over the program
+            return to_python(limits.run(self._run, bound, where=_at_def(self.function)))
         return to_python(self._run(bound))
 
     def _estimated(self) -> Def:
-        return memory_program(self.function, self.backend)
+        found = getattr(self, "_estimate_program", None)  # kept: no worker per call
+        if found is None:
+            found = self._estimate_program = limits.run(
+                memory_program, self.function, self.backend, where=_at_def(self.function))
+        return found
 
 
 def memory_program(fn: Function, backend: str) -> Def:
@@ -760,6 +787,7 @@ class DerivedFunction(Function):
         """The derivation and its base function's text: no derivative is computed for it."""
         return f"{self.kind}({', '.join(self.wrt)}) as {self.name}\n{self.base.cache_text()}"
 
+    @limits.entry(_at_def)
     def cost_bound(self, given: Mapping[str, Any] | None = None, /,
                    **args: Any) -> tuple[int, int | None, str]:
         """(C(f) of the base function as compiled, the theorem's bound on this function's
@@ -906,8 +934,8 @@ def check_source(text: str, filename: str = "<string>") -> Any:
         if checked is None:
             from tensorlang.syntax import parser   # Lark: imported only to parse
 
-            checked = typecheck.check_module(parser.parse_module(text, filename), filename,
-                                             derive=pipeline.derived_core)
+            checked = limits.run(lambda: typecheck.check_module(
+                parser.parse_module(text, filename), filename, derive=pipeline.derived_core))
             cache.put_checked(key, checked)
         _CHECKED[key] = checked
     return checked
@@ -986,5 +1014,6 @@ def from_def(d: Def, earlier: Sequence["Def | Function"] = ()) -> Function:
     if not isinstance(d, Def):
         raise TLError(f"from_def expects a tensorlang Def, got {type(d).__name__}")
     defs = [e.source if isinstance(e, Function) else e for e in earlier]
-    checked = typecheck.check_module([*defs, d], "<dsl>", derive=pipeline.derived_core)
+    checked = limits.run(typecheck.check_module, [*defs, d], "<dsl>",
+                       derive=pipeline.derived_core, where=d.loc)
     return module_from_checked(checked, "<dsl>")[d.name]
