@@ -930,14 +930,19 @@ def check_source(text: str, filename: str = "<string>") -> Any:
     key = cache.key_of("checked module", filename, text)
     checked = _CHECKED.get(key)
     if checked is None:
-        checked = cache.get_checked(key)
-        if checked is None:
-            from tensorlang.syntax import parser   # Lark: imported only to parse
+        # On the worker: unpickling, checking and pickling all recurse as deep as the program.
+        checked = _CHECKED[key] = limits.run(lambda: _load_or_check(key, text, filename))
+    return checked
 
-            checked = limits.run(lambda: typecheck.check_module(
-                parser.parse_module(text, filename), filename, derive=pipeline.derived_core))
-            cache.put_checked(key, checked)
-        _CHECKED[key] = checked
+
+def _load_or_check(key: str, text: str, filename: str) -> Any:
+    checked = cache.get_checked(key)
+    if checked is None:
+        from tensorlang.syntax import parser   # Lark: imported only to parse
+
+        checked = typecheck.check_module(parser.parse_module(text, filename), filename,
+                                         derive=pipeline.derived_core)
+        cache.put_checked(key, checked)
     return checked
 
 
