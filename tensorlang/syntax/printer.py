@@ -19,7 +19,8 @@ import math
 from typing import Any
 
 from tensorlang.ir.ast import (
-    Access, Add, Affine, And, Call, Cmp, Const, Contract, Def, DefCall, DerivedDef, Exists, Gen,
+    Access, Add, Affine, And, Call, Cmp, Const, Contract, Def, DefCall, DerivedDef, Exists,
+    Extremum, Gen,
     Iverson, Let, Mul, Node, Or, Pair, Param, PFalse, Pred, Proj, PTrue, RelCall, Sum, TArr,
     TPair, TReal, TRel, TSize, Var,
 )
@@ -31,9 +32,9 @@ LOWEST, OR, AND, CMP, ADD, MUL, UNARY, POW, POSTFIX, ATOM = range(10)
 BINDER = -1  # gen / sum / let / exists: bare only in a tail position accepting a unary
 INDENT = "    "
 
-_TL = {"gen": "gen", "sum": "sum", "exists": "exists", "mul": " * ", "guard": " * ",
+_TL = {"max": "max", "min": "min", "gen": "gen", "sum": "sum", "exists": "exists", "mul": " * ", "guard": " * ",
        "<": "<", "<=": "<=", "==": "==", "!=": "!=", "and": "and", "or": "or", "pow": " ** "}
-_UNICODE = {"gen": "⊞", "sum": "Σ", "exists": "∃", "mul": "·", "guard": "·",
+_UNICODE = {"max": "max", "min": "min", "gen": "⊞", "sum": "Σ", "exists": "∃", "mul": "·", "guard": "·",
             "<": "<", "<=": "≤", "==": "=", "!=": "≠", "and": "∧", "or": "∨", "pow": "^"}
 
 
@@ -113,7 +114,7 @@ class _Printer:
 
     def prec(self, e: Node) -> int:
         """The precedence of e's printed form (BINDER for gen/sum/let)."""
-        if isinstance(e, (Gen, Sum, Let)):
+        if isinstance(e, (Gen, Sum, Let, Extremum)):
             return BINDER
         if isinstance(e, Add):
             return ADD
@@ -176,7 +177,7 @@ class _Printer:
             if not e.idx:
                 return base  # `e[]` has no syntax; an empty access is e itself
             return f"{base}[{', '.join(self.affine(a) for a in e.idx)}]"
-        if isinstance(e, (Gen, Sum)):
+        if isinstance(e, (Gen, Sum, Extremum)):
             return self.binder(e, tail)
         if isinstance(e, Let):
             value = self.expr(e.value, LOWEST, True)
