@@ -326,3 +326,22 @@ def test_cuda_backend_under_the_simulator(tmp_path):
     proc = subprocess.run([sys.executable, "-c", CUDA_SCRIPT.format(path=__file__)],
                           env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
+
+
+# -- REPL ----------------------------------------------------------------------------------------
+
+
+def test_repl_evaluates_the_new_forms():
+    from tensorlang.repl import Repl
+
+    r = Repl(seed=1)
+    assert r.handle(":set x = rand(4)") == "x : R[4]"
+    x = r.values["x"].value
+    assert float(r.handle("max j:4. x[j]")) == pytest.approx(x.max(), rel=1e-12)
+    assert float(r.handle("min j:4. x[j]")) == pytest.approx(x.min(), rel=1e-12)
+    assert float(r.handle("sum j:4. if x[j] > 0 then x[j] else 0.0")) == \
+        pytest.approx(np.maximum(x, 0.0).sum(), rel=1e-12)
+    assert float(r.handle("sum j:3. [1.0, 5.0, 2.0][j]")) == 8.0
+    assert float(r.handle("2.0 ** x[0]")) == pytest.approx(2.0 ** x[0], rel=1e-12)
+    assert r.handle(":type [1.0, 2.0]") == "R[2]"
+    assert {"max", "min", "if", "then", "else", "not", "where"} <= set(r.completions())
