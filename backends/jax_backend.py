@@ -272,8 +272,8 @@ class JaxEmitter:
             full = f"tl_full({self.expanded(rhs.operands[0], inner)}, {box})"
             empty = num(ast.EXTREMA[rhs.op].EMPTY)
             red = f"jnp.{rhs.op}({full}, axis=-1, initial={empty})"
-            outer = _Scope({n: (p, f"{box}[{p}]") for p, n in enumerate(gen)}, box, True,
-                           rhs.ranges())
+            outer = _Scope({n: (p, f"{box}[{p}]") for p, n in enumerate(gen)},
+                           f"{box}[:{len(gen)}]", True, rhs.ranges(), "o")
             body = [f"{name} = tl_full({self.masked(rhs.pred, red, outer)}, {shape})"]
         else:
             scope = _Scope({n: (p, f"{box}[{p}]") for p, n in enumerate(gen)}, box, True,
