@@ -562,7 +562,8 @@ def format_theorem_table(rows: Iterable[TheoremRow]) -> str:
     return _table(table, left=3) + ("\n" + "\n".join(out) if out else "")
 
 
-__all__ = ["OPEN_COST", "Rule", "RuleReport", "RULES", "register", "load_rule_modules", "values_close",
+__all__ = ["OPEN_COST", "Rule", "RuleReport", "RULES", "register", "load_rule_modules",
+           "values_close",
            "compare", "check_instance", "check_rule", "check_all", "all_ok", "format_table",
            "PassEntry", "PassReport", "PASSES", "register_pass", "check_pass_instance",
            "check_pass", "check_passes", "format_pass_table", "Verdict", "TheoremRow",

@@ -41,14 +41,15 @@ from typing import Callable, Iterable, Mapping, Union
 
 from tensorlang.ir.ast import (
     REAL, Access, Add, Affine, Call, Cmp, Cond, CondAnd, CondCmp, CondNot, CondOr, CondPred, Const,
-    Def, DefCall, DerivedDef, Exists, Expr, Extremum, Gen, IfThen, Iverson,
-    Let, Mul, Node, Pair, Param, Pred, Proj, PTrue, RelCall, Sum, TArr, TPair, TReal, TRel, TSize,
-    Type, Var, binder_name, fresh, map_fields, pred_and, pred_not, scalar_of, shape_of, subst,
+    Def, DefCall, DerivedDef, Exists, Expr, Extremum, Gen, IfThen, Iverson, Let, Mul, Node, Pair,
+    Param, Pred, Proj, PTrue, RelCall, Sum, TArr, TPair, TReal, TRel, TSize, Type, Var,
+    binder_name, cmp_pred, fresh, map_fields, pred_and, pred_not, scalar_of, shape_of, subst,
     tensor, walk,
 )
 from tensorlang.syntax.errors import Loc, TypeCheckError
 from tensorlang.check.typecheck import (
-    INDEX, SIZE, DeriveCore, TLWarning, TypeEnv, role_text, access_result, access_warning, builtin_arity,
+    INDEX, SIZE, DeriveCore, TLWarning, TypeEnv, role_text, access_result, access_warning,
+    builtin_arity,
     check_affine, check_pred, check_size, format_type, param_env, pick_loc, prove_nonneg, type_of,
 )
 
@@ -283,15 +284,6 @@ _SELECT_ARGS: dict[str, tuple[int, int]] = {">=": (0, 0), "<=": (1, 0), ">": (1,
 _INDEX_ROLES = frozenset({INDEX, SIZE})
 
 
-def _cmp_pred(op: str, a: Affine, b: Affine) -> Pred:
-    """`a op b` as an index predicate (`>`, `>=`, `!=` are sugar)."""
-    if op in ("<", "<=", "=="):
-        return Cmp(op, a, b)
-    if op in (">", ">="):
-        return Cmp("<" if op == ">" else "<=", b, a)
-    return Or(Cmp("<", a, b), Cmp("<", b, a))
-
-
 def _signature_text(params: Iterable[Param]) -> str:
     return ", ".join(f"{p.name}: {format_type(p.type)}" for p in params)
 
@@ -487,7 +479,7 @@ class _Elaborator:
                 return None
             lhs, rhs = sides
             assert lhs is not None and rhs is not None
-            p = _cmp_pred(c.op, lhs, rhs)
+            p = cmp_pred(c.op, lhs, rhs)
             check_pred(p, env, loc)
             return p
         if isinstance(c, (CondAnd, CondOr)):

@@ -828,6 +828,17 @@ def pred_or(*ps: Pred) -> Pred:
     return out if out is not None else PFalse()
 
 
+def cmp_pred(op: str, a: Affine, b: Affine, loc: Loc | None = None) -> Pred:
+    """`a op b` for any of `< <= == > >= !=` (the last three are sugar)."""
+    if op in ("<", "<=", "=="):
+        return Cmp(op, a, b, loc=loc)
+    if op in (">", ">="):
+        return Cmp("<" if op == ">" else "<=", b, a, loc=loc)
+    if op == "!=":
+        return Or(Cmp("<", a, b, loc=loc), Cmp("<", b, a, loc=loc), loc=loc)
+    raise ValueError(f"bad comparison {op!r}")
+
+
 def pred_not(p: Pred) -> Pred | None:
     """The negation of an index predicate, or None where the grammar cannot say it (a
     relation call or `exists` under `not`)."""

@@ -680,13 +680,7 @@ class _Converter:
 
     def p_cmp(self, t: Tree) -> Pred:
         a_t, op, b_t = t.children
-        a, b = self.affine(a_t), self.affine(b_t)
-        loc = self.loc(t)
-        if op in ("<", "<=", "=="):
-            return Cmp(str(op), a, b, loc=loc)
-        if op in (">", ">="):
-            return Cmp("<" if op == ">" else "<=", b, a, loc=loc)
-        return Or(Cmp("<", a, b, loc=loc), Cmp("<", b, a, loc=loc), loc=loc)  # !=
+        return ast.cmp_pred(str(op), self.affine(a_t), self.affine(b_t), self.loc(t))
 
     def p_call(self, t: Tree) -> Pred:
         name, arg_list = t.children

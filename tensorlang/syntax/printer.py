@@ -32,9 +32,11 @@ LOWEST, OR, AND, CMP, ADD, MUL, UNARY, POW, POSTFIX, ATOM = range(10)
 BINDER = -1  # gen / sum / let / exists: bare only in a tail position accepting a unary
 INDENT = "    "
 
-_TL = {"max": "max", "min": "min", "gen": "gen", "sum": "sum", "exists": "exists", "mul": " * ", "guard": " * ",
+_TL = {"max": "max", "min": "min",
+       "gen": "gen", "sum": "sum", "exists": "exists", "mul": " * ", "guard": " * ",
        "<": "<", "<=": "<=", "==": "==", "!=": "!=", "and": "and", "or": "or", "pow": " ** "}
-_UNICODE = {"max": "max", "min": "min", "gen": "⊞", "sum": "Σ", "exists": "∃", "mul": "·", "guard": "·",
+_UNICODE = {"max": "max", "min": "min",
+            "gen": "⊞", "sum": "Σ", "exists": "∃", "mul": "·", "guard": "·",
             "<": "<", "<=": "≤", "==": "=", "!=": "≠", "and": "∧", "or": "∨", "pow": "^"}
 
 

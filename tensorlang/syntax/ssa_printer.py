@@ -8,8 +8,8 @@ from tensorlang.ir import ast
 from tensorlang.ir.ast import (Affine, And, Cmp, Exists, Or, PFalse, Pred, PTrue, RelCall, TArr,
                                TPair, TReal, TRel, TSize, Type)
 from tensorlang.ir.canon import conjuncts, disjuncts
-from tensorlang.ir.tssa import (AddRhs, ConstRhs, ExtremeRhs, Input, MapRhs, Operand, Out, Program, Rhs,
-                                Stmt, SumRhs, soa_type)
+from tensorlang.ir.tssa import (AddRhs, ConstRhs, ExtremeRhs, Input, MapRhs, Operand, Out,
+                                Program, Rhs, Stmt, SumRhs, soa_type)
 from tensorlang.syntax.printer import to_tl
 
 
