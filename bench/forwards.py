@@ -23,6 +23,7 @@ class Ops:
     xp: Any                                    # jax.numpy or torch
     concatenate: Callable[..., Any]            # (arrays, axis)
     eye_bool: Callable[[int], Any]
+    rowmax: Callable[[Any], Any]               # max over axis 1, kept as a column
 
 
 PARAMS: dict[str, tuple[str, ...]] = {
@@ -31,6 +32,7 @@ PARAMS: dict[str, tuple[str, ...]] = {
     "imgarap": ("U", "V", "T"), "nbody": ("P", "m"), "nnmatfac": ("A", "W", "H"),
     "logreg": ("X", "y", "w"), "matfac": ("Om", "T", "U", "V"), "masked": ("E", "A"),
     "trace_diag": ("x",), "row_col": ("X",), "skip_one": ("x",), "dead_code": ("x", "A"),
+    "maxpool": ("X",), "attention": ("Q", "K", "V"), "huber": ("X", "w", "y"),
 }
 # Workloads whose function is itself a derivative of another: (function, derivative kind,
 # wrt, names of the extra inputs); each system builds them with its own AD.
@@ -136,9 +138,35 @@ def dead_code(ops: Ops, x: Any, A: Any) -> Any:
     return x @ x
 
 
+def maxpool(ops: Ops, X: Any) -> Any:
+    """2x2 max-pooling, then the squared norm (examples/maxpool.tl)."""
+    xp = ops.xp
+    P = xp.maximum(xp.maximum(X[0::2, 0::2], X[0::2, 1::2]),
+                   xp.maximum(X[1::2, 0::2], X[1::2, 1::2]))
+    return (P * P).sum()
+
+
+def attention(ops: Ops, Q: Any, K: Any, V: Any) -> Any:
+    """Softmax attention with the row maximum subtracted (examples/attention.tl)."""
+    xp = ops.xp
+    S = Q @ K.T
+    E = xp.exp(S - ops.rowmax(S))
+    O = (E @ V) / E.sum(1)[:, None]
+    return (O * O).sum()
+
+
+def huber(ops: Ops, X: Any, w: Any, y: Any) -> Any:
+    """The Huber loss of a linear model (examples/piecewise.tl)."""
+    xp = ops.xp
+    r = X @ w - y
+    a = xp.abs(r)
+    return xp.where(a <= 1.0, 0.5 * r * r, a - 0.5).sum()
+
+
 FORWARDS: dict[str, Callable[..., Any]] = {
     "qform": qform, "qform2": qform2, "conv": conv, "deconv_loss": deconv_loss,
     "arap_residuals": arap_residuals, "imgarap": imgarap, "nbody": nbody,
     "nnmatfac": nnmatfac, "logreg": logreg, "matfac": matfac, "masked": masked,
     "trace_diag": trace_diag, "row_col": row_col, "skip_one": skip_one, "dead_code": dead_code,
+    "maxpool": maxpool, "attention": attention, "huber": huber,
 }

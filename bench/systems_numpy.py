@@ -294,11 +294,64 @@ def dead_code_grad(a: Args) -> np.ndarray:
     return 2.0 * a["x"]
 
 
+# -- SPEC 12: max-pool, softmax attention, Huber loss ------------------------------------------
+
+def maxpool(a: Args) -> float:
+    X = a["X"]
+    P = X.reshape(X.shape[0] // 2, 2, X.shape[1] // 2, 2).max(axis=(1, 3))
+    return float(np.sum(P * P))
+
+
+def maxpool_grad(a: Args) -> np.ndarray:
+    """Tied maximisers share the derivative equally (JAX's convention, SPEC 12)."""
+    X = a["X"]
+    W = X.reshape(X.shape[0] // 2, 2, X.shape[1] // 2, 2)
+    P = W.max(axis=(1, 3), keepdims=True)
+    hit = (W == P).astype(np.float64)
+    G = hit * (2.0 * P / hit.sum(axis=(1, 3), keepdims=True))
+    return G.reshape(X.shape)
+
+
+def _attention_parts(a: Args) -> tuple[np.ndarray, np.ndarray]:
+    S = a["Q"] @ a["K"].T
+    E = np.exp(S - S.max(axis=1, keepdims=True))
+    A = E / E.sum(axis=1, keepdims=True)
+    return A, A @ a["V"]
+
+
+def attention(a: Args) -> float:
+    if a["Q"].shape[0] == 0:
+        return 0.0
+    _, O = _attention_parts(a)
+    return float(np.sum(O * O))
+
+
+def attention_grad(a: Args) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """dO = 2 O; dV = A^T dO; dS = A * (dA - rowsum(dA * A)) with dA = dO V^T (the row
+    maximum cancels); dQ = dS K, dK = dS^T Q."""
+    A, O = _attention_parts(a)
+    dO = 2.0 * O
+    dA = dO @ a["V"].T
+    dS = A * (dA - np.sum(dA * A, axis=1, keepdims=True))
+    return dS @ a["K"], dS.T @ a["Q"], A.T @ dO
+
+
+def huber(a: Args) -> float:
+    r = a["X"] @ a["w"] - a["y"]
+    return float(np.sum(np.where(np.abs(r) <= 1.0, 0.5 * r * r, np.abs(r) - 0.5)))
+
+
+def huber_grad(a: Args) -> np.ndarray:
+    r = a["X"] @ a["w"] - a["y"]
+    return a["X"].T @ np.where(np.abs(r) <= 1.0, r, np.sign(r))
+
+
 FORWARD: dict[str, Callable[[Args], Any]] = {
     "qform": qform, "qform2": qform2, "conv": conv, "deconv_loss": deconv_loss,
     "arap_residuals": arap_residuals, "imgarap": imgarap, "arap_gn": arap_gn, "nbody": nbody,
     "nnmatfac": nnmatfac, "logreg": logreg, "matfac": matfac, "masked": masked,
     "trace_diag": trace_diag, "row_col": row_col, "skip_one": skip_one, "dead_code": dead_code,
+    "maxpool": maxpool, "attention": attention, "huber": huber,
 }
 
 DERIVATIVES: dict[tuple[str, str], Callable[[Args], Any]] = {
@@ -313,6 +366,8 @@ DERIVATIVES: dict[tuple[str, str], Callable[[Args], Any]] = {
     ("masked", "grad"): masked_grad,
     ("trace_diag", "grad"): trace_diag_grad, ("row_col", "grad"): row_col_grad,
     ("skip_one", "grad"): skip_one_grad, ("dead_code", "grad"): dead_code_grad,
+    ("maxpool", "grad"): maxpool_grad, ("attention", "grad"): attention_grad,
+    ("huber", "grad"): huber_grad,
 }
 
 

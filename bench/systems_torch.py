@@ -29,7 +29,8 @@ def _ops() -> forwards.Ops:
     import torch
 
     return forwards.Ops(torch, lambda arrs, axis: torch.cat(arrs, axis),
-                        lambda n: torch.eye(n, dtype=torch.bool))
+                        lambda n: torch.eye(n, dtype=torch.bool),
+                        lambda a: torch.amax(a, dim=1, keepdim=True))
 
 
 def derivative_fn(kind: str, f: Callable[..., Any], idx: tuple[int, ...],

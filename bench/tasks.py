@@ -122,6 +122,11 @@ def _tasks() -> dict[str, Task]:
         Task("row_col", (Deriv(G, ("X",), "row_col_grad"),)),
         Task("skip_one", (Deriv(G, ("x",), "skip_one_grad"),)),
         Task("dead_code", (Deriv(G, ("x",), "dead_code_grad"),)),
+        # SPEC 12: max/min reductions, selection
+        Task("maxpool", (Deriv(G, ("X",), "maxpool_grad"),), note="N: the pooled side"),
+        Task("attention", (Deriv(G, ("Q", "K", "V"), "attention_grad"),), max_n=1000,
+             note="D = 4; the N x N score matrix is materialised"),
+        Task("huber", (Deriv(G, ("w",), "huber_grad"),), note="N = 2M rows"),
     ]
     workloads = load_numpy_ref().WORKLOADS
     out: dict[str, Task] = {}

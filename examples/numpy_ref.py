@@ -145,6 +145,27 @@ def dead_code(a: Args) -> float:
     return float(a["x"] @ a["x"])
 
 
+def maxpool(a: Args) -> float:
+    X = a["X"]
+    h, w = X.shape[0] // 2, X.shape[1] // 2
+    P = X.reshape(h, 2, w, 2).max(axis=(1, 3))
+    return float(np.sum(P * P))
+
+
+def attention(a: Args) -> float:
+    S = a["Q"] @ a["K"].T
+    if S.size == 0:
+        return 0.0
+    E = np.exp(S - S.max(axis=1, keepdims=True))
+    O = (E @ a["V"]) / E.sum(axis=1, keepdims=True)
+    return float(np.sum(O * O))
+
+
+def huber(a: Args) -> float:
+    r = a["X"] @ a["w"] - a["y"]
+    return float(np.sum(np.where(np.abs(r) <= 1.0, 0.5 * r * r, np.abs(r) - 0.5)))
+
+
 def _vec_mat(N: int, rng: np.random.Generator) -> Args:
     return {"N": N, "x": _u(rng, N), "A": _u(rng, N, N)}
 
@@ -219,6 +240,15 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
              lambda s, r: {"N": s["N"], "x": _u(r, s["N"])}, skip_one),
     Workload("dead_code", "pathological.tl", "dead_code", lambda n: {"N": n},
              lambda s, r: _vec_mat(s["N"], r), dead_code),
+    Workload("maxpool", "maxpool.tl", "maxpool", lambda n: {"H": n, "W": n},
+             lambda s, r: {"H": s["H"], "W": s["W"], "X": _u(r, 2 * s["H"], 2 * s["W"])},
+             maxpool),
+    Workload("attention", "attention.tl", "attention", lambda n: {"N": n, "D": 4},
+             lambda s, r: {"N": s["N"], "D": s["D"], **{k: _u(r, s["N"], s["D"])
+                                                         for k in "QKV"}}, attention),
+    Workload("huber", "piecewise.tl", "huber", lambda n: {"N": 2 * n, "M": n},
+             lambda s, r: {"N": s["N"], "M": s["M"], "X": _u(r, s["N"], s["M"]),
+                           "w": _u(r, s["M"], lo=-2.0, hi=2.0), "y": _u(r, s["N"])}, huber),
 ]}
 
 

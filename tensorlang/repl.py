@@ -32,10 +32,10 @@ from tensorlang.ir import ast
 from tensorlang.ir.ast import Affine, Param, TRel, TSize, Type
 from tensorlang.syntax.errors import Loc, ResourceError, TLError
 from tensorlang.syntax import limits
+from tensorlang.syntax.parser import KEYWORDS as GRAMMAR_KEYWORDS
 
 COMMANDS = (":load", ":set", ":type", ":show", ":cost", ":vars", ":help", ":quit")
-KEYWORDS = ("def", "return", "gen", "sum", "let", "in", "and", "or", "exists", "size", "rel",
-            "R", "rand", "load", *ast.DERIVED_KINDS)
+KEYWORDS = (*sorted(GRAMMAR_KEYWORDS), "R", "where", "rand", "load", *ast.DERIVED_KINDS)
 HELP = """\
 def f(N: size, x: R[N]) -> R:   define a function (end the definition with a blank line)
     return sum i:N. x[i]

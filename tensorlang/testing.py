@@ -57,9 +57,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from tensorlang.ir.ast import (
-    BUILTINS, REAL, Access, Add, Affine, And, Call, Cmp, Const, Def, Exists, Expr, Gen, Iverson,
-    Let, Mul, Or, Pair, Param, PFalse, Pred, Proj, PTrue, RelCall, Sum, TArr, TPair, TReal, TRel,
-    TSize, Type, Var, free_vars, scalar_of, shape_of, tensor,
+    BUILTINS, EXTREMA, REAL, Access, Add, Affine, And, Call, Cmp, Const, Def, Exists, Expr, Gen,
+    Iverson, Let, Mul, Or, Pair, Param, PFalse, Pred, Proj, PTrue, RelCall, Sum, TArr, TPair,
+    TReal, TRel, TSize, Type, Var, free_vars, scalar_of, shape_of, tensor,
 )
 from tensorlang.syntax.errors import ShapeError, TLError
 
@@ -76,13 +76,15 @@ REL_NAMES = ("E", "F", "G", "H")
 INDEX_BASES = ("i", "j", "k", "l", "m")
 
 # Not differentiable everywhere (kinks, or steps: the derivative helpers of ast.BUILTINS).
-KINKED = frozenset({"abs", "relu", "max", "min", "step", "sign", "ge", "gt"})
+KINKED = frozenset({"abs", "relu", "max", "min", "step", "sign", "ge", "gt", "sel_ge"})
 # The builtins the generator knows the safe domain of, in shrinking preference (simplest
 # first): SPEC 2.3's, then the derivative helpers that derivative programs call.  A builtin
 # added to ast.BUILTINS later is not generated until it is listed here.
 _BUILTIN_ORDER = ("square", "tanh", "sin", "cos", "exp", "log", "sqrt", "recip", "pow",
                   "sigmoid", "softplus", "tan", "abs", "relu", "max", "min",
-                  "dtanh", "dsigmoid", "dtan", "step", "sign", "ge", "gt")
+                  "dtanh", "dsigmoid", "dtan", "step", "sign", "ge", "gt",
+                  # `if c then a else b` / `where` with a value condition (SPEC 12)
+                  "sel_ge")
 GENERATED_BUILTINS = frozenset(_BUILTIN_ORDER) & frozenset(BUILTINS)
 SURFACE_BUILTINS = frozenset(_BUILTIN_ORDER[:16])          # SPEC 2.3's list
 SMOOTH_BUILTINS = GENERATED_BUILTINS - KINKED
@@ -121,6 +123,10 @@ class GenOptions:
     dead_lets: bool = False
     invariant_sums: bool = False
     mixed_indices: bool = False
+    # max/min reductions `max i:n. e` (SPEC 12; kinked, so not with `smooth`).  Off in
+    # `theorem_programs()`: the equal split of ties cannot meet Theorem 6.1's constant for
+    # cheap bodies (docs/derivatives.md, tests/test_catalogue.py).
+    extremes: bool = True
 
     def __post_init__(self) -> None:
         unknown = set(self.builtins) - GENERATED_BUILTINS
@@ -487,6 +493,7 @@ class _Gen:
             if depth > 0:
                 kinds += ["mul", "sum", "call", "mul", "sum", "iverson", "call", "mul", "sum",
                           "access", "call", "iverson", "mul", "call"]
+                kinds += ["extreme"] if o.extremes and not o.smooth else []
                 kinds += ["add", "add", "add"] if budget >= 2 else []
         elif isinstance(t, TArr):
             kinds = ["gen"] + var
@@ -577,6 +584,16 @@ class _Gen:
         inner = sc if invariant else sc.with_index(i, n)
         body, b = self.expr(REAL, inner, depth - 1, budget / v)
         return Sum(i, n, body), b * v
+
+    def _extreme(self, t: Type, sc: Scope, depth: int, budget: float) -> tuple[Expr, float]:
+        """`[0 < n] * max i:n. e` (or min): bounded like its body (the guard keeps the
+        empty range's -inf out of generated values; tests cover it separately)."""
+        n = self.size_expr(sc, cap=budget)
+        i = self.names.index()
+        body, b = self.expr(REAL, sc.with_index(i, n), depth - 1, budget)
+        red = EXTREMA[self.pick(["max", "min"])](i, n, body)
+        return (red if n.is_const() and n.const > 0 else
+                Iverson(Cmp("<", Affine.lit(0), n), red)), b
 
     def _gen(self, t: Type, sc: Scope, depth: int, budget: float) -> tuple[Expr, float]:
         assert isinstance(t, TArr)
@@ -670,6 +687,12 @@ class _Gen:
             a, ba = self.expr(REAL, sc, d, budget)
             b, bb = self.expr(REAL, sc, d, budget)
             return Call(fn, (a, b), ()), max(ba, bb)
+        if fn == "sel_ge":   # `if a >= b then x else y`
+            a, _ = self.expr(REAL, sc, d, budget)
+            b, _ = self.expr(REAL, sc, d, budget)
+            x, bx = self.expr(REAL, sc, d, budget)
+            y, by = self.expr(REAL, sc, d, budget)
+            return Call(fn, (a, b, x, y), ()), max(bx, by)
         if fn == "log":
             a, lo, hi = self.positive(sc, d, math.exp(-budget), math.exp(min(budget, 30.0)))
             return Call(fn, (a,), ()), max(abs(math.log(lo)), abs(math.log(hi)))
@@ -818,6 +841,7 @@ def theorem_programs(max_size: int = 5, max_depth: int = 3, max_statements: int 
     `T0[k + 2]`, `y[M - k - 1]`).  Differentiate in every input: all four are real."""
     for shape in ("dead_lets", "invariant_sums", "mixed_indices"):
         options.setdefault(shape, True)
+    options.setdefault("extremes", False)
     opts = _options(max_size=max_size, max_depth=max_depth, no_pairs=True, no_relations=True,
                     **options)
 

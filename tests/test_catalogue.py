@@ -33,7 +33,7 @@ from tensorlang.proofs.catalogue import (
 from tensorlang.proofs.rules_derivative import FORMS, PARAMS, N, derivative_rule
 from tensorlang.proofs.rules_normalize import NORMALIZE_RULES
 
-EXPECTED = ("L1 L2 L3 L4 L5 L6 L7 L8 L9 P0 P1 P2 P3 P4 P5 P6 P7 P8 G1 G2 G3 G4").split()
+EXPECTED = ("L1 L2 L3 L4 L5 L6 L7 L8 L9 L10 P0 P1 P2 P3 P4 P5 P6 P7 P8 G1 G2 G3 G4").split()
 
 
 def test_every_normalisation_rule_is_registered() -> None:
@@ -150,10 +150,16 @@ ADJ = ["ADJ-input", "ADJ-const", "ADJ-add", "ADJ-map", "ADJ-select", "ADJ-contra
        "ADJ-reduce", "ADJ-fanout"] + [f"ADJ-{b}" for b in BOX_RULES]
 
 
+# max/min reductions (SPEC 12): meaning and normal form hold; the cost bound does not (see
+# test_extreme_rules_cost_bound_is_open below and docs/derivatives.md).
+EXTREME = ["FWD-extreme", "ADJ-extreme"]
+
+
 def test_every_rule_of_the_derivative_registries_is_a_catalogue_entry() -> None:
     load_rule_modules()
-    assert list(JVP_RULES.rules) == FWD and list(VJP_RULES.rules) == ADJ
-    assert set(FORMS) == set(FWD) | set(ADJ)
+    assert list(JVP_RULES.rules) == FWD + EXTREME[:1]
+    assert list(VJP_RULES.rules) == ADJ[:-1] + EXTREME[1:] + ADJ[-1:]
+    assert set(FORMS) == set(FWD) | set(ADJ) | set(EXTREME)
     for table in (JVP_RULES, VJP_RULES):
         for name, rule in table.rules.items():
             entry = RULES[name]
@@ -186,6 +192,22 @@ def test_all_derivative_rules_hold() -> None:
     for r in reports:
         assert r.instances == 15 and r.normal_form_ok is True
         assert math.isnan(r.worst_ratio) or r.worst_ratio <= 1.0
+
+
+def test_extreme_rules_keep_meaning() -> None:
+    reports = check_all(max_examples=15, names=EXTREME)
+    for r in reports:
+        assert r.instances == 15 and r.meaning_ok and r.normal_form_ok is True, \
+            format_table([r])
+
+
+@pytest.mark.xfail(strict=True, reason="open: the equal split of ties (JAX's convention, "
+                   "SPEC 12) costs about 4n per output point against n - 1 for the max "
+                   "itself, so Theorem 6.1's 3 C(f) cannot hold for cheap bodies (n = 1: "
+                   "C(f) = 0); docs/derivatives.md")
+def test_extreme_rules_cost_bound_is_open() -> None:
+    reports = check_all(max_examples=15, names=EXTREME)
+    assert all(r.cost_ok for r in reports), format_table(reports)
 
 
 def _swap_rule(monkeypatch, table, name: str, fn) -> None:

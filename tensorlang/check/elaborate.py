@@ -40,10 +40,11 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Union
 
 from tensorlang.ir.ast import (
-    REAL, Access, Add, Affine, Box, Call, Cmp, Const, Def, DefCall, DerivedDef, Exists, Expr, Gen, Iverson,
-    Let, Mul, Node, Pair, Param, Pred, Proj, PTrue, RelCall, Sum, TArr, TPair, TReal, TRel, TSize,
-    Type, Var, binder_name, fresh, map_fields, pred_and, scalar_of, shape_of, subst, tensor,
-    walk,
+    REAL, Access, Add, Affine, Box, Call, Cmp, Const, Def, DefCall, DerivedDef, Exists, Expr,
+    Gen, Iverson, Let, Mul, Node, Pair, Param, Pred, Proj, PTrue, RelCall, Sum, TArr, TPair,
+    TReal, TRel, TSize, Type, Var, binder_name, fresh, map_fields, pred_and, scalar_of, shape_of,
+    subst, tensor, walk, Cond, CondAnd, CondCmp, CondNot, CondOr, CondPred, Extremum, IfThen,
+    cmp_pred, pred_not,
 )
 from tensorlang.semantics import boxes
 from tensorlang.syntax import printer
@@ -51,6 +52,7 @@ from tensorlang.syntax.errors import Loc, TypeCheckError
 from tensorlang.check import prelude
 from tensorlang.check.typecheck import (
     SIZE, DeriveCore, TLWarning, TypeEnv, role_text, access_result, access_warning, box_type,
+    INDEX,
     builtin_arity,
     check_affine, check_pred, check_size, format_type, param_env, pick_loc, prove_nonneg, type_of,
 )
@@ -166,7 +168,7 @@ def _freshen(e: Expr, new_name: Callable[[str], str]) -> Expr:
             out: Node = Var(ren[n.name], loc=n.loc) if n.name in ren else n
         elif isinstance(n, Affine):
             out = n.rename(ren) if n.vars() & ren.keys() else n
-        elif isinstance(n, (Gen, Sum, Exists, Let)):
+        elif isinstance(n, (Gen, Sum, Exists, Extremum, Let)):
             old = binder_name(n)
             assert old is not None
             inner = {**ren, old: new_name(old)}
@@ -278,6 +280,12 @@ def _expr_affine(e: Expr) -> Affine | None:
         if b.is_const():
             return a * b.const
     return None
+
+
+# `if l op r then a else b` as `sel_ge(x, y, u, v)` (u if x >= y else v): (which side is x,
+# which branch is u), with 0 = lhs / then.  `a > b` is `not (b >= a)`.
+_SELECT_ARGS: dict[str, tuple[int, int]] = {">=": (0, 0), "<=": (1, 0), ">": (1, 1), "<": (0, 1)}
+_INDEX_ROLES = frozenset({INDEX, SIZE})
 
 
 def _signature_text(params: Iterable[Param]) -> str:
@@ -395,8 +403,10 @@ class _Elaborator:
             if e.k not in (0, 1):
                 raise _err(f"projection .{e.k}: pairs have components .0 and .1", loc)
             return Proj(self.core(v, env), e.k, loc=e.loc), (t.a if e.k == 0 else t.b)
-        if isinstance(e, (Gen, Sum)):
+        if isinstance(e, (Gen, Sum, Extremum)):
             return self.binder(e, env, loc)
+        if isinstance(e, IfThen):
+            return self.ifthen(e, env, loc)
         if isinstance(e, Access):
             return self.access(e, env, loc)
         if isinstance(e, Iverson):
@@ -413,8 +423,9 @@ class _Elaborator:
             return self.defcall(e, env, loc)
         raise _err(f"not an expression: {e!r}", loc)
 
-    def binder(self, e: Gen | Sum, env: TypeEnv, loc: Loc | None) -> tuple[Operand, Type]:
-        word = "gen" if isinstance(e, Gen) else "sum"
+    def binder(self, e: Gen | Sum | Extremum, env: TypeEnv,
+               loc: Loc | None) -> tuple[Operand, Type]:
+        word = "gen" if isinstance(e, Gen) else "sum" if isinstance(e, Sum) else e.op
         check_size(e.size, env, loc, f"range of {word} {e.idx}")
         inner = env.with_index(e.idx, e.size)
         v, t = self.expr(e.body, inner, loc)
@@ -422,9 +433,115 @@ class _Elaborator:
         if isinstance(e, Gen):
             return Gen(e.idx, e.size, body, loc=e.loc), TArr(e.size, t)
         if not isinstance(t, TReal):
-            raise _err(f"the body of sum {e.idx} must be R, found {format_type(t)}",
+            raise _err(f"the body of {word} {e.idx} must be R, found {format_type(t)}",
                        pick_loc(e.body.loc, loc))
-        return Sum(e.idx, e.size, body, loc=e.loc), REAL
+        return type(e)(e.idx, e.size, body, loc=e.loc), REAL
+
+    # -- selection (SPEC 12)
+    def ifthen(self, e: IfThen, env: TypeEnv, loc: Loc | None) -> tuple[Operand, Type]:
+        """`if c then a else b`.  An index-only condition p whose negation is an index
+        predicate becomes `[p] * a + [not p] * b` (static; the addition has disjoint supports
+        and costs nothing); otherwise the branches must be R and the condition is evaluated
+        per point: one comparison of reals becomes `sel_ge(l, r, a, b)` (with its arguments
+        arranged for the operator), a compound condition a 0/1 value k and `sel_ge(k, 0.5,
+        a, b)`.  The selection is piecewise constant in differentiation (its tangent selects
+        the branch's tangent); both branches are evaluated, as with numpy's `where`."""
+        p = self.index_cond(e.cond, env, loc)
+        q = pred_not(p) if p is not None else None
+        if p is not None and q is not None:
+            return self.expr(Add(Iverson(p, e.a, loc=loc), Iverson(q, e.b, loc=loc), loc=loc),
+                             env, loc)
+        branches = []
+        for part, word in ((e.a, "then"), (e.b, "else")):
+            v, t = self.expr(part, env, loc)
+            if not isinstance(t, TReal):
+                raise _err(f"the {word} branch of an if whose condition depends on values must "
+                           f"be R, found {format_type(t)} (select elementwise inside a gen)",
+                           pick_loc(part.loc, loc))
+            branches.append(self.core(v, env))
+        a, b = branches
+        c = e.cond
+        if isinstance(c, CondCmp) and p is None and c.op in _SELECT_ARGS:
+            lhs, rhs = self.real_side(c.lhs, c, env, loc), self.real_side(c.rhs, c, env, loc)
+            order = _SELECT_ARGS[c.op]
+            sides, picks = (lhs, rhs), (a, b)
+            args = (sides[order[0]], sides[1 - order[0]], picks[order[1]], picks[1 - order[1]])
+            return Call("sel_ge", args, (), loc=loc), REAL
+        k, lets = self.cond_value(c, env, loc)
+        return _wrap_lets(lets, Call("sel_ge", (k, Const(0.5), a, b), (), loc=loc)), REAL
+
+    def index_cond(self, c: Cond, env: TypeEnv, loc: Loc | None) -> Pred | None:
+        """The condition as an index predicate, or None where it compares values."""
+        loc = pick_loc(c.loc, loc)
+        if isinstance(c, CondPred):
+            check_pred(c.pred, env, loc)
+            return c.pred
+        if isinstance(c, CondCmp):
+            sides = (c.alhs, c.arhs)
+            if any(a is None or any(env.role(v) not in _INDEX_ROLES for v in a.vars())
+                   for a in sides):
+                return None
+            lhs, rhs = sides
+            assert lhs is not None and rhs is not None
+            p = cmp_pred(c.op, lhs, rhs)
+            check_pred(p, env, loc)
+            return p
+        if isinstance(c, (CondAnd, CondOr)):
+            a, b = self.index_cond(c.a, env, loc), self.index_cond(c.b, env, loc)
+            if a is None or b is None:
+                return None
+            return (And if isinstance(c, CondAnd) else Or)(a, b, loc=loc)
+        if isinstance(c, CondNot):
+            a = self.index_cond(c.a, env, loc)
+            return None if a is None else pred_not(a)
+        raise _err(f"not a condition: {c!r}", loc)
+
+    def real_side(self, e: Expr | None, c: CondCmp, env: TypeEnv, loc: Loc | None) -> Expr:
+        loc = pick_loc(c.loc, loc)
+        if e is None:
+            raise _err("a comparison of values needs real expressions on both sides", loc)
+        v, t = self.expr(e, env, loc)
+        if not isinstance(t, TReal):
+            raise _err(f"a comparison in a condition compares reals, found {format_type(t)}",
+                       pick_loc(e.loc, loc))
+        return self.core(v, env)
+
+    def cond_value(self, c: Cond, env: TypeEnv, loc: Loc | None
+                   ) -> tuple[Expr, list[tuple[str, Expr]]]:
+        """The condition as a real 0/1 value (index parts are Iverson brackets `[p] * 1`),
+        with the `let`s that bind compared expressions used twice."""
+        lets: list[tuple[str, Expr]] = []
+
+        def shared(e: Expr) -> Expr:
+            if isinstance(e, (Var, Const)) or (isinstance(e, Access) and isinstance(e.e, Var)):
+                return e
+            name = self.fresh("c")
+            lets.append((name, e))
+            return Var(name)
+
+        def go(c: Cond) -> Expr:
+            cl = pick_loc(c.loc, loc)
+            p = self.index_cond(c, env, cl)
+            if p is not None:
+                return Iverson(p, Const(1.0), loc=cl)
+            if isinstance(c, CondCmp):
+                lhs, rhs = self.real_side(c.lhs, c, env, cl), self.real_side(c.rhs, c, env, cl)
+                if c.op in ("==", "!="):
+                    lhs, rhs = shared(lhs), shared(rhs)
+                    if c.op == "==":
+                        return Mul(Call("ge", (lhs, rhs), ()), Call("ge", (rhs, lhs), ()), loc=cl)
+                    return Add(Call("gt", (lhs, rhs), ()), Call("gt", (rhs, lhs), ()), loc=cl)
+                fn = "ge" if c.op in (">=", "<=") else "gt"
+                return Call(fn, (lhs, rhs) if c.op in (">=", ">") else (rhs, lhs), (), loc=cl)
+            if isinstance(c, CondAnd):
+                return Mul(go(c.a), go(c.b), loc=cl)
+            if isinstance(c, CondOr):
+                return Call("max", (go(c.a), go(c.b)), (), loc=cl)
+            if isinstance(c, CondNot):
+                return Call("gt", (Const(0.5), go(c.a)), (), loc=cl)
+            raise _err("a relation call or exists under 'not' needs an index predicate", cl)
+
+        return go(c), lets
 
     def access(self, e: Access, env: TypeEnv, loc: Loc | None) -> tuple[Operand, Type]:
         v, t = self.expr(e.e, env, loc)

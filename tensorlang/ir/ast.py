@@ -471,7 +471,99 @@ def split_dims(ranks: Iterable[int], dims: Sequence[Affine]) -> list[tuple[Affin
     return out
 
 
-BINDERS = (Gen, Sum)
+class Extremum(Expr):
+    """`max idx:size. body` / `min idx:size. body` (SPEC 12): the largest (smallest) value of
+    the scalar body over the range; -inf (+inf) when the range is empty.  `Max` and `Min` share
+    the field layout of `Sum`, so binder-generic code rebuilds them with `type(e)(idx, size,
+    body)`."""
+
+    __slots__ = ("idx", "size", "body")
+    _fields = ("idx", "size", "body")
+    idx: str
+    size: Affine
+    body: Expr
+    op: ClassVar[str] = ""
+    EMPTY: ClassVar[float] = 0.0
+
+
+class Max(Extremum):
+    __slots__ = ()
+    op = "max"
+    EMPTY = float("-inf")
+
+
+class Min(Extremum):
+    __slots__ = ()
+    op = "min"
+    EMPTY = float("inf")
+
+
+EXTREMA: dict[str, type] = {"max": Max, "min": Min}
+
+# -- surface-only selection (SPEC 12): `if c then e1 else e2` and `where(c, e1, e2)`.  The
+# parser cannot tell `i < j` (an index predicate) from `a < b` (a comparison of reals), so a
+# condition keeps both readings of each comparison; `tensorlang.check.elaborate` decides with
+# the roles of the names and lowers `IfThen` to Iverson brackets or to a `sel_ge` call.
+
+
+class Cond(Expr):
+    """Base of the surface conditions of `IfThen`."""
+
+    __slots__ = ()
+
+
+class CondCmp(Cond):
+    """`lhs op rhs` (op one of < <= > >= == !=), each side as a value expression and, where
+    it parses as one, as an affine index expression (`None` where it does not)."""
+
+    __slots__ = ("op", "lhs", "rhs", "alhs", "arhs")
+    _fields = ("op", "lhs", "rhs", "alhs", "arhs")
+    op: str
+    lhs: Expr | None
+    rhs: Expr | None
+    alhs: Affine | None
+    arhs: Affine | None
+
+
+class CondPred(Cond):
+    """An index predicate in a condition: `true`, `false`, a relation call, `exists`."""
+
+    __slots__ = ("pred",)
+    _fields = ("pred",)
+    pred: Pred
+
+
+class CondAnd(Cond):
+    __slots__ = ("a", "b")
+    _fields = ("a", "b")
+    a: Cond
+    b: Cond
+
+
+class CondOr(Cond):
+    __slots__ = ("a", "b")
+    _fields = ("a", "b")
+    a: Cond
+    b: Cond
+
+
+class CondNot(Cond):
+    __slots__ = ("a",)
+    _fields = ("a",)
+    a: Cond
+
+
+class IfThen(Expr):
+    """Surface only: `if cond then a else b` (also `where(cond, a, b)`)."""
+
+    __slots__ = ("cond", "a", "b")
+    _fields = ("cond", "a", "b")
+    cond: Cond
+    a: Expr
+    b: Expr
+
+
+BINDERS = (Gen, Sum, Extremum)
 
 # The linear-algebra boxes (SPEC 13; their meaning, cost and rules: semantics/boxes.py).
 BOX_NAMES = frozenset({"cholesky", "cholesky_inverse", "trisolve", "trisolve_t", "lq", "eigh"})
@@ -619,7 +711,7 @@ def walk(e: Node) -> Iterator[Node]:
 
 def binder_name(e: Node) -> str | None:
     """The name a node binds in (some of) its children, if any."""
-    if isinstance(e, (Gen, Sum, Exists)):
+    if isinstance(e, (Gen, Sum, Exists, Extremum)):
         return e.idx
     if isinstance(e, Let):
         return e.name
@@ -647,7 +739,7 @@ def _free_names(e: Node, memo: Any) -> frozenset[str]:
         out = frozenset((e.name,)).union(*(a.vars() for a in e.args))
     elif isinstance(e, DefCall):
         out = frozenset().union(*(_free_names(a, memo) for a in e.args))
-    elif isinstance(e, (Gen, Sum, Exists)):
+    elif isinstance(e, (Gen, Sum, Exists, Extremum)):
         out = e.size.vars() | (_free_names(e.body, memo) - {e.idx})
     elif isinstance(e, Let):
         out = _free_names(e.value, memo) | (_free_names(e.body, memo) - {e.name})
@@ -729,7 +821,7 @@ def _subst(e: Node, m: dict[str, Any], fv: frozenset[str], memo: dict[int, Node]
         name = m.get(e.name, e.name)
         out = RelCall(name if isinstance(name, str) else e.name,
                       tuple(_subst(a, m, fv, memo) for a in e.args), loc=e.loc)
-    elif isinstance(e, (Gen, Sum, Exists, Let)):
+    elif isinstance(e, (Gen, Sum, Exists, Extremum, Let)):
         out = _subst_binder(e, m, fv)
     else:
         out = map_fields(e, lambda c: _subst(c, m, fv, memo))
@@ -781,6 +873,38 @@ def pred_or(*ps: Pred) -> Pred:
             continue
         out = p if out is None else Or(out, p)
     return out if out is not None else PFalse()
+
+
+def cmp_pred(op: str, a: Affine, b: Affine, loc: Loc | None = None) -> Pred:
+    """`a op b` for any of `< <= == > >= !=` (the last three are sugar)."""
+    if op in ("<", "<=", "=="):
+        return Cmp(op, a, b, loc=loc)
+    if op in (">", ">="):
+        return Cmp("<" if op == ">" else "<=", b, a, loc=loc)
+    if op == "!=":
+        return Or(Cmp("<", a, b, loc=loc), Cmp("<", b, a, loc=loc), loc=loc)
+    raise ValueError(f"bad comparison {op!r}")
+
+
+def pred_not(p: Pred) -> Pred | None:
+    """The negation of an index predicate, or None where the grammar cannot say it (a
+    relation call or `exists` under `not`)."""
+    if isinstance(p, PTrue):
+        return PFalse()
+    if isinstance(p, PFalse):
+        return PTrue()
+    if isinstance(p, Cmp):
+        if p.op == "<":
+            return Cmp("<=", p.rhs, p.lhs)
+        if p.op == "<=":
+            return Cmp("<", p.rhs, p.lhs)
+        return Or(Cmp("<", p.lhs, p.rhs), Cmp("<", p.rhs, p.lhs))
+    if isinstance(p, (And, Or)):
+        a, b = pred_not(p.a), pred_not(p.b)
+        if a is None or b is None:
+            return None
+        return Or(a, b) if isinstance(p, And) else And(a, b)
+    return None
 
 
 def in_range(a: Affine, n: Affine) -> Pred:

@@ -140,6 +140,16 @@ def _ev(e: ast.Expr, env: Env) -> Value:
         if isinstance(body, tuple) or body.ndim != d + 1:
             raise TLError("sum needs scalar operands (tensor arithmetic must be elaborated)")
         return _reduce_sum(body, n, d)
+    if isinstance(e, ast.Extremum):
+        n = extent(e.size, env)
+        if n <= 0:
+            return np.full((1,) * d, e.EMPTY)
+        body = _ev(e.body, env.bind_index(e.idx, n))
+        if isinstance(body, tuple) or body.ndim != d + 1:
+            raise TLError(f"{e.op} needs scalar operands (tensor arithmetic must be elaborated)")
+        full = np.broadcast_to(body, body.shape[:d] + (n,) + body.shape[d + 1:])
+        # NaN propagates (as numpy's and JAX's max do); the backends do the same.
+        return np.asarray((np.max if e.op == "max" else np.min)(full, axis=d))
     if isinstance(e, ast.Access):
         idx = [eval_affine(a, env) for a in e.idx]
         v = _ev(e.e, env)
@@ -184,7 +194,7 @@ def _zero(e: ast.Expr, env: Env) -> Value:
         if v is None:
             raise TLError(f"unbound variable {e.name!r}")
         return _map(lambda x: np.zeros((1,) * d + x.shape[d0:]), v)
-    if isinstance(e, (ast.Const, ast.Add, ast.Mul, ast.Call, ast.Sum)):
+    if isinstance(e, (ast.Const, ast.Add, ast.Mul, ast.Call, ast.Sum, ast.Extremum)):
         return np.zeros((1,) * d)
     if isinstance(e, ast.Pair):
         return (_zero(e.a, env), _zero(e.b, env))

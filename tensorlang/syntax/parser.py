@@ -30,6 +30,7 @@ Decisions where SPEC 2.3 is silent:
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import threading
 from pathlib import Path
@@ -41,9 +42,10 @@ from lark.lark import PostLex
 
 from tensorlang.ir import ast
 from tensorlang.ir.ast import (
-    BUILTINS, DERIVED_KINDS, Access, Add, Affine, And, Call, Cmp, Const, Contract, Def, DefCall,
-    DerivedDef, Exists, Expr, Gen, Iverson, Let, Mul, Or, Pair, Param, PFalse, Pred, Proj,
-    PTrue, RelCall, Sum, TPair, TRel, TSize, Type, Var,
+    BUILTINS, DERIVED_KINDS, Access, Add, Affine, And, Call, Cmp, Cond, CondAnd, CondCmp,
+    CondNot, CondOr, CondPred, Const, Contract, Def, DefCall, DerivedDef, Exists, Expr, Gen,
+    IfThen, Iverson, Let, Max, Min, Mul, Or, Pair, Param, PFalse, Pred, Proj, PTrue, RelCall,
+    Sum, TPair, TRel, TSize, Type, Var, pred_not,
 )
 from tensorlang.syntax.errors import LimitError, Loc, ParseError, Source
 from tensorlang.syntax import limits
@@ -55,7 +57,8 @@ __all__ = ["parse_module", "parse_expr", "parse_type", "parse_pred", "parse_affi
            "parse_contract", "KEYWORDS"]
 
 KEYWORDS = frozenset(
-    "def return gen sum let in and or exists true false size rel".split())
+    "def return gen sum let in and or not exists true false size rel max min if then else"
+    .split())
 
 AFFINE_MSG = ("expected an affine index expression: integer combination of index and size "
               "variables")
@@ -64,6 +67,7 @@ _GRAMMAR = Path(__file__).with_name("grammar.lark")
 _WORD_CHAR = re.compile(r"[A-Za-z0-9_]")
 
 Item = Tree | Token
+T = TypeVar("T")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -481,8 +485,20 @@ class _Converter:
 
     def e_pow(self, t: Tree) -> Expr:
         base, exponent = t.children
-        c = self.constant(exponent, "the exponent of ** must be a numeric constant")
-        return Call("pow", (self.expr(base),), (c,), loc=self.loc(t))
+        return self.power(self.expr(base), exponent, self.loc(t))
+
+    def power(self, base: Expr, exponent: Item, loc: Loc | None) -> Expr:
+        """`x ** c` for a constant c is the builtin `pow`; with a real exponent y (SPEC 12)
+        it is `exp(y * log(x))`, defined for x > 0 (docs/tutorial.md), whose derivative is
+        `y x^(y-1) dx + log(x) x^y dy`."""
+        try:
+            x = self.expr(exponent)
+        except ParseError:
+            x = None
+        if isinstance(x, Const):
+            return Call("pow", (base,), (x.value,), loc=loc)
+        y = self.expr(exponent)
+        return Call("exp", (Mul(y, Call("log", (base,), (), loc=loc), loc=loc),), (), loc=loc)
 
     def constant(self, t: Item, message: str) -> float:
         try:
@@ -511,8 +527,29 @@ class _Converter:
         fn = self.name(fn_tok)
         raw = list(arg_list.children) if isinstance(arg_list, Tree) else []
         loc = self.loc(t)
+        if fn == "where":
+            if len(raw) != 3:
+                self.fail(f"where() takes 3 arguments (condition, then, else), got {len(raw)}",
+                          t)
+            return IfThen(self.cond(raw[0]), self.expr(raw[1]), self.expr(raw[2]), loc=loc)
+        if fn == "pow" and len(raw) == 2:
+            return self.power(self.expr(raw[0]), raw[1], loc)
         if fn not in BUILTINS:
             return DefCall(fn, tuple(self.expr(a) for a in raw), loc=loc)
+        return self.builtin_call(fn, raw, t)
+
+    def e_max_call(self, t: Tree) -> Expr:
+        return self.builtin_call("max", self.args(t.children[0]), t)
+
+    def e_min_call(self, t: Tree) -> Expr:
+        return self.builtin_call("min", self.args(t.children[0]), t)
+
+    @staticmethod
+    def args(arg_list: Item) -> list[Item]:
+        return list(arg_list.children) if isinstance(arg_list, Tree) else []
+
+    def builtin_call(self, fn: str, raw: list[Item], t: Tree) -> Expr:
+        loc = self.loc(t)
         n_args, n_params = BUILTINS[fn]
         if len(raw) != n_args + n_params:
             want = n_args + n_params
@@ -535,6 +572,62 @@ class _Converter:
     def e_bracket(self, t: Tree) -> Expr:
         loc = self.loc(t)
         return Iverson(self.pred(t.children[0]), Const(1.0, loc=loc), loc=loc)
+
+    def e_literal(self, t: Tree) -> Expr:
+        """`[e0, ..., en-1]` (SPEC 12) is `gen k:n. [k == 0] * e0 + ... + [k == n-1] * en-1`
+        (the additions have disjoint supports, so they cost nothing)."""
+        elems = [self.expr(c) for c in t.children]
+        loc = self.loc(t)
+        avoid = set().union(*(ast.free_names(e) for e in elems))
+        k = ast.fresh("lit", avoid, itertools.count())
+        body: Expr | None = None
+        for m, e in reversed(list(enumerate(elems))):
+            term = Iverson(Cmp("==", Affine.var(k), Affine.lit(m)), e, loc=loc)
+            body = term if body is None else Add(term, body, loc=loc)
+        assert body is not None
+        return Gen(k, Affine.lit(len(elems)), body, loc=loc)
+
+    def e_max_red(self, t: Tree) -> Expr:
+        return self.binder(Max, t, self.expr)
+
+    def e_min_red(self, t: Tree) -> Expr:
+        return self.binder(Min, t, self.expr)
+
+    def e_if_(self, t: Tree) -> Expr:
+        c, a, b = t.children
+        return IfThen(self.cond(c), self.expr(a), self.expr(b), loc=self.loc(t))
+
+    # -- condition mode (`if` and `where`) -------------------------------------------------
+
+    def cond(self, t: Item) -> Cond:
+        t = _unparen(t)
+        assert isinstance(t, Tree)
+        loc = self.loc(t)
+        if t.data in ("and_", "or_"):
+            a, b = (self.cond(c) for c in t.children)
+            return (CondAnd if t.data == "and_" else CondOr)(a, b, loc=loc)
+        if t.data == "not_":
+            return CondNot(self.cond(t.children[0]), loc=loc)
+        if t.data == "cmp":
+            a_t, op, b_t = t.children
+            e1, e2 = self.maybe(self.expr, a_t), self.maybe(self.expr, b_t)
+            a1, a2 = self.maybe(self.affine, a_t), self.maybe(self.affine, b_t)
+            for e, a, side in ((e1, a1, a_t), (e2, a2, b_t)):
+                if e is None and a is None:
+                    self.expr(side)   # raises its error
+            return CondCmp(str(op), e1, e2, a1, a2, loc=loc)
+        if t.data in ("true", "false", "exists") or (
+                t.data == "call" and str(t.children[0]) not in BUILTINS):
+            return CondPred(self.pred(t), loc=loc)
+        self.fail("expected a condition: comparisons (< <= > >= == !=) of indices or of real "
+                  "values, relation calls, true, false, exists, combined with and, or, not", t)
+
+    @staticmethod
+    def maybe(convert: Callable[[Item], T], t: Item) -> T | None:
+        try:
+            return convert(t)
+        except ParseError:
+            return None
 
     def e_gen(self, t: Tree) -> Expr:
         return self.binder(Gen, t, self.expr)
@@ -579,19 +672,20 @@ class _Converter:
         a, b = t.children
         return And(self.pred(a), self.pred(b), loc=self.loc(t))
 
+    def p_not_(self, t: Tree) -> Pred:
+        p = pred_not(self.pred(t.children[0]))
+        if p is None:
+            self.fail("'not' of a relation call or of exists cannot be written as an index "
+                      "predicate (use if ... then ... else)", t)
+        return p
+
     def p_or_(self, t: Tree) -> Pred:
         a, b = t.children
         return Or(self.pred(a), self.pred(b), loc=self.loc(t))
 
     def p_cmp(self, t: Tree) -> Pred:
         a_t, op, b_t = t.children
-        a, b = self.affine(a_t), self.affine(b_t)
-        loc = self.loc(t)
-        if op in ("<", "<=", "=="):
-            return Cmp(str(op), a, b, loc=loc)
-        if op in (">", ">="):
-            return Cmp("<" if op == ">" else "<=", b, a, loc=loc)
-        return Or(Cmp("<", a, b, loc=loc), Cmp("<", b, a, loc=loc), loc=loc)  # !=
+        return ast.cmp_pred(str(op), self.affine(a_t), self.affine(b_t), self.loc(t))
 
     def p_call(self, t: Tree) -> Pred:
         name, arg_list = t.children
