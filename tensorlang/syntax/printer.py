@@ -22,7 +22,7 @@ from tensorlang.ir.ast import (
     PAIR_BOXES, Access, Add, Affine, And, Box, Call, Cmp, Const, Contract, Def, DefCall,
     DerivedDef, Exists, Gen, CondAnd, CondCmp, CondNot, CondOr, CondPred, Extremum, IfThen,
     Iverson, Let, Mul, Node, Or, Pair, Param, PFalse, Pred, Proj, PTrue, RelCall, Sum, TArr,
-    TPair, TReal, TRel, TSize, Var,
+    TIndex, TPair, TReal, TRel, TSize, Var,
 )
 
 __all__ = ["to_tl", "to_unicode"]
@@ -392,6 +392,9 @@ class _Printer:
             return "(" + ", ".join(self.type(i) for i in items) + ")"
         if isinstance(t, TSize):
             return "size"
+        if isinstance(t, TIndex):  # an index array (SPEC 12)
+            shape = ', '.join(self.affine(a) for a in t.shape)
+            return f"Z[{shape}]" if t.bound is None else f"Z[{shape}] in {self.affine(t.bound)}"
         if isinstance(t, TRel):
             return f"rel({', '.join(self.affine(a) for a in t.sizes)})"
         raise TypeError(f"cannot print {type(t).__name__} as a type")
