@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from tensorlang.ir.ast import (
-    Add, Affine, And, Cmp, Exists, Expr, IndexDiv, IndexRead, Iverson, Node, Or, Pred,
-    QuasiAffine, RelCall, Sum, TIndex, pred_and, pred_or, quasi_parts,
+    Add, Affine, And, Cmp, Exists, Expr, IndexDiv, IndexRead, Iverson, Node, Or, PFalse, Pred, PTrue,
+    QuasiAffine, RelCall, Sum, TIndex, pred_and, pred_or, quasi_add, quasi_parts, quasi_scale,
 )
 from tensorlang.syntax.errors import Loc, TypeCheckError
 from tensorlang.check.typecheck import TypeEnv, format_affine, prove_nonneg, role_text
@@ -123,8 +123,12 @@ def _shift(lo: Affine, c: int) -> Affine:
     return Affine(terms, _ceil_div(max(-lo.const, 0), c))
 
 
+def _div_const_shift(e: Affine, c: int, env: TypeEnv) -> Affine:
+    return Affine.lit(0) if prove_nonneg(e, env) else _shift(_bounds(e, env)[0], c)
+
+
 def _div_const(op: str, e: Affine, c: int, env: TypeEnv, fresh: Fresh) -> list[Branch]:
-    shift = Affine.lit(0) if prove_nonneg(e, env) else _shift(_bounds(e, env)[0], c)
+    shift = _div_const_shift(e, c, env)
     shifted = e + shift.scale(c)
     q = fresh("q")
     qv = Affine.var(q)
@@ -145,7 +149,10 @@ def _div_size(op: str, e: Affine, den: Affine, env: TypeEnv, loc: Loc | None) ->
                    "otherwise divide by a positive integer constant", loc)
     out = []
     for q in range(max(lows), min(highs) + 1):
-        pin = And(Cmp("<=", den.scale(q), e), Cmp("<", e, den.scale(q) + den))
+        pin = pred_and(_unless_known(Cmp("<=", den.scale(q), e), env),
+                       _unless_known(Cmp("<", e, den.scale(q) + den), env))
+        if isinstance(pin, PFalse):
+            continue
         out.append(Branch((), pin, Affine.lit(q) if op == "//" else e - den.scale(q)))
     return out
 
@@ -292,12 +299,62 @@ def _direct_relation(p: Cmp, env: TypeEnv, record: Record) -> Pred | None:
     return None
 
 
+def _closed_form(p: Cmp, env: TypeEnv, fresh: Fresh, record: Record,
+                 loc: Loc | None) -> Pred | None:
+    """Comparisons of one `e // c` or `e % c` (c a constant) with an affine side, without a
+    quotient variable where possible: `e // c == k` is `c*k <= e < c*k + c`, `e // c < k` is
+    `e < c*k` (and so on), `e % c == k` is `0 <= k < c and exists q. e' == c*q + k`."""
+    diff = quasi_add(p.lhs, quasi_scale(p.rhs, -1))  # diff op' 0 with op' = p.op
+    base, terms, coeffs = quasi_parts(diff)
+    if len(terms) != 1 or coeffs[0] not in (1, -1) or not isinstance(terms[0], IndexDiv):
+        return None
+    term = terms[0]
+    if not (term.den.is_const() and isinstance(term.num, Affine)):
+        return None
+    c = term.den.const
+    e = term.num
+    # coeff * term + base  op  0   ->   term  op  k   (or  k  op  term when coeff = -1)
+    k = -base if coeffs[0] == 1 else base
+    term_left = coeffs[0] == 1
+    if term.op == "//":
+        lo, hi = k.scale(c), k.scale(c) + c  # term == k  <=>  lo <= e < hi
+        if p.op == "==":
+            return And(Cmp("<=", lo, e, loc=p.loc), Cmp("<", e, hi, loc=p.loc), loc=p.loc)
+        if term_left:  # e // c < k <=> e < c*k;  e // c <= k <=> e < c*k + c
+            return Cmp("<", e, lo if p.op == "<" else hi, loc=p.loc)
+        # k < e // c <=> c*k + c <= e;  k <= e // c <=> c*k <= e
+        return Cmp("<=", hi if p.op == "<" else lo, e, loc=p.loc)
+    if p.op != "==":
+        return None
+    (q, size), = _div_const("//", e, c, env, fresh)[0].binders
+    shift = _div_const_shift(e, c, env)
+    shifted = e + shift.scale(c)
+    in_range = pred_and(_unless_known(Cmp("<=", Affine.lit(0), k), env),
+                        _unless_known(Cmp("<", k, Affine.lit(c)), env))
+    if isinstance(in_range, PFalse):
+        return in_range
+    body = pred_and(Cmp("==", shifted, Affine.var(q).scale(c) + k, loc=p.loc), in_range)
+    return Exists(q, size, body, loc=loc)
+
+
+def _unless_known(p: Cmp, env: TypeEnv) -> Pred:
+    """`p` (a `<` or `<=` comparison), or true / false where the ranges decide it."""
+    gap = p.rhs - p.lhs - (1 if p.op == "<" else 0)  # p  <=>  gap >= 0
+    if prove_nonneg(gap, env):
+        return PTrue()
+    if prove_nonneg(-gap - 1, env):
+        return PFalse()
+    return p
+
+
 def lower_pred(p: Pred, env: TypeEnv, fresh: Fresh, record: Record,
                loc: Loc | None) -> Pred:
     """`p` with its quasi-affine comparisons lowered (`exists` over the fresh variables)."""
     loc = pick(p.loc, loc)
     if isinstance(p, Cmp) and (isinstance(p.lhs, QuasiAffine) or isinstance(p.rhs, QuasiAffine)):
         direct = _direct_relation(p, env, record)
+        if direct is None:
+            direct = _closed_form(p, env, fresh, record, loc)
         if direct is not None:
             return direct
         cases = []
