@@ -334,6 +334,7 @@ class _Elaborator:
         self.generated: set[str] = set()  # names made by `fresh`, unique in this def
         self.numbers = itertools.count()  # this def's own: its names do not depend on others
         self.index_extents: dict[str, list[Affine]] = {}  # see `record`
+        self.placeholders: set[str] = set()  # ranges not inferred yet (`_with_index_bounds`)
 
     def fresh(self, base: str) -> str:
         name = fresh(base, self.avoid, self.numbers)
@@ -765,6 +766,7 @@ def inline_call(el: _Elaborator, callee: Def, e: DefCall, env: TypeEnv,
     rels: dict[str, str] = {}
     typed: list[tuple[Param, Type, Loc | None]] = []
     values: list[tuple[Param, Expr]] = []
+    arrays: list[tuple[Param, str, TIndex, Loc | None]] = []
     for p, a in pairs:
         where = f"argument {position[p.name]} of {name} (parameter {p.name}: {format_type(p.type)})"
         aloc = pick_loc(a.loc, loc)
@@ -774,6 +776,13 @@ def inline_call(el: _Elaborator, callee: Def, e: DefCall, env: TypeEnv,
                 raise _err(f"{where} must be a size (affine in size variables)", aloc)
             check_size(aff, env, aloc, f"{where}:")
             sizes[p.name] = aff
+        elif isinstance(p.type, TIndex):  # unified on its shape; its range below
+            arr = env.rel_type(a.name) if isinstance(a, Var) else None
+            if not isinstance(arr, TIndex):
+                raise _err(f"{where} must be an index-array parameter (Z[...])", aloc)
+            rels[p.name] = a.name  # type: ignore[union-attr]
+            arrays.append((p, a.name, arr, aloc))  # type: ignore[union-attr]
+            typed.append((Param(p.name, tensor(p.type.shape)), tensor(arr.shape), aloc))
         elif isinstance(p.type, TRel):
             rel = env.rel_type(a.name) if isinstance(a, Var) else None
             if rel is None:
@@ -792,6 +801,19 @@ def inline_call(el: _Elaborator, callee: Def, e: DefCall, env: TypeEnv,
         if not _same_structure(p.type, t):
             raise _err(f"argument {position[p.name]} of {name} (parameter {p.name}): expected "
                        f"{format_type(_subst_type(p.type, sizes))}, found {format_type(t)}", aloc)
+    for p, _, arr, _ in arrays:  # a range no other argument fixes: the array's own
+        v = p.type.sizes[-1].as_var()
+        if v in unknown and v not in sizes:
+            sizes[v] = arr.sizes[-1]
+    for p, arg, arr, aloc in arrays:
+        want_bound = p.type.sizes[-1].subst(sizes)
+        if want_bound.vars() & (unknown - sizes.keys()):
+            continue  # reported below
+        el.record(arg, want_bound)
+        if arr.sizes[-1] is not want_bound and not (arr.sizes[-1].vars() & el.placeholders):
+            raise _err(f"argument {position[p.name]} of {name} (parameter {p.name}): entries "
+                       f"in 0 <= {arg}[...] < {format_affine(arr.sizes[-1])}, but {name} "
+                       f"indexes with them below {format_affine(want_bound)}", aloc)
     for p in params:
         if p.name in unknown and p.name not in sizes:
             raise _err(f"cannot infer the size {p.name} of {name} from its arguments; pass the "
@@ -854,8 +876,9 @@ def _with_index_bounds(d: Def, earlier: Mapping[str, Def], later: Iterable[str],
     scratch_params += [Param(h, TSize()) for h in holders.values()]
     scratch = Def(d.name, scratch_params, d.ret, d.body, d.requires, loc=d.loc)
     el = _Elaborator(scratch, earlier, later, derived, [], derive)
-    el.expr(d.body, param_env(scratch), d.loc)
     placeholders = set(holders.values())
+    el.placeholders = placeholders
+    el.expr(d.body, param_env(scratch), d.loc)
     params = []
     for p in d.params:
         if p.name not in holders:
