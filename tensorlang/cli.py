@@ -258,6 +258,9 @@ def random_value(t: Any, sizes: Mapping[str, int], rng: np.random.Generator) -> 
     """Random input of type `t`: standard normal reals, sparse (10%) boolean relations."""
     from tensorlang.ir import ast
 
+    if isinstance(t, ast.TIndex):  # an index array: entries uniform in its range
+        shape = tuple(int(a.evaluate(sizes)) for a in t.sizes)
+        return rng.integers(0, max(shape[-1], 1), size=shape[:-1])
     if isinstance(t, ast.TRel):
         shape = tuple(int(a.evaluate(sizes)) for a in t.sizes)
         return rng.random(shape) < 0.1
@@ -324,6 +327,8 @@ def build_args(fn: Any, given: Mapping[str, Any], random_sizes: Mapping[str, int
 
 def _random_args(fn: Any, sizes: Mapping[str, int], rng: np.random.Generator) -> dict:
     """`testing.random_args` where it exists (it knows well-conditioned inputs)."""
+    from tensorlang.ir import ast
+
     if fn.is_derived:
         return {}
     try:
@@ -331,7 +336,11 @@ def _random_args(fn: Any, sizes: Mapping[str, int], rng: np.random.Generator) ->
     except ImportError:
         return {}
     make = getattr(testing, "random_args", None)
-    return dict(make(fn.source, dict(sizes), rng)) if make is not None else {}
+    out = dict(make(fn.source, dict(sizes), rng)) if make is not None else {}
+    # testing.random_args gives the core form of an index array (its relation); a user
+    # passes the integer array
+    arrays = {p.name for p in fn.params if isinstance(p.type, ast.TIndex)}
+    return {k: v for k, v in out.items() if k not in arrays}
 
 
 # ---------------------------------------------------------------------------------------------
