@@ -38,7 +38,7 @@ from tensorlang.ir.ast import (
     QuasiAffine, RelCall, Sum, TIndex, pred_and, pred_or, quasi_add, quasi_parts, quasi_scale,
 )
 from tensorlang.syntax.errors import Loc, TypeCheckError
-from tensorlang.check.typecheck import TypeEnv, format_affine, prove_nonneg, role_text
+from tensorlang.check.typecheck import TypeEnv, format_affine, pick_loc, prove_nonneg, role_text
 
 __all__ = ["Branch", "MultiBranch", "lower_index", "lower_indices", "lower_pred",
            "lowered_access", "is_quasi_pred", "index_array_of", "QUOTIENT_WINDOW"]
@@ -177,15 +177,11 @@ def lower_index(a: Affine | QuasiAffine, env: TypeEnv, fresh: Fresh, record: Rec
     for term, coeff in zip(terms, coeffs):
         here = extent if (coeff == 1 and len(terms) == 1 and base.const == 0
                           and not base.terms) else None
-        branches = _lower_term(term, inner, fresh, record, pick(term.loc, loc), here)
+        branches = _lower_term(term, inner, fresh, record, pick_loc(term.loc, loc), here)
         parts.append(branches)
         for br in branches:  # later terms' bounds may use earlier fresh variables
             inner = br.env(inner)
     return _combine(parts, lambda vs: base + _dot(coeffs, vs))
-
-
-def pick(own: Loc | None, outer: Loc | None) -> Loc | None:
-    return own if own is not None else outer
 
 
 def _dot(coeffs: Iterable[int], values: Iterable[Affine]) -> Affine:
@@ -258,16 +254,13 @@ def lower_indices(idx: Sequence[Affine | QuasiAffine], env: TypeEnv, fresh: Fres
     for k, a in enumerate(idx):
         ext = extents[k] if k < len(extents) else None
         parts.append(lower_index(a, env, fresh, record, loc, ext) if isinstance(a, QuasiAffine)
-                     else [Branch((), _TRUE, a)])
+                     else [Branch((), PTrue(), a)])
     out = []
     for combo in itertools.product(*parts):
         out.append(MultiBranch(tuple(b for br in combo for b in br.binders),
                                pred_and(*(br.pred for br in combo)),
                                tuple(br.value for br in combo)))
     return out
-
-
-_TRUE = pred_and()
 
 
 def _exists(binders: Sequence[tuple[str, Affine]], body: Pred, loc: Loc | None) -> Pred:
@@ -289,7 +282,7 @@ def _direct_relation(p: Cmp, env: TypeEnv, record: Record) -> Pred | None:
         read = one.terms[0]
         if not all(isinstance(a, Affine) for a in read.args):
             continue
-        rel = index_array_of(env, read.name, pick(p.loc, None))
+        rel = index_array_of(env, read.name, pick_loc(p.loc, None))
         if len(read.args) != len(rel.shape):
             return None  # lower_index reports the arity
         name = other.as_var()
@@ -350,7 +343,7 @@ def _unless_known(p: Cmp, env: TypeEnv) -> Pred:
 def lower_pred(p: Pred, env: TypeEnv, fresh: Fresh, record: Record,
                loc: Loc | None) -> Pred:
     """`p` with its quasi-affine comparisons lowered (`exists` over the fresh variables)."""
-    loc = pick(p.loc, loc)
+    loc = pick_loc(p.loc, loc)
     if isinstance(p, Cmp) and (isinstance(p.lhs, QuasiAffine) or isinstance(p.rhs, QuasiAffine)):
         direct = _direct_relation(p, env, record)
         if direct is None:
@@ -380,7 +373,7 @@ def lowered_access(target: Callable[[tuple[Affine, ...], TypeEnv], Expr],
     for br in cases:
         inner = br.env(env).with_fact(br.pred)
         body: Expr = target(br.value_tuple, inner)
-        if br.pred is not _TRUE:
+        if not isinstance(br.pred, PTrue):
             body = Iverson(br.pred, body, loc=loc)
         for name, size in reversed(br.binders):
             body = Sum(name, size, body, loc=loc)

@@ -232,9 +232,6 @@ class QuasiAffine(Node):
         return (_as_affine(base), tuple(kept), tuple(acc[t] for t in kept))
 
 
-IndexExpr = "Affine | QuasiAffine"
-
-
 def _as_index(x: Any) -> "Affine | QuasiAffine":
     return x if isinstance(x, QuasiAffine) else _as_affine(x)
 
