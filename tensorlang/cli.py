@@ -327,8 +327,6 @@ def build_args(fn: Any, given: Mapping[str, Any], random_sizes: Mapping[str, int
 
 def _random_args(fn: Any, sizes: Mapping[str, int], rng: np.random.Generator) -> dict:
     """`testing.random_args` where it exists (it knows well-conditioned inputs)."""
-    from tensorlang.ir import ast
-
     if fn.is_derived:
         return {}
     try:
@@ -336,11 +334,7 @@ def _random_args(fn: Any, sizes: Mapping[str, int], rng: np.random.Generator) ->
     except ImportError:
         return {}
     make = getattr(testing, "random_args", None)
-    out = dict(make(fn.source, dict(sizes), rng)) if make is not None else {}
-    # testing.random_args gives the core form of an index array (its relation); a user
-    # passes the integer array
-    arrays = {p.name for p in fn.params if isinstance(p.type, ast.TIndex)}
-    return {k: v for k, v in out.items() if k not in arrays}
+    return dict(make(fn.source, dict(sizes), rng)) if make is not None else {}
 
 
 # ---------------------------------------------------------------------------------------------

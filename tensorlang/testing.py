@@ -64,7 +64,6 @@ from tensorlang.ir.ast import (
 from tensorlang.check import quasi
 from tensorlang.check.typecheck import TypeEnv
 from tensorlang.ir.ast import IndexDiv, IndexRead, QuasiAffine, TIndex, quasi_add, quasi_term
-from tensorlang.semantics.interp import index_array_coordinates
 from tensorlang.syntax.errors import ShapeError, TLError, TypeCheckError
 
 __all__ = [
@@ -1060,15 +1059,8 @@ def random_value(t: Type, sizes: Mapping[str, int], rng: np.random.Generator, *,
             return (random_value(tensor(dims, elem.a), sizes, rng, **kw),
                     random_value(tensor(dims, elem.b), sizes, rng, **kw))
         return rng.uniform(low, high, size=_shape(dims, sizes, what)).astype(np.float64)
-    if isinstance(t, TIndex):  # its relation {(i..., P[i...])}: one member per index tuple
-        shape = _shape(t.sizes, sizes, what)
-        coords = index_array_coordinates(what, random_index_array(t, sizes, rng, what),
-                                         shape[:-1], shape[-1])
-        if rel_encoding == "bool" or (rel_encoding == "mixed" and rng.integers(2)):
-            mask = np.zeros(shape, dtype=bool)
-            mask[tuple(coords.T)] = True
-            return mask
-        return coords
+    if isinstance(t, TIndex):  # the integer array (every stage takes it, SPEC 12)
+        return random_index_array(t, sizes, rng, what)
     if isinstance(t, TRel):
         mask = rng.random(_shape(t.sizes, sizes, what)) < density
         enc = rel_encoding if rel_encoding != "mixed" else ("bool", "coo")[int(rng.integers(2))]
@@ -1193,8 +1185,6 @@ def random_inputs(fn: Any, sizes: Mapping[str, int], rng: np.random.Generator | 
             if p.name not in sizes:
                 raise TLError(f"no value given for size {p.name} of {fn.name}")
             args[p.name] = int(sizes[p.name])
-        elif isinstance(p.type, TIndex):  # users pass the integer array
-            args[p.name] = random_index_array(p.type, sizes, rng, f"parameter {p.name}")
         else:
             args[p.name] = random_value(p.type, sizes, rng, low=low, high=high,
                                         density=density, what=f"parameter {p.name}")
