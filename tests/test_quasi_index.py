@@ -274,3 +274,23 @@ def test_adjoint_of_upsampling_is_a_block_gather() -> None:
     text = tl.load(str(EXAMPLES / "stencil.tl")).upsample_grad.show("simplified")
     assert ("v6[i0:N, i1:M] = sum j0:2*N, j1:2*M. [2*i0 <= j0 and 2*i1 <= j1 and "
             "j0 <= 2*i0 + 1 and j1 <= 2*i1 + 1]") in text
+
+
+def test_repl_binds_integer_arrays_as_index_arrays(tmp_path) -> None:
+    from tensorlang.repl import Repl
+
+    r = Repl(seed=1)
+    np.save(tmp_path / "idx.npy", np.array([2, 0, 1, 1]))
+    np.save(tmp_path / "bad.npy", np.array([2, 0, 5, 1]))
+    r.handle("def gather(N: size, V: size, idx: Z[N], x: R[V]) -> R[N]:")
+    r.handle("    return gen i:N. x[idx[i]]")
+    assert r.handle("") == "defined gather(N: size, V: size, idx: Z[N] in V, x: R[V]) -> R[N]"
+    assert r.handle(f':set idx = load("{tmp_path / "idx.npy"}")') == "idx : Z[4]"
+    r.handle(":set x = rand(3)")
+    x = r.values["x"].value
+    want = x[[2, 0, 1, 1]]
+    for line in ("gen i:4. x[idx[i]]", "gather(idx, x)"):
+        np.testing.assert_allclose(np.array(r.handle(line).strip("[]").split(), dtype=float),
+                                   want, rtol=1e-6)
+    r.handle(f':set bad = load("{tmp_path / "bad.npy"}")')
+    assert "entry bad[2] = 5" in r.handle("gen i:4. x[bad[i]]")
