@@ -186,10 +186,10 @@ CASES = {
                       jnp.roll(u, -1, 0) + jnp.roll(u, 1, 0) + jnp.roll(u, -1, 1)
                       + jnp.roll(u, 1, 1) - 4 * u)),
                   lambda r: {"u": r.uniform(-1, 1, (4, 3))}),
-    "upsample_loss": ("stencil.tl", "upsample_loss", ("x", "s"),
-                      lambda a: lambda x, s: jnp.sum(
-                          (s * jnp.repeat(jnp.repeat(x, 2, 0), 2, 1) - a["t"]) ** 2),
-                      lambda r: {"x": r.uniform(-1, 1, (3, 2)), "s": r.uniform(-1, 1, (6, 4)),
+    "upsample_loss": ("stencil.tl", "upsample_loss", ("x", "w"),
+                      lambda a: lambda x, w: jnp.sum((jnp.repeat(jnp.repeat(x, 2, 0), 2, 1)
+                                                      * jnp.tile(w, x.shape) - a["t"]) ** 2),
+                      lambda r: {"x": r.uniform(-1, 1, (3, 2)), "w": r.uniform(-1, 1, (2, 2)),
                                  "t": r.uniform(-1, 1, (6, 4))}),
     "mixed": (None, "mixed", ("x", "y"),
               lambda a: _mixed_jax(a["P"], len(a["y"])),
@@ -272,8 +272,9 @@ def test_adjoint_of_an_index_array_read_gathers_through_the_inverse_relation() -
 
 def test_adjoint_of_upsampling_is_a_block_gather() -> None:
     text = tl.load(str(EXAMPLES / "stencil.tl")).upsample_grad.show("simplified")
-    assert ("v6[i0:N, i1:M] = sum j0:2*N, j1:2*M. [2*i0 <= j0 and 2*i1 <= j1 and "
-            "j0 <= 2*i0 + 1 and j1 <= 2*i1 + 1]") in text
+    # d_x[i0, i1] sums its own 2 x 2 block of the output's cotangent: a gather
+    assert ("[i0:N, i1:M] = sum j0:2*N, j1:2*M. [2*i0 <= j0 and 2*i1 <= j1 and "
+            "j0 <= 2*i0 + 1 and j1 <= 2*i1 + 1") in text
 
 
 def test_repl_binds_integer_arrays_as_index_arrays(tmp_path) -> None:
