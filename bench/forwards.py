@@ -35,7 +35,7 @@ PARAMS: dict[str, tuple[str, ...]] = {
     "trace_diag": ("x",), "row_col": ("X",), "skip_one": ("x",), "dead_code": ("x", "A"),
     "maxpool": ("X",), "attention": ("Q", "K", "V"), "huber": ("X", "w", "y"),
     "embag": ("tok", "E", "w", "y"), "gnn": ("src", "dst", "X", "W", "T"), "laplace": ("u",),
-    "dirichlet": ("u",), "upsample": ("x", "w"), "upsample_loss": ("x", "w", "t"),
+    "dirichlet": ("u",), "upsample": ("x", "s"), "upsample_loss": ("x", "s", "t"),
 }
 # Workloads whose function is itself a derivative of another: (function, derivative kind,
 # wrt, names of the extra inputs); each system builds them with its own AD.
@@ -188,15 +188,14 @@ def dirichlet(ops: Ops, u: Any) -> Any:
     return -0.5 * (u * laplace(ops, u)).sum()
 
 
-def upsample(ops: Ops, x: Any, w: Any) -> Any:
-    N, M = x.shape
+def upsample(ops: Ops, x: Any, s: Any) -> Any:
     if hasattr(x, "repeat_interleave"):  # torch
-        return x.repeat_interleave(2, 0).repeat_interleave(2, 1) * w.repeat(N, M)
-    return ops.xp.repeat(ops.xp.repeat(x, 2, axis=0), 2, axis=1) * ops.xp.tile(w, (N, M))
+        return x.repeat_interleave(2, 0).repeat_interleave(2, 1) * s
+    return ops.xp.repeat(ops.xp.repeat(x, 2, axis=0), 2, axis=1) * s
 
 
-def upsample_loss(ops: Ops, x: Any, w: Any, t: Any) -> Any:
-    return ((upsample(ops, x, w) - t) ** 2).sum()
+def upsample_loss(ops: Ops, x: Any, s: Any, t: Any) -> Any:
+    return ((upsample(ops, x, s) - t) ** 2).sum()
 
 
 FORWARDS: dict[str, Callable[..., Any]] = {

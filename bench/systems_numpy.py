@@ -402,34 +402,29 @@ def dirichlet_grad(a: Args) -> np.ndarray:
     return -_laplace(a["u"])
 
 
-def _up(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    return np.kron(x, np.ones((2, 2))) * np.tile(w, x.shape)
+def _up(x: np.ndarray) -> np.ndarray:
+    return np.kron(x, np.ones((2, 2)))
 
 
 def _block_sum(y: np.ndarray) -> np.ndarray:
     return y.reshape(y.shape[0] // 2, 2, y.shape[1] // 2, 2).sum(axis=(1, 3))
 
 
-def _phase_sum(y: np.ndarray) -> np.ndarray:
-    return y.reshape(y.shape[0] // 2, 2, y.shape[1] // 2, 2).sum(axis=(0, 2))
-
-
 def upsample(a: Args) -> np.ndarray:
-    return _up(a["x"], a["w"])
+    return _up(a["x"]) * a["s"]
 
 
 def upsample_vjp(a: Args) -> tuple[np.ndarray, np.ndarray]:
-    return _up(a["x"], a["w"]), _block_sum(a["d_y"] * np.tile(a["w"], a["x"].shape))
+    return _up(a["x"]) * a["s"], _block_sum(a["d_y"] * a["s"])
 
 
 def upsample_loss(a: Args) -> float:
-    return float(np.sum((_up(a["x"], a["w"]) - a["t"]) ** 2))
+    return float(np.sum((_up(a["x"]) * a["s"] - a["t"]) ** 2))
 
 
 def upsample_grad(a: Args) -> tuple[np.ndarray, np.ndarray]:
-    r = 2.0 * (_up(a["x"], a["w"]) - a["t"])
-    return (_block_sum(r * np.tile(a["w"], a["x"].shape)),
-            _phase_sum(r * np.kron(a["x"], np.ones((2, 2)))))
+    r = 2.0 * (_up(a["x"]) * a["s"] - a["t"])
+    return _block_sum(r * a["s"]), r * _up(a["x"])
 
 
 FORWARD: dict[str, Callable[[Args], Any]] = {

@@ -124,7 +124,7 @@ def _tasks() -> dict[str, Task]:
         Task("dirichlet", (Deriv(G, ("u",), "dirichlet_grad"),)),
         Task("upsample", (Deriv("vjp", ("x",)),),
              note="N x 8 images: the interpreter sums each quotient over a dense box"),
-        Task("upsample_loss", (Deriv(G, ("x", "w"), "upsample_grad"),),
+        Task("upsample_loss", (Deriv(G, ("x", "s"), "upsample_grad"),),
              note="N x 8 images: the interpreter sums each quotient over a dense box"),
         Task("trace_diag", (Deriv(G, ("x",), "trace_diag_grad"),)),
         Task("row_col", (Deriv(G, ("X",), "row_col_grad"),)),

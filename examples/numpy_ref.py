@@ -190,8 +190,7 @@ def dirichlet(a: Args) -> float:
 
 
 def upsample(a: Args) -> np.ndarray:
-    N, M = a["x"].shape
-    return np.kron(a["x"], np.ones((2, 2))) * np.tile(a["w"], (N, M))
+    return np.kron(a["x"], np.ones((2, 2))) * a["s"]
 
 
 def upsample_loss(a: Args) -> float:
@@ -251,7 +250,7 @@ def _gnn_inputs(s: dict[str, int], rng: np.random.Generator) -> Args:
 
 def _upsample_inputs(s: dict[str, int], rng: np.random.Generator) -> Args:
     N, M = s["N"], s["M"]
-    return {**s, "x": _u(rng, N, M), "w": _u(rng, 2, 2), "t": _u(rng, 2 * N, 2 * M)}
+    return {**s, "x": _u(rng, N, M), "s": _u(rng, 2 * N, 2 * M), "t": _u(rng, 2 * N, 2 * M)}
 
 
 WORKLOADS: dict[str, Workload] = {w.name: w for w in [
@@ -290,7 +289,8 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
     Workload("dirichlet", "stencil.tl", "dirichlet", lambda n: {"N": n, "M": n},
              lambda s, r: {**s, "u": _u(r, s["N"], s["M"])}, dirichlet),
     Workload("upsample", "stencil.tl", "upsample", lambda n: {"N": n, "M": 8},
-             lambda s, r: {**s, "x": _u(r, s["N"], s["M"]), "w": _u(r, 2, 2)}, upsample),
+             lambda s, r: {k: v for k, v in _upsample_inputs(s, r).items() if k != "t"},
+             upsample),
     Workload("upsample_loss", "stencil.tl", "upsample_loss", lambda n: {"N": n, "M": 8},
              _upsample_inputs, upsample_loss),
     Workload("trace_diag", "pathological.tl", "trace_diag", lambda n: {"N": n},

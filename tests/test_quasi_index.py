@@ -186,10 +186,10 @@ CASES = {
                       jnp.roll(u, -1, 0) + jnp.roll(u, 1, 0) + jnp.roll(u, -1, 1)
                       + jnp.roll(u, 1, 1) - 4 * u)),
                   lambda r: {"u": r.uniform(-1, 1, (4, 3))}),
-    "upsample_loss": ("stencil.tl", "upsample_loss", ("x", "w"),
-                      lambda a: lambda x, w: jnp.sum((jnp.repeat(jnp.repeat(x, 2, 0), 2, 1)
-                                                      * jnp.tile(w, x.shape) - a["t"]) ** 2),
-                      lambda r: {"x": r.uniform(-1, 1, (3, 2)), "w": r.uniform(-1, 1, (2, 2)),
+    "upsample_loss": ("stencil.tl", "upsample_loss", ("x", "s"),
+                      lambda a: lambda x, s: jnp.sum(
+                          (s * jnp.repeat(jnp.repeat(x, 2, 0), 2, 1) - a["t"]) ** 2),
+                      lambda r: {"x": r.uniform(-1, 1, (3, 2)), "s": r.uniform(-1, 1, (6, 4)),
                                  "t": r.uniform(-1, 1, (6, 4))}),
     "mixed": (None, "mixed", ("x", "y"),
               lambda a: _mixed_jax(a["P"], len(a["y"])),
