@@ -461,10 +461,9 @@ class JaxEmitter:
             rank = full.rank
             factors = [self.expand(code, axes, rank) for code, axes in reads]
             prod = coeff + " * ".join(factors)
-            pred = And(inner[0], inner[1]) if len(inner) == 2 else (
-                inner[0] if len(inner) == 1 else PTrue())
-            for q in inner[2:]:
-                pred = And(pred, q)
+            pred: Pred = PTrue()
+            for q in inner:  # every in-sum conjunct left (three or more included)
+                pred = q if isinstance(pred, PTrue) else And(pred, q)
             value = f"tl_sum({self.masked(pred, prod, full)}, {_tuple(tuple(range(ni, rank)))})"
         if unread:
             count = " * ".join(f"{box}[{p}]" for p in unread)

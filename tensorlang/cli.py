@@ -258,6 +258,9 @@ def random_value(t: Any, sizes: Mapping[str, int], rng: np.random.Generator) -> 
     """Random input of type `t`: standard normal reals, sparse (10%) boolean relations."""
     from tensorlang.ir import ast
 
+    if isinstance(t, ast.TIndex):  # an index array: entries uniform in its range
+        shape = tuple(int(a.evaluate(sizes)) for a in t.sizes)
+        return rng.integers(0, max(shape[-1], 1), size=shape[:-1])
     if isinstance(t, ast.TRel):
         shape = tuple(int(a.evaluate(sizes)) for a in t.sizes)
         return rng.random(shape) < 0.1

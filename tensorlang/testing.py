@@ -61,7 +61,10 @@ from tensorlang.ir.ast import (
     Iverson, Let, Mul, Or, Pair, Param, PFalse, Pred, Proj, PTrue, RelCall, Sum, TArr, TPair,
     TReal, TRel, TSize, Type, Var, free_vars, scalar_of, shape_of, tensor,
 )
-from tensorlang.syntax.errors import ShapeError, TLError
+from tensorlang.check import quasi
+from tensorlang.check.typecheck import TypeEnv
+from tensorlang.ir.ast import IndexDiv, IndexRead, QuasiAffine, TIndex, quasi_add, quasi_term
+from tensorlang.syntax.errors import ShapeError, TLError, TypeCheckError
 
 __all__ = [
     "programs", "differentiable_programs", "theorem_programs", "scopes", "types", "expressions",
@@ -73,6 +76,7 @@ __all__ = [
 SIZE_NAMES = ("N", "M", "K", "L")
 VALUE_NAMES = ("x", "y", "z", "w", "u", "v")
 REL_NAMES = ("E", "F", "G", "H")
+INDEX_ARRAY_NAMES = ("P", "Q")
 INDEX_BASES = ("i", "j", "k", "l", "m")
 
 # Not differentiable everywhere (kinks, or steps: the derivative helpers of ast.BUILTINS).
@@ -103,6 +107,10 @@ class GenOptions:
     real_output_only: bool = False    # return type R
     no_pairs: bool = False            # no pair types anywhere (params, values, result)
     no_relations: bool = False        # no rel(...) parameters, hence no relation predicates
+    # SPEC 12: reads `x[i // 2]`, `x[(i + 1) % N]`, `x[P[i]]` and comparisons `[i % 2 == 0]`,
+    # lowered as the front end lowers them (`tensorlang.check.quasi`), and index-array
+    # parameters `P: Z[n] in m` (on with relations: they are relations to every stage).
+    quasi_indices: bool = True
     pair_tensors: bool = True         # tensors of pairs ([n](t1, t2)) as values and results
     # Projections of tensors of pairs, `(gen i:n. (a, b)).0` (P2's left side): well-defined
     # on the struct-of-arrays representation, but typecheck.type_of rejects them (Proj needs
@@ -378,6 +386,7 @@ class _Gen:
 
     def pred(self, sc: Scope, depth: int) -> Pred:
         kinds = ["true", "cmp", "cmp", "cmp", "false"] + ["rel", "rel"] * bool(sc.rels)
+        kinds += ["quasi"] * (self.opts.quasi_indices and bool(sc.indices))
         if depth > 0:
             kinds += ["and", "or", "exists", "exists"]
         kind = self.pick(kinds)
@@ -387,6 +396,14 @@ class _Gen:
             return PFalse()
         if kind == "cmp":
             return Cmp(self.pick(Cmp.OPS), self.pred_affine(sc), self.pred_affine(sc))
+        if kind == "quasi":  # `[i % 2 == 0]`, `[i // 2 < j]`, `[P[i] == j]`, lowered
+            cmp = Cmp(self.pick(Cmp.OPS), self.quasi_index(sc, Affine.lit(0)),
+                      self.pred_affine(sc))
+            try:
+                return quasi.lower_pred(cmp, type_env(sc), self.fresh_index, _ignore_extent,
+                                        None)
+            except TypeCheckError:  # `% size` the ranges do not bound
+                return PTrue()
         if kind == "rel":
             name = self.pick(list(sc.rels))
             return RelCall(name, tuple(self.index(sc, n) for n in sc.rels[name]))
@@ -465,6 +482,13 @@ class _Gen:
             for name in REL_NAMES[: self.int(0, 2)]:
                 dims = tuple(self.size_expr(sc) for _ in range(self.int(1, 2)))
                 sc = sc.with_param(Param(name, TRel(dims)))
+            if o.quasi_indices:
+                for name in INDEX_ARRAY_NAMES[: self.pick([0, 0, 1, 2])]:
+                    dims = tuple(self.size_expr(sc) for _ in range(self.pick([1, 1, 2])))
+                    bound = self.size_expr(sc)
+                    if sc.value(bound) == 0:  # entries need a non-empty range to lie in
+                        bound = bound + 1
+                    sc = sc.with_param(Param(name, TIndex(dims + (bound,))))
         self.names.taken |= sc.names() | set(sc.rels)
         return sc
 
@@ -495,6 +519,7 @@ class _Gen:
                           "access", "call", "iverson", "mul", "call"]
                 kinds += ["extreme"] if o.extremes and not o.smooth else []
                 kinds += ["add", "add", "add"] if budget >= 2 else []
+                kinds += ["quasi_access"] * (2 * (o.quasi_indices and bool(sc.indices)))
         elif isinstance(t, TArr):
             kinds = ["gen"] + var
             if depth > 0:
@@ -639,6 +664,49 @@ class _Gen:
         dims = [self.size_expr(sc) for _ in range(k)]
         inner, b = self.expr(tensor(dims, t), sc, depth - 1, budget)
         return Access(inner, [self.index(sc, n) for n in dims]), b
+
+    def _quasi_access(self, t: Type, sc: Scope, depth: int, budget: float
+                      ) -> tuple[Expr, float]:
+        """`e[a]` with a quasi-affine index a (SPEC 12), lowered as the front end does."""
+        n = self.size_expr(sc)
+        inner, b = self.expr(tensor([n]), sc, depth - 1, budget)
+        env = type_env(sc)
+        index = self.quasi_index(sc, n)
+        try:
+            cases = quasi.lower_indices((index,), env, self.fresh_index, _ignore_extent, None,
+                                        (n,))
+        except TypeCheckError:  # `% size` the ranges do not bound: a constant divisor
+            index = quasi_term(IndexDiv("%", Affine.var(self.pick(list(sc.indices))), 2))
+            cases = quasi.lower_indices((index,), env, self.fresh_index, _ignore_extent, None,
+                                        (n,))
+        return quasi.lowered_access(lambda values, _: Access(inner, values), cases, env,
+                                    None), b
+
+    def fresh_index(self, base: str) -> str:
+        return self.names.index()
+
+    def quasi_index(self, sc: Scope, n: Affine) -> Affine | QuasiAffine:
+        """An index with `//`, `%` or an index-array read (sc must have index variables)."""
+        i = Affine.var(self.pick(list(sc.indices)))
+        arrays = [p for p in sc.params if isinstance(p.type, TIndex)]
+        form = self.pick(["div", "mod", "mod_size", "shifted_div", "mixed"]
+                         + ["array", "array"] * bool(arrays))
+        c = Affine.lit(self.pick([2, 3]))
+        if form == "div":
+            return quasi_term(IndexDiv("//", i, c))
+        if form == "mod":
+            return quasi_term(IndexDiv("%", i + self.pick([0, 1]), c))
+        if form == "shifted_div":
+            return quasi_term(IndexDiv("//", i - self.pick([1, 2]), c))
+        if form == "mixed":  # i // c + i % c, nested forms share the lowering
+            return quasi_add(quasi_term(IndexDiv("//", i, c)), quasi_term(IndexDiv("%", i, c)))
+        if form == "mod_size":  # `(i + 1) % N` with i:N (bounded, SPEC 12); else `% 2`
+            size = sc.indices[i.as_var()]
+            den = size if not size.is_const() else c
+            return quasi_term(IndexDiv("%", i + self.pick([1, 0, -1]), den))
+        p = self.pick(arrays)
+        assert isinstance(p.type, TIndex)
+        return quasi_term(IndexRead(p.name, tuple(self.index(sc, d) for d in p.type.shape)))
 
     def _proj(self, t: Type, sc: Scope, depth: int, budget: float) -> tuple[Expr, float]:
         other = self.type_(sc, 1, 0)
@@ -991,11 +1059,34 @@ def random_value(t: Type, sizes: Mapping[str, int], rng: np.random.Generator, *,
             return (random_value(tensor(dims, elem.a), sizes, rng, **kw),
                     random_value(tensor(dims, elem.b), sizes, rng, **kw))
         return rng.uniform(low, high, size=_shape(dims, sizes, what)).astype(np.float64)
+    if isinstance(t, TIndex):  # the integer array (every stage takes it, SPEC 12)
+        return random_index_array(t, sizes, rng, what)
     if isinstance(t, TRel):
         mask = rng.random(_shape(t.sizes, sizes, what)) < density
         enc = rel_encoding if rel_encoding != "mixed" else ("bool", "coo")[int(rng.integers(2))]
         return mask if enc == "bool" else np.argwhere(mask).astype(np.int64)
     raise TLError(f"cannot make a random value of type {t!r} for {what}")
+
+
+def random_index_array(t: TIndex, sizes: Mapping[str, int], rng: np.random.Generator,
+                       what: str = "value") -> np.ndarray:
+    """Entries uniform in the range of index array type `t` (the argument users pass)."""
+    shape = _shape(t.sizes, sizes, what)
+    if shape[-1] == 0 and math.prod(shape[:-1]) > 0:
+        raise ShapeError(f"{what}: an index array into an empty range must be empty")
+    return rng.integers(0, max(shape[-1], 1), size=shape[:-1]).astype(np.int64)
+
+
+def type_env(sc: Scope) -> TypeEnv:
+    """The type checker's view of a scope (for the front end's lowering functions)."""
+    env = TypeEnv.of_params(sc.params)
+    for name, size in sc.indices.items():
+        env = env.with_index(name, size)
+    return env
+
+
+def _ignore_extent(name: str, extent: Affine) -> None:
+    """Generated index arrays declare their range: the extents they index are not needed."""
 
 
 def _shape(dims: Iterable[Affine], sizes: Mapping[str, int], what: str) -> tuple[int, ...]:

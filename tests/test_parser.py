@@ -258,7 +258,8 @@ def test_affine(text, expected):
 
 
 @pytest.mark.parametrize("text, col", [
-    ("x[i * j]", 3), ("x[1.5]", 3), ("x[f(i)]", 3), ("x[i / 2]", 3), ("x[y[i]]", 3),
+    ("x[i * j]", 3), ("x[1.5]", 3), ("x[f(i)]", 3), ("x[i / 2]", 3), ("x[y[i].0]", 3),
+    ("x[(y[i])[j]]", 3),
     ("x[i, 2 * (j * k)]", 11), ("gen i:N * M. a", 7), ("[E(i * j)]", 4), ("[a < b.0]", 6),
     ("[exists t:N * N. true]", 11), ("x[[i < j]]", 3), ("x[(i, j)]", 3)])
 def test_non_affine_is_a_located_error(text, col):

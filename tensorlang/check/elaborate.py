@@ -41,7 +41,7 @@ from typing import Callable, Iterable, Mapping, Union
 
 from tensorlang.ir.ast import (
     REAL, Access, Add, Affine, Box, Call, Cmp, Const, Def, DefCall, DerivedDef, Exists, Expr,
-    Gen, Iverson, Let, Mul, Node, Pair, Param, Pred, Proj, PTrue, RelCall, Sum, TArr, TPair,
+    Gen, Iverson, Let, Mul, Node, Pair, Param, Pred, Proj, PTrue, RelCall, Sum, TArr, TIndex, TPair,
     TReal, TRel, TSize, Type, Var, binder_name, fresh, map_fields, pred_and, scalar_of, shape_of,
     subst, tensor, walk, Cond, CondAnd, CondCmp, CondNot, CondOr, CondPred, Extremum, IfThen,
     cmp_pred, pred_not,
@@ -50,9 +50,11 @@ from tensorlang.semantics import boxes
 from tensorlang.syntax import printer
 from tensorlang.syntax.errors import Loc, TypeCheckError
 from tensorlang.check import prelude
+from tensorlang.check.quasi import is_quasi_pred, lower_indices, lower_pred, lowered_access
+from tensorlang.ir.ast import QuasiAffine
 from tensorlang.check.typecheck import (
     SIZE, DeriveCore, TLWarning, TypeEnv, role_text, access_result, access_warning, box_type,
-    INDEX,
+    INDEX, format_affine,
     builtin_arity,
     check_affine, check_pred, check_size, format_type, param_env, pick_loc, prove_nonneg, type_of,
 )
@@ -194,6 +196,8 @@ def _subst_type(t: Type, sizes: Mapping[str, Affine]) -> Type:
         return TArr(t.size.subst(sizes), _subst_type(t.elem, sizes))
     if isinstance(t, TPair):
         return TPair(_subst_type(t.a, sizes), _subst_type(t.b, sizes))
+    if isinstance(t, TIndex):
+        return TIndex(tuple(n.subst(sizes) for n in t.sizes), t.unbounded)
     if isinstance(t, TRel):
         return TRel(tuple(n.subst(sizes) for n in t.sizes))
     return t
@@ -329,6 +333,8 @@ class _Elaborator:
         self.avoid = _all_names(d)
         self.generated: set[str] = set()  # names made by `fresh`, unique in this def
         self.numbers = itertools.count()  # this def's own: its names do not depend on others
+        self.index_extents: dict[str, list[Affine]] = {}  # see `record`
+        self.placeholders: set[str] = set()  # ranges not inferred yet (`_with_index_bounds`)
 
     def fresh(self, base: str) -> str:
         name = fresh(base, self.avoid, self.numbers)
@@ -410,10 +416,10 @@ class _Elaborator:
         if isinstance(e, Access):
             return self.access(e, env, loc)
         if isinstance(e, Iverson):
-            check_pred(e.pred, env, loc)
-            inner = env.with_fact(e.pred)
+            pred = self.pred(e.pred, env, loc)
+            inner = env.with_fact(pred)
             v, t = self.expr(e.e, inner, loc)
-            return Iverson(e.pred, self.core(v, inner), loc=e.loc), t
+            return Iverson(pred, self.core(v, inner), loc=e.loc), t
         if isinstance(e, Let):
             v, tv = self.expr(e.value, env, loc)
             inner = env.with_var(e.name, tv)
@@ -545,6 +551,8 @@ class _Elaborator:
 
     def access(self, e: Access, env: TypeEnv, loc: Loc | None) -> tuple[Operand, Type]:
         v, t = self.expr(e.e, env, loc)
+        if any(isinstance(a, QuasiAffine) for a in e.idx):
+            return self.quasi_access(e, v, t, env, loc)
         for a in e.idx:
             check_affine(a, env, loc)
         rt = access_result(t, len(e.idx), loc)
@@ -552,6 +560,53 @@ class _Elaborator:
         if isinstance(v, _EW):
             return self.index(v, e.idx, env, loc), rt
         return Access(v, e.idx, loc=e.loc), rt
+
+    def record(self, name: str, extent: Affine) -> None:
+        """An extent index array `name` indexes (its entries' range, when not declared)."""
+        self.index_extents.setdefault(name, []).append(extent)
+
+    def quasi_access(self, e: Access, v: Operand, t: Type, env: TypeEnv,
+                     loc: Loc | None) -> tuple[Operand, Type]:
+        """`x[.. i // 2 .., idx[j], ..]` (see `tensorlang.check.quasi`): a sum over the fresh
+        quotient / entry variables of the guarded affine access, under a `gen` over the
+        dimensions the access leaves."""
+        rt = access_result(t, len(e.idx), loc)
+        if not isinstance(scalar_of(t), TReal):
+            raise _err(f"a quasi-affine or index-array index needs a tensor of R, found "
+                       f"{format_type(t)}", loc)
+        for a in e.idx:
+            if isinstance(a, Affine):
+                check_affine(a, env, loc)
+        dims = shape_of(t)
+        cases = lower_indices(e.idx, env, self.fresh, self.record, loc, dims[:len(e.idx)])
+        lets: list[tuple[str, Expr]] = []
+        target = self.operand(v, len(dims), lets)
+        rest = dims[len(e.idx):]
+        names = tuple(self.fresh("i") for _ in rest)
+        outer = env
+        for n, size in zip(names, rest):
+            outer = outer.with_index(n, size)
+        tail = tuple(Affine.var(n) for n in names)
+
+        def read(values: tuple[Affine, ...], inner: TypeEnv) -> Expr:
+            full = values + tail
+            self.warn(access_warning(e.e, full, t, inner, loc))
+            if isinstance(target, _EW):
+                return self.index(target, full, inner, loc)
+            return _push(target, full, inner) if _pushable(target, len(full)) else \
+                Access(target, full, loc=e.loc)
+
+        body = lowered_access(read, cases, outer, loc)
+        for n, size in reversed(list(zip(names, rest))):
+            body = Gen(n, size, body, loc=loc)
+        return _wrap_lets(lets, body), rt
+
+    def pred(self, p: Pred, env: TypeEnv, loc: Loc | None) -> Pred:
+        """A checked predicate, quasi-affine comparisons lowered (`tensorlang.check.quasi`)."""
+        if is_quasi_pred(p):
+            p = lower_pred(p, env, self.fresh, self.record, loc)
+        check_pred(p, env, loc)
+        return p
 
     def call(self, fn: str, args: tuple[Expr, ...], params: tuple[float, ...], env: TypeEnv,
              loc: Loc | None) -> tuple[Operand, Type]:
@@ -711,6 +766,7 @@ def inline_call(el: _Elaborator, callee: Def, e: DefCall, env: TypeEnv,
     rels: dict[str, str] = {}
     typed: list[tuple[Param, Type, Loc | None]] = []
     values: list[tuple[Param, Expr]] = []
+    arrays: list[tuple[Param, str, TIndex, Loc | None]] = []
     for p, a in pairs:
         where = f"argument {position[p.name]} of {name} (parameter {p.name}: {format_type(p.type)})"
         aloc = pick_loc(a.loc, loc)
@@ -720,6 +776,13 @@ def inline_call(el: _Elaborator, callee: Def, e: DefCall, env: TypeEnv,
                 raise _err(f"{where} must be a size (affine in size variables)", aloc)
             check_size(aff, env, aloc, f"{where}:")
             sizes[p.name] = aff
+        elif isinstance(p.type, TIndex):  # unified on its shape; its range below
+            arr = env.rel_type(a.name) if isinstance(a, Var) else None
+            if not isinstance(arr, TIndex):
+                raise _err(f"{where} must be an index-array parameter (Z[...])", aloc)
+            rels[p.name] = a.name  # type: ignore[union-attr]
+            arrays.append((p, a.name, arr, aloc))  # type: ignore[union-attr]
+            typed.append((Param(p.name, tensor(p.type.shape)), tensor(arr.shape), aloc))
         elif isinstance(p.type, TRel):
             rel = env.rel_type(a.name) if isinstance(a, Var) else None
             if rel is None:
@@ -738,6 +801,19 @@ def inline_call(el: _Elaborator, callee: Def, e: DefCall, env: TypeEnv,
         if not _same_structure(p.type, t):
             raise _err(f"argument {position[p.name]} of {name} (parameter {p.name}): expected "
                        f"{format_type(_subst_type(p.type, sizes))}, found {format_type(t)}", aloc)
+    for p, _, arr, _ in arrays:  # a range no other argument fixes: the array's own
+        v = p.type.sizes[-1].as_var()
+        if v in unknown and v not in sizes:
+            sizes[v] = arr.sizes[-1]
+    for p, arg, arr, aloc in arrays:
+        want_bound = p.type.sizes[-1].subst(sizes)
+        if want_bound.vars() & (unknown - sizes.keys()):
+            continue  # reported below
+        el.record(arg, want_bound)
+        if arr.sizes[-1] is not want_bound and not (arr.sizes[-1].vars() & el.placeholders):
+            raise _err(f"argument {position[p.name]} of {name} (parameter {p.name}): entries "
+                       f"in 0 <= {arg}[...] < {format_affine(arr.sizes[-1])}, but {name} "
+                       f"indexes with them below {format_affine(want_bound)}", aloc)
     for p in params:
         if p.name in unknown and p.name not in sizes:
             raise _err(f"cannot infer the size {p.name} of {name} from its arguments; pass the "
@@ -774,11 +850,56 @@ def elaborate_def(d: Def, earlier: Mapping[str, Def] | None = None, *,
 
     `ret` of the result is the declared type, or the inferred one when none was declared
     (`typecheck.check_def` compares them).  Bounds warnings are appended to `warnings`."""
+    d = _with_index_bounds(d, earlier or {}, later, derived or {}, derive)
     env = param_env(d)
     el = _Elaborator(d, earlier or {}, later, derived or {}, warnings, derive)
     v, t = el.expr(d.body, env, d.loc)
     body = el.core(v, env)
     return Def(d.name, d.params, d.ret if d.ret is not None else t, body, loc=d.loc)
+
+
+def _with_index_bounds(d: Def, earlier: Mapping[str, Def], later: Iterable[str],
+                       derived: Mapping[str, DerivedDef], derive: DeriveCore | None) -> Def:
+    """`d` with the range of every index array written `Z[...]` without `in m` inferred from
+    its uses (`tensorlang.check.quasi`): one elaboration with a placeholder size per such
+    array collects the extents they index."""
+    open_params = [p for p in d.params if isinstance(p.type, TIndex) and p.type.unbounded]
+    if not open_params:
+        return d
+    avoid = _all_names(d)
+    holders: dict[str, str] = {}
+    for p in open_params:
+        holders[p.name] = fresh(p.name + "_range", avoid | set(holders.values()),
+                                itertools.count())
+    scratch_params = [Param(p.name, TIndex(p.type.sizes + (Affine.var(holders[p.name]),)),
+                            loc=p.loc) if p.name in holders else p for p in d.params]
+    scratch_params += [Param(h, TSize()) for h in holders.values()]
+    scratch = Def(d.name, scratch_params, d.ret, d.body, d.requires, loc=d.loc)
+    el = _Elaborator(scratch, earlier, later, derived, [], derive)
+    placeholders = set(holders.values())
+    el.placeholders = placeholders
+    el.expr(d.body, param_env(scratch), d.loc)
+    params = []
+    for p in d.params:
+        if p.name not in holders:
+            params.append(p)
+            continue
+        extents = []
+        for x in el.index_extents.get(p.name, []):
+            if not (x.vars() & placeholders) and x not in extents:
+                extents.append(x)
+        where = pick_loc(p.loc, d.loc)
+        shape = ", ".join(format_affine(n) for n in p.type.sizes)
+        if not extents:
+            raise _err(f"cannot infer the range of the entries of index array {p.name}: use it "
+                       f"as a whole index (x[{p.name}[i]]) or declare it ({p.name}: "
+                       f"Z[{shape}] in M)", where)
+        if len(extents) > 1:
+            shown = " and ".join(format_affine(x) for x in extents)
+            raise _err(f"index array {p.name} indexes dimensions of different extents ({shown}): "
+                       f"declare the range of its entries ({p.name}: Z[{shape}] in M)", where)
+        params.append(Param(p.name, TIndex(p.type.sizes + (extents[0],)), loc=p.loc))
+    return Def(d.name, params, d.ret, d.body, d.requires, loc=d.loc)
 
 
 def elaborate_expr(e: Expr, env: TypeEnv, earlier: Mapping[str, Def] | None = None, *,

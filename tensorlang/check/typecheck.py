@@ -877,7 +877,7 @@ def _check_def(d: Def, earlier: Mapping[str, Def] | None, later: Iterable[str],
     warnings: list[TLWarning] = []
     core = elaborate_def(d, earlier or {}, later=later, derived=derived, warnings=warnings,
                          derive=derive)
-    t = type_of(core.body, env)
+    t = type_of(core.body, env if core.params == d.params else param_env(core))
     if d.ret is not None and t is not d.ret:
         raise _err(f"{d.name} is declared to return {format_type(d.ret)}, but its body has "
                    f"type {format_type(t)}", _return_loc(d))

@@ -47,6 +47,9 @@ from tensorlang.ir.ast import (
     IfThen, Iverson, Let, Max, Min, Mul, Or, Pair, Param, PFalse, Pred, Proj, PTrue, RelCall,
     Sum, TPair, TRel, TSize, Type, Var, pred_not,
 )
+from tensorlang.ir.ast import (
+    IndexDiv, IndexRead, QuasiAffine, TIndex, quasi_add, quasi_scale, quasi_term,
+)
 from tensorlang.syntax.errors import LimitError, Loc, ParseError, Source
 from tensorlang.syntax import limits
 from tensorlang.syntax.limits import LIMITS_DOC, MAX_DEPTH
@@ -444,6 +447,12 @@ class _Converter:
 
     e_div = e_mul
 
+    def e_floordiv(self, t: Tree) -> Expr:
+        self.fail("`//` and `%` are index operators: use them inside an index (`x[i // 2]`) "
+                  "or a comparison (`[i % 2 == 0]`)", t)
+
+    e_mod = e_floordiv
+
     def chain(self, t: Tree) -> Expr:
         """A product chain: a bare `[p]` guards the product of everything to its right."""
         items: list[tuple[str, Item]] = []
@@ -512,7 +521,7 @@ class _Converter:
     def e_access(self, t: Tree) -> Expr:
         e, idx = t.children
         assert isinstance(idx, Tree)
-        return Access(self.expr(e), tuple(self.affine(a) for a in idx.children),
+        return Access(self.expr(e), tuple(self.index(a) for a in idx.children),
                       loc=self.loc(t))
 
     def e_proj(self, t: Tree) -> Expr:
@@ -685,7 +694,7 @@ class _Converter:
 
     def p_cmp(self, t: Tree) -> Pred:
         a_t, op, b_t = t.children
-        return ast.cmp_pred(str(op), self.affine(a_t), self.affine(b_t), self.loc(t))
+        return ast.cmp_pred(str(op), self.index(a_t), self.index(b_t), self.loc(t))
 
     def p_call(self, t: Tree) -> Pred:
         name, arg_list = t.children
@@ -698,40 +707,64 @@ class _Converter:
     # -- affine mode -----------------------------------------------------------------------
 
     def affine(self, t: Item) -> Affine:
+        out = self.index(t)
+        if not isinstance(out, Affine):
+            self.fail(AFFINE_MSG + " (`//`, `%` and index arrays are allowed only in the "
+                      "indices of an access and in comparisons)", t)
+        return out
+
+    def index(self, t: Item) -> Affine | QuasiAffine:
+        """An index expression: affine, or quasi-affine (`e // c`, `e % c`, `idx[i]`, SPEC 12)
+        where the caller allows it (accesses and comparisons)."""
         t = _unparen(t)
         assert isinstance(t, Tree)
         kind = t.data
+        out: Affine | QuasiAffine
         if kind == "name":
             out = Affine.var(self.name(t.children[0]))
         elif kind == "int":
             out = Affine.lit(self.integer(t.children[0]))
         elif kind in ("add", "sub"):
-            out = self.affine_sum(t)
+            out = self.index_sum(t)
         elif kind == "neg":
-            out = -self.affine(t.children[0])
+            out = quasi_scale(self.index(t.children[0]), -1)
         elif kind == "mul":
-            a, b = (self.affine(c) for c in t.children)
-            if a.is_const():
-                out = b.scale(a.const)
-            elif b.is_const():
-                out = a.scale(b.const)
+            a, b = (self.index(c) for c in t.children)
+            if isinstance(a, Affine) and a.is_const():
+                out = quasi_scale(b, a.const)
+            elif isinstance(b, Affine) and b.is_const():
+                out = quasi_scale(a, b.const)
             else:
                 self.fail(AFFINE_MSG + " (a product needs an integer constant factor)", t)
+        elif kind in ("floordiv", "mod"):
+            num = self.index(t.children[0])
+            den = self.affine(t.children[1])
+            if den.is_const() and den.const <= 0:
+                self.fail(f"the divisor of {'//' if kind == 'floordiv' else '%'} must be a "
+                          "positive integer constant or a size", t.children[1])
+            out = quasi_term(IndexDiv("//" if kind == "floordiv" else "%", num, den,
+                                      loc=self.loc(t)))
+        elif kind == "access" and _is(_unparen(t.children[0]), "name"):
+            target, args = t.children
+            assert isinstance(args, Tree)
+            name = self.name(_unparen(target).children[0])  # type: ignore[union-attr]
+            out = quasi_term(IndexRead(name, tuple(self.index(a) for a in args.children),
+                                       loc=self.loc(t)))
         else:
             self.fail(AFFINE_MSG, t)
         return out.with_loc(self.loc(t))
 
-    def affine_sum(self, t: Tree) -> Affine:
+    def index_sum(self, t: Tree) -> Affine | QuasiAffine:
         spine: list[Tree] = []
         node: Item = t
         while _is(node, "add", "sub"):
             assert isinstance(node, Tree)
             spine.append(node)
             node = node.children[0]
-        acc = self.affine(node)
+        acc = self.index(node)
         for n in reversed(spine):
-            rhs = self.affine(n.children[1])
-            acc = acc + rhs if n.data == "add" else acc - rhs
+            rhs = self.index(n.children[1])
+            acc = quasi_add(acc, rhs if n.data == "add" else quasi_scale(rhs, -1))
         return acc
 
     def integer(self, tok: Item) -> int:
@@ -762,6 +795,11 @@ class _Converter:
             return TSize(loc=loc)
         if kind == "t_rel":
             return TRel(tuple(self.sizes(ch[0])) if ch[0] is not None else (), loc=loc)
+        if kind == "t_index":  # `Z[N]` (entries' range inferred from the uses) or `Z[N] in V`
+            shape = tuple(self.sizes(ch[0]))
+            if ch[1] is None:
+                return TIndex(shape, True, loc=loc)
+            return TIndex(shape + (self.affine(ch[1]),), loc=loc)
         self.fail("expected a type", t)
 
     def sizes(self, t: Item) -> list[Affine]:

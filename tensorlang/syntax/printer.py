@@ -22,8 +22,9 @@ from tensorlang.ir.ast import (
     PAIR_BOXES, Access, Add, Affine, And, Box, Call, Cmp, Const, Contract, Def, DefCall,
     DerivedDef, Exists, Gen, CondAnd, CondCmp, CondNot, CondOr, CondPred, Extremum, IfThen,
     Iverson, Let, Mul, Node, Or, Pair, Param, PFalse, Pred, Proj, PTrue, RelCall, Sum, TArr,
-    TPair, TReal, TRel, TSize, Var,
+    TIndex, TPair, TReal, TRel, TSize, Var,
 )
+from tensorlang.ir.ast import IndexDiv, QuasiAffine
 
 __all__ = ["to_tl", "to_unicode"]
 
@@ -354,8 +355,11 @@ class _Printer:
 
     # -- affine expressions and types ------------------------------------------------------
 
-    def affine(self, a: Affine) -> str:
-        """`i + 2*j - 1` (terms in the canonical order of `Affine`)."""
+    def affine(self, a: Affine | QuasiAffine) -> str:
+        """`i + 2*j - 1` (terms in the canonical order of `Affine`); a surface quasi-affine
+        index (SPEC 12) as its base then its terms: `i + 1 + (i % 2) - 2 * P[i]`."""
+        if isinstance(a, QuasiAffine):
+            return self.quasi(a)
         parts: list[str] = []
         for name, c in a.terms:
             mag = name if abs(c) == 1 else f"{abs(c)}*{name}"
@@ -368,6 +372,28 @@ class _Printer:
                 parts.append(str(a.const))
             else:
                 parts.append(f" + {a.const}" if a.const > 0 else f" - {-a.const}")
+        return "".join(parts)
+
+    def quasi(self, a: QuasiAffine) -> str:
+        parts = [self.affine(a.base)] if (a.base.terms or a.base.const) else []
+        for term, c in zip(a.terms, a.coeffs):
+            if isinstance(term, IndexDiv):
+                den = self.affine(term.den)
+                if not (term.den.is_const() or term.den.as_var() is not None):
+                    den = f"({den})"
+                num = self.affine(term.num)
+                if not (isinstance(term.num, Affine) and (term.num.is_const() and
+                                                          term.num.const >= 0
+                                                          or term.num.as_var() is not None)):
+                    num = f"({num})"
+                text = f"({num} {term.op} {den})"
+            else:
+                text = f"{term.name}[{', '.join(self.affine(x) for x in term.args)}]"
+            mag = text if abs(c) == 1 else f"{abs(c)} * {text}"
+            if not parts:
+                parts.append(mag if c > 0 else f"-{mag}")
+            else:
+                parts.append(f" + {mag}" if c > 0 else f" - {mag}")
         return "".join(parts)
 
     def type(self, t: Node) -> str:
@@ -392,6 +418,9 @@ class _Printer:
             return "(" + ", ".join(self.type(i) for i in items) + ")"
         if isinstance(t, TSize):
             return "size"
+        if isinstance(t, TIndex):  # an index array (SPEC 12)
+            shape = ', '.join(self.affine(a) for a in t.shape)
+            return f"Z[{shape}]" if t.bound is None else f"Z[{shape}] in {self.affine(t.bound)}"
         if isinstance(t, TRel):
             return f"rel({', '.join(self.affine(a) for a in t.sizes)})"
         raise TypeError(f"cannot print {type(t).__name__} as a type")

@@ -6,7 +6,7 @@ import functools
 
 from tensorlang.ir import ast
 from tensorlang.ir.ast import (PAIR_BOXES, Affine, And, Cmp, Exists, Or, PFalse, Pred, PTrue,
-                               RelCall, TArr, TPair, TReal, TRel, TSize, Type)
+                               RelCall, TArr, TIndex, TPair, TReal, TRel, TSize, Type)
 from tensorlang.ir.canon import conjuncts, disjuncts
 from tensorlang.ir.tssa import (AddRhs, BoxRhs, ConstRhs, ExtremeRhs, Input, MapRhs, Operand, Out,
                                 Program, Rhs, Stmt, SumRhs, soa_type)
@@ -53,6 +53,9 @@ def fmt_type(t: Type) -> str:
         return "R"
     if isinstance(t, TSize):
         return "size"
+    if isinstance(t, TIndex):  # an index array (SPEC 12)
+        shape = ', '.join(fmt_affine(a) for a in t.shape)
+        return f"Z[{shape}]" if t.bound is None else f"Z[{shape}] in {fmt_affine(t.bound)}"
     if isinstance(t, TRel):
         return f"rel({', '.join(fmt_affine(s) for s in t.sizes)})"
     if isinstance(t, TPair):
