@@ -28,14 +28,15 @@ m*n*k); `CompiledProgram.last_counts` reports them after each call.
 """
 from __future__ import annotations
 
+import dis
 import threading
 import types
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
 from tensorlang.ir import ast
-from tensorlang.semantics import interp
+from tensorlang.semantics import interp, relation
 from tensorlang.ir import tssa
 from tensorlang.syntax import ssa_printer
 from tensorlang.ir.tssa import Program
@@ -96,8 +97,10 @@ class CompiledProgram:
         self._counted: list[str] = list(module.TL_COUNTED)
         self._sig = ast.Def(program.name, program.params, program.ret, ast.Const(0.0))
         self._inputs = program.inputs()
-        self._rel_shapes = {q.name: q.type.sizes for q in program.params
-                            if isinstance(q.type, ast.TRel)}
+        self._used = _mask_reads(self.kernel, self._args)
+        leaves = program.output_vars()
+        self._copy_leaf = [v in leaves[:k] or v in self._inputs for k, v in enumerate(leaves)]
+        self._one_leaf = isinstance(program.output, str) and not self._copy_leaf[0]
         self.last_counts: dict[str, int] | None = None
         self._lock = threading.Lock()
         self._sealed = not module_key   # Numba's files are recorded after the first call
@@ -109,8 +112,20 @@ class CompiledProgram:
 
     def __call__(self, args: Mapping[str, Any] | None = None, /, **kwargs: Any) -> Any:
         given = dict(args or {}, **kwargs)
-        env = interp.bind_args(self._sig, given)
-        kargs, counts = self._marshal(env)
+        env = interp.bind_args(self._sig, given)   # checks every argument
+        rels = {name: relation.from_value(given[name], tuple(mask.shape))
+                for name, mask in env.rels.items()}
+        return self._call(env.sizes, {k: v for k, (v, _) in env.vals.items()}, rels)
+
+    def call_bound(self, bound: Mapping[str, Any]) -> Any:
+        """Run on arguments `api.bind_args` has already checked and converted (sizes as ints,
+        float64 C-contiguous arrays, floats, pairs as tuples, relations as `Relation`s):
+        the API's call path, which checks each argument once."""
+        return self._call(bound, bound, bound)
+
+    def _call(self, sizes: Mapping[str, int], vals: Mapping[str, Any],
+              rels: Mapping[str, relation.Relation]) -> Any:
+        kargs, counts = self._marshal(sizes, vals, rels)
         out = self.kernel(*kargs)
         if not self._sealed:
             self._seal()
@@ -118,21 +133,23 @@ class CompiledProgram:
             self.last_counts = {v: int(c) for v, c in zip(self._counted, counts)}
         return self._result(out)
 
-    def _marshal(self, env: interp.Env) -> tuple[list[Any], np.ndarray | None]:
+    def _marshal(self, sizes: Mapping[str, int], vals: Mapping[str, Any],
+                 rels: Mapping[str, relation.Relation]
+                 ) -> tuple[list[Any], np.ndarray | None]:
         values: list[Any] = []
         counts: np.ndarray | None = None
-        pats: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
-        for kind, key in self._args:
+        for (kind, key), used in zip(self._args, self._used):
             if kind == "size":
-                values.append(int(env.sizes[key]))
+                values.append(int(sizes[key]))
             elif kind == "input":
-                values.append(self._input(env, key))
+                values.append(self._input(vals, key))
             elif kind == "mask":
-                values.append(np.ascontiguousarray(env.rels[key], dtype=np.bool_))
+                rel = rels[key]
+                # a mask the kernel never reads is not built (coordinates stay coordinates)
+                values.append(rel.mask() if used else _no_mask(rel.arity))
             elif kind in ("coords", "ptr"):
-                if key not in pats:
-                    pats[key] = pattern_arrays(env.rels[key[0]], tuple(key[1]), key[2])
-                values.append(pats[key][0 if kind == "coords" else 1])
+                pat = rels[key[0]].pattern(tuple(key[1]), key[2])
+                values.append(pat[0 if kind == "coords" else 1])
             elif kind == "consts":
                 values.append(self.constants)
             else:
@@ -140,9 +157,9 @@ class CompiledProgram:
                 values.append(counts)
         return values, counts
 
-    def _input(self, env: interp.Env, var: str) -> Any:
+    def _input(self, vals: Mapping[str, Any], var: str) -> Any:
         rhs = self._inputs[var]
-        v = env.vals[rhs.param][0]
+        v = vals[rhs.param]
         for k in rhs.path:
             v = v[k]
         arr = np.asarray(v, dtype=np.float64)
@@ -151,23 +168,19 @@ class CompiledProgram:
         return np.ascontiguousarray(arr)
 
     def _result(self, out: tuple) -> Any:
-        leaves = self.program.output_vars()
-        seen: set[str] = set()
-        vals: dict[int, Any] = {}
-        for k, (v, x) in enumerate(zip(leaves, out)):
+        """The kernel's outputs in the shape of the program's output.  Built without a
+        closure that refers to itself: such a cycle would keep every output alive until the
+        garbage collector runs, so each call would write fresh, page-faulting memory."""
+        if self._one_leaf:   # (the usual case: one scalar or array, no copy needed)
+            x = out[0]
+            return x if isinstance(x, np.ndarray) else float(x)
+        vals: list[Any] = []
+        for x, copy in zip(out, self._copy_leaf):
             if isinstance(x, np.ndarray):
-                if v in seen or v in self._inputs:
-                    x = x.copy()   # results never alias an argument or each other
-                vals[k] = x
+                vals.append(x.copy() if copy else x)  # never alias an argument or each other
             else:
-                vals[k] = float(x)
-            seen.add(v)
-        pos = iter(range(len(leaves)))
-
-        def build(o: tssa.Out) -> Any:
-            return vals[next(pos)] if isinstance(o, str) else tuple(build(c) for c in o)
-
-        return build(self.program.output)
+                vals.append(float(x))
+        return _assemble(self.program.output, iter(vals))
 
     def _seal(self) -> None:
         """After the first call: when Numba compiled the kernel here (and so wrote its cache
@@ -189,24 +202,34 @@ class CompiledProgram:
 
 
 def pattern_arrays(mask: np.ndarray, order: tuple[int, ...], nbound: int
-                    ) -> tuple[np.ndarray, np.ndarray]:
-    """The coordinates of a relation, columns in `order`, sorted lexicographically, and the
-    CSR row pointer over the first `nbound` columns (their flattened index)."""
-    coords = np.argwhere(mask).astype(np.int64)
-    cols = np.ascontiguousarray(coords[:, list(order)]) if coords.size else \
-        np.zeros((0, len(order)), dtype=np.int64)
-    if list(order) != sorted(order) and len(cols):
-        idx = np.lexsort(cols.T[::-1])
-        cols = np.ascontiguousarray(cols[idx])
-    if not nbound:
-        return cols, np.zeros(1, dtype=np.int64)
-    dims = tuple(mask.shape[k] for k in order[:nbound])
-    nrows = int(np.prod(dims, dtype=np.int64))
-    keys = np.ravel_multi_index(tuple(cols[:, t] for t in range(nbound)), dims) \
-        if len(cols) else np.zeros(0, dtype=np.int64)
-    ptr = np.zeros(nrows + 1, dtype=np.int64)
-    np.cumsum(np.bincount(keys, minlength=nrows), out=ptr[1:])
-    return cols, ptr
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """The coordinates of the relation `mask`, columns in `order`, sorted lexicographically,
+    and the CSR row pointer over the first `nbound` columns (`Relation.pattern`)."""
+    return relation.from_value(mask, tuple(mask.shape)).pattern(tuple(order), nbound)
+
+
+def _assemble(o: tssa.Out, leaves: Iterator[Any]) -> Any:
+    return next(leaves) if isinstance(o, str) else tuple(_assemble(c, leaves) for c in o)
+
+
+def _mask_reads(kernel: Any, args: tuple[tuple[str, Any], ...]) -> list[bool]:
+    """Per kernel argument: False for a relation mask the kernel's code never reads."""
+    fn = getattr(kernel, "py_func", kernel)
+    code = fn.__code__
+    names = code.co_varnames[:code.co_argcount]
+    loads = {ins.argval for ins in dis.get_instructions(fn) if ins.opname.startswith("LOAD_")}
+    return [kind != "mask" or names[i] in loads for i, (kind, _) in enumerate(args)]
+
+
+def _no_mask(arity: int) -> np.ndarray:
+    """A stand-in for a mask no kernel code reads (the same Numba type as a mask)."""
+    hit = _NO_MASK.get(arity)
+    if hit is None:
+        hit = _NO_MASK[arity] = relation.frozen_array(np.zeros((0,) * arity, dtype=np.bool_))
+    return hit
+
+
+_NO_MASK: dict[int, np.ndarray] = {}
 
 
 _COMPILED: dict[str, CompiledProgram] = {}

@@ -28,7 +28,7 @@ import numpy as np
 
 from tensorlang import cache, pipeline
 from tensorlang.check import typecheck
-from tensorlang.semantics import interp, memory
+from tensorlang.semantics import interp, memory, relation
 from tensorlang.semantics.bounds import jvp_bound, type_size, vjp_bound
 from tensorlang.syntax import parser
 from tensorlang.ir.ast import Affine, Def, DerivedDef, Param, TArr, TPair, TReal, TRel, TSize, Type
@@ -165,13 +165,18 @@ class _Binder:
         self._expect_shape(p, path, tuple(dims), arr.shape)
         return np.ascontiguousarray(arr)
 
-    def _relation(self, p: Param, value: Any) -> np.ndarray:
+    def _relation(self, p: Param, value: Any) -> Any:
+        """A `Relation` (checked against the type's sizes), or the mask or coordinates given,
+        checked in form: they become a `Relation` once the sizes are known (`relations`)."""
         assert isinstance(p.type, TRel)
+        if isinstance(value, relation.Relation):
+            self._expect_shape(p, p.name, p.type.sizes, value.shape)
+            return value
         arity = len(p.type.sizes)
         arr = np.asarray(value)
         if arr.dtype == np.bool_:
             self._expect_shape(p, p.name, p.type.sizes, arr.shape)
-            return np.ascontiguousarray(arr)
+            return value if isinstance(value, np.ndarray) else arr
         # Otherwise a coordinate list: one row of `arity` integers per member.
         if arr.size == 0:
             return np.zeros((0, arity), dtype=np.int64)
@@ -182,7 +187,19 @@ class _Binder:
                 f"relation {p.name} of {self.fname}: expected a boolean mask of shape "
                 f"{self._expected_str(p.type.sizes)} or a (k, {arity}) integer coordinate "
                 f"array, got {_describe(value)}", self.loc(p))
-        return np.ascontiguousarray(arr, dtype=np.int64)
+        return value if isinstance(value, np.ndarray) else arr
+
+    def relations(self, out: dict[str, Any]) -> None:
+        """Make the relations in `out` `Relation`s of the shapes the sizes give (the
+        coordinates are checked against them here)."""
+        for p in self.params:
+            if isinstance(p.type, TRel) and p.name in out:
+                shape = tuple(int(d.evaluate(self.sizes)) for d in p.type.sizes)
+                try:
+                    out[p.name] = relation.from_value(out[p.name], shape)
+                except ShapeError as err:
+                    raise ShapeError(f"relation {p.name} of {self.fname}: {err.message}",
+                                     self.loc(p)) from None
 
     def _expect_shape(self, p: Param, path: str, dims: tuple[Affine, ...],
                       shape: tuple[int, ...]) -> None:
@@ -271,20 +288,9 @@ def bind_args(fname: str, params: Sequence[Param], args: Sequence[Any],
     parameters in the source, for errors.
     """
     locs = locs or {}
-    _check_names(fname, params, kwargs)
+    targets = positional_targets(fname, params, len(args), tuple(kwargs))
     given: dict[str, Any] = dict(kwargs)
-    if args:
-        rest = [p for p in params if p.name not in given]
-        values = [p for p in rest if not _is_size(p)]
-        if len(args) == len(rest):
-            targets = rest
-        elif len(args) == len(values):
-            targets = values
-        else:
-            raise TLError(f"{fname} takes {len(rest)} positional arguments "
-                          f"({', '.join(p.name for p in rest)}) or {len(values)} without the "
-                          f"sizes; got {len(args)}")
-        given.update({p.name: v for p, v in zip(targets, args)})
+    given.update({p.name: v for p, v in zip(targets, args)})
     out, binder = _convert_all(fname, params, given, locs)
     # values to be passed must have a shape; the cost model counts without them
     binder.check_extents(p.name for p in params if need_values or p.name in given)
@@ -300,7 +306,144 @@ def bind_args(fname: str, params: Sequence[Param], args: Sequence[Any],
                       f"from the arguments: pass {', '.join(p.name + '=...' for p in unknown)}",
                       locs.get(unknown[0].name))
     out.update({p.name: binder.sizes[p.name] for p in params if _is_size(p)})
+    binder.relations(out)
     return {p.name: out[p.name] for p in params if p.name in out}
+
+
+def positional_targets(fname: str, params: Sequence[Param], nargs: int,
+                       keywords: tuple[str, ...]) -> tuple[Param, ...]:
+    """The parameters `nargs` positional arguments go to when `keywords` are given by name:
+    those not given by keyword, in order, either all of them or only the non-size ones."""
+    _check_names(fname, params, keywords)
+    if not nargs:
+        return ()
+    rest = [p for p in params if p.name not in keywords]
+    values = [p for p in rest if not _is_size(p)]
+    if nargs == len(rest):
+        return tuple(rest)
+    if nargs == len(values):
+        return tuple(values)
+    raise TLError(f"{fname} takes {len(rest)} positional arguments "
+                  f"({', '.join(p.name for p in rest)}) or {len(values)} without the "
+                  f"sizes; got {nargs}")
+
+
+# a call plan: the sizes, per target parameter its conversion, the bound names in order
+_Plan = tuple[dict[str, int], tuple[Any, ...], tuple[str, ...]]
+
+
+class CallBinder:
+    """`bind_args` for one function, compiled for its calls.
+
+    A call's arguments are described by their form (how many positional, which keywords)
+    and, per value, its shape and dtype (a size's value itself).  The first call of a
+    description binds through `bind_args` (every check, sizes solved from the affine
+    constraints); what it found is kept as a plan: the sizes, and per parameter the
+    conversion left to do (none for a float64 C-contiguous array).  Later calls with the
+    same description run the plan: nothing is solved or checked twice.  Relations are
+    converted on every call unless given as a `Relation` or a read-only array
+    (semantics/relation.py); values whose description is not cheap (lists, other objects)
+    always take the full path."""
+
+    MAX_PLANS = 64
+
+    def __init__(self, fname: str, params: Sequence[Param],
+                 locs: Callable[[], Mapping[str, Loc]]) -> None:
+        self.fname = fname
+        self.params = tuple(params)
+        self.locs = locs
+        self.forms: dict[tuple[int, tuple[str, ...]], tuple[Param, ...]] = {}
+        self.plans: dict[tuple[Any, ...], _Plan] = {}
+
+    def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        return self.bind_keyed(args, kwargs)[1]
+
+    def bind_keyed(self, args: Sequence[Any], kwargs: Mapping[str, Any]
+                   ) -> tuple[tuple[Any, ...] | None, dict[str, Any]]:
+        """(the call's description, or None when it has none; the bound arguments): what
+        the bound arguments' sizes and bytes are a function of."""
+        form = (len(args), tuple(kwargs))
+        targets = self.forms.get(form)
+        if targets is None:
+            targets = positional_targets(self.fname, self.params, *form)
+            targets += tuple(next(p for p in self.params if p.name == k) for k in kwargs)
+            if len(self.forms) < self.MAX_PLANS:
+                self.forms[form] = targets
+        values = (*args, *kwargs.values())
+        key = (form, *map(_call_key, targets, values))
+        plan = self.plans.get(key) if None not in key else None
+        if plan is not None:
+            try:
+                return key, _run_plan(plan, targets, values)
+            except ShapeError:
+                pass   # (coordinates outside the box) reported, located, by the full path
+        bound = bind_args(self.fname, self.params, args, kwargs, locs=self.locs())
+        if None not in key:
+            if len(self.plans) >= self.MAX_PLANS:
+                self.plans.clear()
+            self.plans[key] = ({p.name: bound[p.name] for p in self.params if _is_size(p)},
+                               tuple(_converter(p) for p in targets), tuple(bound))
+            return key, bound
+        return None, bound
+
+
+def _call_key(p: Param, v: Any) -> Any:
+    """What binding `v` to `p` depends on: a size's value, a value's shape and dtype; None
+    when that is not cheap to tell (the call takes the full path)."""
+    if isinstance(p.type, TSize):
+        return (type(v), v) if isinstance(v, (int, float, np.integer, np.floating)) else None
+    return _value_key(v)
+
+
+def _value_key(v: Any) -> Any:
+    if isinstance(v, np.ndarray):
+        return (v.shape, v.dtype.char)
+    if isinstance(v, (float, int, np.floating, np.integer)):
+        return type(v)
+    if isinstance(v, relation.Relation):
+        return ("rel", v.shape, v.nbytes)
+    if type(v) is tuple and len(v) == 2:
+        a, b = _value_key(v[0]), _value_key(v[1])
+        return None if a is None or b is None else ("pair", a, b)
+    return None
+
+
+def _converter(p: Param) -> Any:
+    """How a plan converts the value of `p` (None: a size, already in the plan)."""
+    if isinstance(p.type, TSize):
+        return None
+    if isinstance(p.type, TRel):
+        return ("rel",)
+    def walk(t: Type) -> Any:
+        if isinstance(t, TArr):
+            return "array"
+        if isinstance(t, TPair):
+            return ("pair", walk(t.a), walk(t.b))
+        return "scalar"
+    return walk(p.type)
+
+
+def _convert(how: Any, v: Any, p: Param, sizes: Mapping[str, int]) -> Any:
+    if how == "array":
+        if type(v) is np.ndarray and v.dtype == np.float64 and v.flags.c_contiguous:
+            return v
+        return np.ascontiguousarray(v, dtype=np.float64)
+    if how == "scalar":
+        return float(v)
+    if how[0] == "pair":
+        return (_convert(how[1], v[0], p, sizes), _convert(how[2], v[1], p, sizes))
+    assert isinstance(p.type, TRel)
+    return relation.from_value(v, tuple(int(d.evaluate(sizes)) for d in p.type.sizes))
+
+
+def _run_plan(plan: _Plan, targets: tuple[Param, ...],
+              values: tuple[Any, ...]) -> dict[str, Any]:
+    sizes, converters, names = plan
+    out: dict[str, Any] = dict(sizes)
+    for p, v, how in zip(targets, values, converters):
+        if how is not None:
+            out[p.name] = _convert(how, v, p, sizes)
+    return {name: out[name] for name in names}
 
 
 def infer_sizes(fname: str, params: Sequence[Param], given: Mapping[str, Any],
@@ -313,7 +456,7 @@ def infer_sizes(fname: str, params: Sequence[Param], given: Mapping[str, Any],
             if _is_size(p) and p.name in binder.sizes}
 
 
-def _check_names(fname: str, params: Sequence[Param], given: Mapping[str, Any]) -> None:
+def _check_names(fname: str, params: Sequence[Param], given: Iterable[str]) -> None:
     names = {p.name for p in params}
     for name in given:
         if name not in names:
@@ -453,6 +596,8 @@ class Function:
     inferred from shapes.  `interpret`, `cost`, `show` and `compile` expose the pipeline.
     """
 
+    _binder: "CallBinder | None" = None   # made on the first call
+
     def __init__(self, d: Def, ret_type: Type | None = None,
                  module: "Module | None" = None) -> None:
         self._def = d
@@ -493,8 +638,14 @@ class Function:
     # -- running ---------------------------------------------------------------------------
 
     def bind(self, /, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """The complete argument dict (sizes inferred) the interpreter and backends take."""
-        return bind_args(self.name, self.params, args, kwargs, locs=self.param_locs())
+        """The complete argument dict (sizes inferred) the interpreter and backends take
+        (a `CallBinder`: a call like an earlier one in shapes runs its plan)."""
+        return self.call_binder().bind(args, kwargs)
+
+    def call_binder(self) -> "CallBinder":
+        if self._binder is None:
+            self._binder = CallBinder(self.name, self.params, self.param_locs)
+        return self._binder
 
     def param_locs(self) -> dict[str, Loc]:
         """Where the parameters are declared (for errors about arguments)."""
@@ -621,14 +772,30 @@ class Compiled:
         self.function = fn
         self.backend = backend
         self._run = run
+        # the numba backend runs arguments checked once, by the binder, without a second check
+        self._run_bound = getattr(run, "call_bound", run)
+        self._memory_def: Def | None = None
+        self._estimates: dict[Any, memory.Estimate] = {}   # per call description
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
-        bound = self.function.bind(*args, **kwargs)
-        memory.check(self._estimated(), bound, self.function.name)  # before any allocation
-        return to_python(self._run(bound))
+        key, bound = self.function.call_binder().bind_keyed(args, kwargs)
+        est = self._estimates.get(key) if key is not None else None
+        if est is None:
+            est = memory.estimate(self._estimated(), bound)
+            if key is not None:
+                if len(self._estimates) >= CallBinder.MAX_PLANS:
+                    self._estimates.clear()
+                self._estimates[key] = est
+        memory.check_estimate(est, self.function.name)  # before any allocation
+        return to_python(self._run_bound(bound))
 
     def _estimated(self) -> Def:
-        return memory_program(self.function, self.backend)
+        if self._memory_def is None:
+            self._memory_def = memory_program(self.function, self.backend)
+        return self._memory_def
+
+    def __repr__(self) -> str:
+        return f"<{self.function.name} compiled for {self.backend}>"
 
 
 def memory_program(fn: Function, backend: str) -> Def:
@@ -638,9 +805,6 @@ def memory_program(fn: Function, backend: str) -> Def:
     if backend == "interp" or not fn.is_derived:
         return fn.core()
     return pipeline.as_core(final_program(fn))
-
-    def __repr__(self) -> str:
-        return f"<{self.function.name} compiled for {self.backend}>"
 
 
 def default_backend() -> str:
