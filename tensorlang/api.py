@@ -30,6 +30,7 @@ from tensorlang import cache, pipeline
 from tensorlang.check import typecheck
 from tensorlang.semantics import interp, memory, relation
 from tensorlang.semantics.bounds import jvp_bound, type_size, vjp_bound
+from tensorlang.semantics.relation import Relation
 from tensorlang.syntax import parser
 from tensorlang.ir.ast import Affine, Def, DerivedDef, Param, TArr, TPair, TReal, TRel, TSize, Type
 from tensorlang.syntax.errors import Loc, ResourceError, ShapeError, TLError
@@ -37,7 +38,7 @@ from tensorlang.syntax.errors import Loc, ResourceError, ShapeError, TLError
 __all__ = [
     "load", "parse", "from_def", "Module", "Function", "DerivedFunction", "Compiled",
     "grad", "jvp", "vjp", "hvp", "hessian", "jacobian", "format_type", "format_affine",
-    "signature", "bind_args", "infer_sizes", "BACKENDS",
+    "signature", "bind_args", "infer_sizes", "BACKENDS", "Relation", "CallBinder",
 ]
 
 BACKENDS: tuple[str, ...] = ("interp", "numba", "cuda", "jax")

@@ -370,3 +370,66 @@ def test_dsl_functions():
     assert q(xs, As) == pytest.approx(xs @ As @ xs)
     twice = dsl.function("twice", [N, x, A], 2.0 * dsl.call(d, N, x, A))
     assert tl.from_def(twice, earlier=[q])(xs, As) == pytest.approx(2 * xs @ As @ xs)
+
+
+# -- the call path (issue 14) ------------------------------------------------------------------
+
+
+def test_results_are_freed_without_the_garbage_collector(m, rng):
+    """No reference cycle holds a result: dropping the last reference frees it at once."""
+    import gc
+    import weakref
+
+    x, A = rng.standard_normal(4), rng.standard_normal((4, 4))
+    calls = [lambda: m.qform_grad(x=x, A=A), lambda: m.stats(x=x)[1],
+             lambda: m.stats.compile("interp")(x=x)[1]]
+    for call in calls:
+        call()                                   # compiled and warm
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for call in calls:
+            out = call()
+            assert isinstance(out, np.ndarray)
+            ref = weakref.ref(out)
+            del out
+            assert ref() is None
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def test_calls_bind_once_per_shape(m, rng, monkeypatch):
+    """A call shaped like an earlier one runs its binding plan: no size is solved and no
+    argument checked again (by the binder or the backend); errors stay located."""
+    from tensorlang.semantics import interp
+
+    x, A = rng.standard_normal(3), rng.standard_normal((3, 3))
+    f = m.qform
+    f(x=x, A=A)
+    full, backend = [], []
+    real_bind, real_interp = api.bind_args, interp.bind_args
+    monkeypatch.setattr(api, "bind_args", lambda *a, **k: full.append(1) or real_bind(*a, **k))
+    monkeypatch.setattr(interp, "bind_args",
+                        lambda *a, **k: backend.append(1) or real_interp(*a, **k))
+    for _ in range(3):
+        assert f(x=x, A=A) == pytest.approx(float(x @ A @ x), rel=1e-12)
+    assert f(x, A) == pytest.approx(float(x @ A @ x), rel=1e-12)        # positional form
+    assert len(full) == 1 and not backend
+    x4, A4 = rng.standard_normal(4), rng.standard_normal((4, 4))
+    assert f(x=x4, A=A4) == pytest.approx(float(x4 @ A4 @ x4), rel=1e-12)   # new shapes
+    assert f(x=x4.astype(np.float32), A=A4) == pytest.approx(
+        float(x4.astype(np.float32) @ A4 @ x4.astype(np.float32)), rel=1e-6)
+    assert f(x=A4[:, 0], A=A4) == pytest.approx(float(A4[:, 0] @ A4 @ A4[:, 0]), rel=1e-12)
+    assert len(full) == 3
+    with pytest.raises(tl.ShapeError, match=r"prog.tl:2:29: shape error: argument A of qform"):
+        f(x=x4, A=A)
+    with pytest.raises(tl.ShapeError, match="argument A of qform"):
+        f(N=4, x=x4, A=A)
+    mask = np.eye(3, dtype=bool)
+    coords = np.argwhere(mask)
+    assert m.masked(E=coords, A=A) == 0.0
+    with pytest.raises(tl.ShapeError, match=r"relation E of masked: coordinate \(3, 0\)"):
+        m.masked(E=np.array([[3, 0], [0, 0], [1, 1]]), A=A)   # the planned shape, bad data
+    with pytest.raises(tl.ShapeError, match="must hold real numbers"):
+        f(x=x.astype(complex), A=A)

@@ -57,7 +57,9 @@ class Relation:
                 raise ShapeError(f"expected a boolean mask of shape {tuple(shape)}, got shape "
                                  f"{arr.shape}")
             self.shape = tuple(int(s) for s in arr.shape)
-            self._mask = frozen_array(arr.copy()) if not is_immutable(arr) else arr
+            # a copy, even of a read-only array: the relation must not keep the array it
+            # is kept for (`from_value`) alive
+            self._mask = frozen_array(arr.copy())
             self._coords: np.ndarray | None = None
             self.nbytes = int(arr.nbytes)   # what was given: the memory estimate's input
             return
@@ -102,6 +104,13 @@ class Relation:
         if hit is None:
             hit = self._patterns[key] = _pattern(self.coords(), self.shape, *key)
         return hit
+
+    def forms(self) -> list[str]:
+        """The forms built so far: "mask", "coords", "pattern(order, nbound)" (to see what
+        a run converted)."""
+        out = [name for name, a in (("mask", self._mask), ("coords", self._coords))
+               if a is not None]
+        return out + [f"pattern({order}, {nbound})" for order, nbound in self._patterns]
 
     def __repr__(self) -> str:
         return f"<Relation of shape {self.shape}, {self.nnz} members>"
@@ -200,7 +209,7 @@ def from_value(value: Any, shape: tuple[int, ...]) -> Relation:
         return hit[2]
     rel = Relation(value, shape)
     try:
-        ref = weakref.ref(value, lambda _, key=key: _KEPT.pop(key, None))
+        ref = weakref.ref(value, lambda _, key=key, kept=_KEPT: kept.pop(key, None))
     except TypeError:
         return rel
     _KEPT[key] = (ref, shape, rel)
