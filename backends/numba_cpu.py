@@ -98,6 +98,15 @@ class CompiledProgram:
         self._sig = ast.Def(program.name, program.params, program.ret, ast.Const(0.0))
         self._inputs = program.inputs()
         self._used = _mask_reads(self.kernel, self._args)
+        # the threads of a call: decided per sizes (numba_rt.threads_for); imported here, before
+        # any kernel runs, since it sets how Numba's workers wait
+        from . import numba_rt
+
+        self._rt = numba_rt
+        self._parallel = jit_parallel(source, module)
+        self._blas = "tl_matmul(" in self.source
+        self._size_names = [q.name for q in program.params if isinstance(q.type, ast.TSize)]
+        self._threads: dict[tuple[int, ...], int] = {}
         leaves = program.output_vars()
         self._copy_leaf = [v in leaves[:k] or v in self._inputs for k, v in enumerate(leaves)]
         self._one_leaf = isinstance(program.output, str) and not self._copy_leaf[0]
@@ -126,7 +135,22 @@ class CompiledProgram:
     def _call(self, sizes: Mapping[str, int], vals: Mapping[str, Any],
               rels: Mapping[str, relation.Relation]) -> Any:
         kargs, counts = self._marshal(sizes, vals, rels)
-        out = self.kernel(*kargs)
+        threads = 1
+        if self._parallel or self._blas:
+            key = tuple(sizes[name] for name in self._size_names)
+            threads = self._threads.get(key, 0)
+            if not threads:
+                if len(self._threads) > 64:
+                    self._threads.clear()
+                threads = self._threads[key] = self._rt.threads_for(
+                    kernel_work(self.program, {n: int(sizes[n]) for n in self._size_names}))
+            # BLAS owns the threads where it runs: Numba's loops of such a kernel use one
+            self._rt.use_threads(1 if self._blas else threads)
+        if self._blas:
+            with self._rt.BlasThreads(threads):
+                out = self.kernel(*kargs)
+        else:
+            out = self.kernel(*kargs)
         if not self._sealed:
             self._seal()
         if counts is not None:
@@ -206,6 +230,25 @@ def pattern_arrays(mask: np.ndarray, order: tuple[int, ...], nbound: int
     """The coordinates of the relation `mask`, columns in `order`, sorted lexicographically,
     and the CSR row pointer over the first `nbound` columns (`Relation.pattern`)."""
     return relation.from_value(mask, tuple(mask.shape)).pattern(tuple(order), nbound)
+
+
+def kernel_work(p: Program, sizes: Mapping[str, int]) -> int:
+    """About how many element operations a call of `p`'s kernel does at `sizes`: per
+    statement, the points of its box (output times summed extents; masks and relations not
+    counted, so an upper bound).  What the parallel grain is decided on."""
+    work = 0
+    for s in p.stmts:
+        points = 1
+        for d in (*s.rhs.dims, *s.rhs.sdims):
+            points *= max(0, int(d.evaluate(sizes)))
+        work += points
+    return work
+
+
+def jit_parallel(source: Any, module: Any) -> bool:
+    """Whether the kernel module has a parallel loop (a kernel without one needs no threads)."""
+    text = source if isinstance(source, str) else getattr(module, "__tl_source__", "")
+    return getattr(module, "prange", range) is not range and "prange(" in text
 
 
 def _assemble(o: tssa.Out, leaves: Iterator[Any]) -> Any:
