@@ -31,7 +31,7 @@ from __future__ import annotations
 import dis
 import threading
 import types
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -97,7 +97,10 @@ class CompiledProgram:
         self._counted: list[str] = list(module.TL_COUNTED)
         self._sig = ast.Def(program.name, program.params, program.ret, ast.Const(0.0))
         self._inputs = program.inputs()
-        self._used = _mask_reads(self.kernel, self._args)
+        used = _mask_reads(self.kernel, self._args)
+        self._getters = [self._getter(kind, key, u) for (kind, key), u in zip(self._args, used)]
+        self._counts_at = next((k for k, (kind, _) in enumerate(self._args)
+                                if kind == "counts"), -1)
         # the threads of a call: decided per sizes (numba_rt.threads_for); imported here, before
         # any kernel runs, since it sets how Numba's workers wait
         from . import numba_rt
@@ -122,28 +125,29 @@ class CompiledProgram:
     def __call__(self, args: Mapping[str, Any] | None = None, /, **kwargs: Any) -> Any:
         given = dict(args or {}, **kwargs)
         env = interp.bind_args(self._sig, given)   # checks every argument
-        rels = {name: relation.from_value(given[name], tuple(mask.shape))
-                for name, mask in env.rels.items()}
-        return self._call(env.sizes, {k: v for k, (v, _) in env.vals.items()}, rels)
+        bound: dict[str, Any] = {k: v for k, (v, _) in env.vals.items()}
+        bound.update(env.sizes)
+        bound.update({name: relation.from_value(given[name], tuple(mask.shape))
+                      for name, mask in env.rels.items()})
+        return self.call_bound(bound)
 
     def call_bound(self, bound: Mapping[str, Any]) -> Any:
-        """Run on arguments `api.bind_args` has already checked and converted (sizes as ints,
-        float64 C-contiguous arrays, floats, pairs as tuples, relations as `Relation`s):
-        the API's call path, which checks each argument once."""
-        return self._call(bound, bound, bound)
-
-    def _call(self, sizes: Mapping[str, int], vals: Mapping[str, Any],
-              rels: Mapping[str, relation.Relation]) -> Any:
-        kargs, counts = self._marshal(sizes, vals, rels)
+        """Run on arguments already checked and converted (sizes as ints, float64 arrays,
+        floats, pairs as tuples, relations as `Relation`s): the API's call path, whose
+        binder checks each argument once (`__call__` checks a dict of arguments first)."""
+        kargs = [get(bound) for get in self._getters]
+        counts = None
+        if self.instrument:
+            counts = kargs[self._counts_at] = np.zeros(len(self._counted), dtype=np.int64)
         threads = 1
         if self._parallel or self._blas:
-            key = tuple(sizes[name] for name in self._size_names)
+            key = tuple([bound[name] for name in self._size_names])
             threads = self._threads.get(key, 0)
             if not threads:
                 if len(self._threads) > 64:
                     self._threads.clear()
                 threads = self._threads[key] = self._rt.threads_for(
-                    kernel_work(self.program, {n: int(sizes[n]) for n in self._size_names}))
+                    kernel_work(self.program, {n: int(bound[n]) for n in self._size_names}))
             # BLAS owns the threads where it runs: Numba's loops of such a kernel use one
             self._rt.use_threads(1 if self._blas else threads)
         if self._blas:
@@ -157,39 +161,24 @@ class CompiledProgram:
             self.last_counts = {v: int(c) for v, c in zip(self._counted, counts)}
         return self._result(out)
 
-    def _marshal(self, sizes: Mapping[str, int], vals: Mapping[str, Any],
-                 rels: Mapping[str, relation.Relation]
-                 ) -> tuple[list[Any], np.ndarray | None]:
-        values: list[Any] = []
-        counts: np.ndarray | None = None
-        for (kind, key), used in zip(self._args, self._used):
-            if kind == "size":
-                values.append(int(sizes[key]))
-            elif kind == "input":
-                values.append(self._input(vals, key))
-            elif kind == "mask":
-                rel = rels[key]
-                # a mask the kernel never reads is not built (coordinates stay coordinates)
-                values.append(rel.mask() if used else _no_mask(rel.arity))
-            elif kind in ("coords", "ptr"):
-                pat = rels[key[0]].pattern(tuple(key[1]), key[2])
-                values.append(pat[0 if kind == "coords" else 1])
-            elif kind == "consts":
-                values.append(self.constants)
-            else:
-                counts = np.zeros(len(self._counted), dtype=np.int64)
-                values.append(counts)
-        return values, counts
-
-    def _input(self, vals: Mapping[str, Any], var: str) -> Any:
-        rhs = self._inputs[var]
-        v = vals[rhs.param]
-        for k in rhs.path:
-            v = v[k]
-        arr = np.asarray(v, dtype=np.float64)
-        if arr.ndim == 0:
-            return float(arr)
-        return np.ascontiguousarray(arr)
+    def _getter(self, kind: str, key: Any, used: bool) -> Callable[[Mapping[str, Any]], Any]:
+        """How kernel argument (`kind`, `key`) is taken from the bound arguments."""
+        if kind == "size":
+            return lambda bound: int(bound[key])
+        if kind == "input":
+            rhs = self._inputs[key]
+            return lambda bound: _leaf(bound[rhs.param], rhs.path)
+        if kind == "mask":
+            # a mask the kernel never reads is not built (coordinates stay coordinates)
+            return (lambda bound: bound[key].mask()) if used else \
+                (lambda bound: _no_mask(bound[key].arity))
+        if kind in ("coords", "ptr"):
+            name, order, nbound, part = key[0], tuple(key[1]), key[2], int(kind == "ptr")
+            return lambda bound: bound[name].pattern(order, nbound)[part]
+        if kind == "consts":
+            return lambda bound: self.constants
+        assert kind == "counts"
+        return lambda bound: None   # made per call (`call_bound`)
 
     def _result(self, out: tuple) -> Any:
         """The kernel's outputs in the shape of the program's output.  Built without a
@@ -238,6 +227,8 @@ def kernel_work(p: Program, sizes: Mapping[str, int]) -> int:
     counted, so an upper bound).  What the parallel grain is decided on."""
     work = 0
     for s in p.stmts:
+        if isinstance(s.rhs, tssa.Input):
+            continue
         points = 1
         for d in (*s.rhs.dims, *s.rhs.sdims):
             points *= max(0, int(d.evaluate(sizes)))
@@ -249,6 +240,19 @@ def jit_parallel(source: Any, module: Any) -> bool:
     """Whether the kernel module has a parallel loop (a kernel without one needs no threads)."""
     text = source if isinstance(source, str) else getattr(module, "__tl_source__", "")
     return getattr(module, "prange", range) is not range and "prange(" in text
+
+
+def _leaf(v: Any, path: tuple[int, ...]) -> Any:
+    """The value at `path` of an argument, as the kernel takes it: a float or a C-contiguous
+    float64 array."""
+    for k in path:
+        v = v[k]
+    if type(v) is float:
+        return v
+    if type(v) is np.ndarray and v.ndim and v.dtype == np.float64 and v.flags.c_contiguous:
+        return v
+    arr = np.asarray(v, dtype=np.float64)
+    return float(arr) if arr.ndim == 0 else np.ascontiguousarray(arr)
 
 
 def _assemble(o: tssa.Out, leaves: Iterator[Any]) -> Any:

@@ -77,7 +77,7 @@ def use_threads(n: int) -> None:
         _SET.n = n
 
 
-def _blas_threads() -> tuple[Callable[[int], None], int] | None:
+def blas_threads() -> tuple[Callable[[int], None], int] | None:
     """(`set_num_threads`, its thread count now) of the BLAS that Numba's `np.dot` calls
     (scipy's), or None when it is not one we know (it then keeps its own threads)."""
     try:
@@ -107,7 +107,7 @@ class BlasThreads:
 
     def __init__(self, n: int) -> None:
         if not BlasThreads._looked:
-            BlasThreads._blas, BlasThreads._looked = _blas_threads(), True
+            BlasThreads._blas, BlasThreads._looked = blas_threads(), True
         blas = BlasThreads._blas
         self.n = n if blas is not None and n < blas[1] else 0
 

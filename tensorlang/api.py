@@ -329,10 +329,6 @@ def positional_targets(fname: str, params: Sequence[Param], nargs: int,
                   f"sizes; got {nargs}")
 
 
-# a call plan: the sizes, per target parameter its conversion, the bound names in order
-_Plan = tuple[dict[str, int], tuple[Any, ...], tuple[str, ...]]
-
-
 class CallBinder:
     """`bind_args` for one function, compiled for its calls.
 
@@ -353,8 +349,9 @@ class CallBinder:
         self.fname = fname
         self.params = tuple(params)
         self.locs = locs
-        self.forms: dict[tuple[int, tuple[str, ...]], tuple[Param, ...]] = {}
         self.plans: dict[tuple[Any, ...], _Plan] = {}
+        self.forms: dict[tuple[int, tuple[str, ...]],
+                         tuple[tuple[Param, ...], tuple[Callable[[Any], Any], ...]]] = {}
 
     def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         return self.bind_keyed(args, kwargs)[1]
@@ -364,40 +361,59 @@ class CallBinder:
         """(the call's description, or None when it has none; the bound arguments): what
         the bound arguments' sizes and bytes are a function of."""
         form = (len(args), tuple(kwargs))
-        targets = self.forms.get(form)
-        if targets is None:
+        shape = self.forms.get(form)
+        if shape is None:
             targets = positional_targets(self.fname, self.params, *form)
             targets += tuple(next(p for p in self.params if p.name == k) for k in kwargs)
+            shape = (targets, tuple(_size_key if _is_size(p) else _value_key for p in targets))
             if len(self.forms) < self.MAX_PLANS:
-                self.forms[form] = targets
-        values = (*args, *kwargs.values())
-        key = (form, *map(_call_key, targets, values))
+                self.forms[form] = shape
+        targets, keyers = shape
+        values = (*args, *kwargs.values()) if kwargs else args
+        key = (form, *[keyer(v) for keyer, v in zip(keyers, values)])
         plan = self.plans.get(key) if None not in key else None
         if plan is not None:
             try:
-                return key, _run_plan(plan, targets, values)
+                return key, {name: conv(values[at]) if at >= 0 else conv
+                             for name, at, conv in plan}
             except ShapeError:
                 pass   # (coordinates outside the box) reported, located, by the full path
         bound = bind_args(self.fname, self.params, args, kwargs, locs=self.locs())
         if None not in key:
             if len(self.plans) >= self.MAX_PLANS:
                 self.plans.clear()
-            self.plans[key] = ({p.name: bound[p.name] for p in self.params if _is_size(p)},
-                               tuple(_converter(p) for p in targets), tuple(bound))
+            self.plans[key] = _plan(targets, bound)
             return key, bound
         return None, bound
 
 
-def _call_key(p: Param, v: Any) -> Any:
-    """What binding `v` to `p` depends on: a size's value, a value's shape and dtype; None
-    when that is not cheap to tell (the call takes the full path)."""
-    if isinstance(p.type, TSize):
-        return (type(v), v) if isinstance(v, (int, float, np.integer, np.floating)) else None
-    return _value_key(v)
+# a call plan: per bound parameter in order, (name, the position of its value among the
+# call's values and its conversion; or -1 and its value, for a size)
+_Plan = tuple[tuple[str, int, Any], ...]
+
+
+def _plan(targets: tuple[Param, ...], bound: Mapping[str, Any]) -> _Plan:
+    sizes = {name: v for name, v in bound.items() if isinstance(v, int)}
+    at = {p.name: k for k, p in enumerate(targets)}
+    out = []
+    for name in bound:
+        p = next(q for q in targets if q.name == name) if name in at else None
+        if p is None or _is_size(p):
+            out.append((name, -1, bound[name]))
+        else:
+            out.append((name, at[name], _converter(p.type, sizes)))
+    return tuple(out)
+
+
+def _size_key(v: Any) -> Any:
+    """What binding a size depends on: its value (None: not a number, the full path)."""
+    return (type(v), v) if isinstance(v, (int, float, np.integer, np.floating)) else None
 
 
 def _value_key(v: Any) -> Any:
-    if isinstance(v, np.ndarray):
+    """What binding a value depends on: its shape and dtype; None when that is not cheap to
+    tell (the call takes the full path)."""
+    if type(v) is np.ndarray:
         return (v.shape, v.dtype.char)
     if isinstance(v, (float, int, np.floating, np.integer)):
         return type(v)
@@ -409,42 +425,25 @@ def _value_key(v: Any) -> Any:
     return None
 
 
-def _converter(p: Param) -> Any:
-    """How a plan converts the value of `p` (None: a size, already in the plan)."""
-    if isinstance(p.type, TSize):
-        return None
-    if isinstance(p.type, TRel):
-        return ("rel",)
-    def walk(t: Type) -> Any:
-        if isinstance(t, TArr):
-            return "array"
-        if isinstance(t, TPair):
-            return ("pair", walk(t.a), walk(t.b))
-        return "scalar"
-    return walk(p.type)
+def _converter(t: Type, sizes: Mapping[str, int], arrayed: bool = False
+               ) -> Callable[[Any], Any]:
+    """How a plan converts a value of type `t` (the checks were made by the first call); a
+    tensor of pairs is a pair of tensors."""
+    if isinstance(t, TRel):
+        shape = tuple(int(d.evaluate(sizes)) for d in t.sizes)
+        return lambda v: relation.from_value(v, shape)
+    if isinstance(t, TArr):
+        return _converter(t.elem, sizes, True)
+    if isinstance(t, TPair):
+        first, second = _converter(t.a, sizes, arrayed), _converter(t.b, sizes, arrayed)
+        return lambda v: (first(v[0]), second(v[1]))
+    return _as_array if arrayed else float
 
 
-def _convert(how: Any, v: Any, p: Param, sizes: Mapping[str, int]) -> Any:
-    if how == "array":
-        if type(v) is np.ndarray and v.dtype == np.float64 and v.flags.c_contiguous:
-            return v
-        return np.ascontiguousarray(v, dtype=np.float64)
-    if how == "scalar":
-        return float(v)
-    if how[0] == "pair":
-        return (_convert(how[1], v[0], p, sizes), _convert(how[2], v[1], p, sizes))
-    assert isinstance(p.type, TRel)
-    return relation.from_value(v, tuple(int(d.evaluate(sizes)) for d in p.type.sizes))
-
-
-def _run_plan(plan: _Plan, targets: tuple[Param, ...],
-              values: tuple[Any, ...]) -> dict[str, Any]:
-    sizes, converters, names = plan
-    out: dict[str, Any] = dict(sizes)
-    for p, v, how in zip(targets, values, converters):
-        if how is not None:
-            out[p.name] = _convert(how, v, p, sizes)
-    return {name: out[name] for name in names}
+def _as_array(v: Any) -> np.ndarray:
+    if type(v) is np.ndarray and v.dtype == np.float64 and v.flags.c_contiguous:
+        return v
+    return np.ascontiguousarray(v, dtype=np.float64)
 
 
 def infer_sizes(fname: str, params: Sequence[Param], given: Mapping[str, Any],
@@ -775,11 +774,12 @@ class Compiled:
         self._run = run
         # the numba backend runs arguments checked once, by the binder, without a second check
         self._run_bound = getattr(run, "call_bound", run)
+        self._binder = fn.call_binder()
         self._memory_def: Def | None = None
         self._estimates: dict[Any, memory.Estimate] = {}   # per call description
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
-        key, bound = self.function.call_binder().bind_keyed(args, kwargs)
+        key, bound = self._binder.bind_keyed(args, kwargs)
         est = self._estimates.get(key) if key is not None else None
         if est is None:
             est = memory.estimate(self._estimated(), bound)

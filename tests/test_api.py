@@ -405,6 +405,7 @@ def test_calls_bind_once_per_shape(m, rng, monkeypatch):
     from tensorlang.semantics import interp
 
     x, A = rng.standard_normal(3), rng.standard_normal((3, 3))
+    m = tl.parse(SOURCE, "prog.tl")      # no plans from earlier tests
     f = m.qform
     f(x=x, A=A)
     full, backend = [], []

@@ -501,3 +501,37 @@ def test_cache_dir_falls_back_when_not_writable(tmp_path, monkeypatch):
     assert oct(root.stat().st_mode & 0o777) == oct(0o700)
     monkeypatch.setenv("TENSORLANG_CACHE_DIR", str(tmp_path / "mine"))
     assert cache.root() == tmp_path / "mine"
+
+
+# ---------------------------------------------------------------------------------------------
+# Threads (issue 14): the parallel grain and BLAS's threads
+
+
+def test_thread_policy_follows_the_work():
+    from tensorlang.backends import numba_rt
+
+    grain = numba_rt.PARALLEL_GRAIN
+    assert numba_rt.threads_for(0) == 1 and numba_rt.threads_for(2 * grain - 1) == 1
+    assert numba_rt.threads_for(100 * grain) == numba_rt.most_threads()
+    _, p = example("qform")
+    assert numba_cpu.kernel_work(p, {"N": 10}) == 10 * 10 + 10     # gemv, then a dot
+    blas = numba_rt.blas_threads()
+    if blas is not None:                 # BLAS's own count is back after a kernel
+        _, default = blas
+        with numba_rt.BlasThreads(1):
+            pass
+        assert numba_rt.blas_threads()[1] == default
+
+
+def test_results_do_not_depend_on_the_threads():
+    """A kernel over the grain runs on several threads, below it on one: the same bits."""
+    from tensorlang.backends import numba_rt
+
+    fn = tl.parse("def s(N: size, x: R[N]) -> R:\n    return sum i:N. x[i] * x[i]\n")["s"]
+    c = compile_program(fn.final_program())
+    x = np.random.default_rng(0).standard_normal(2 * numba_rt.PARALLEL_GRAIN + 7)
+    big = c({"N": len(x), "x": x})
+    assert [kind for kind, _ in c.module.TL_ARGS] == ["size", "input", "consts"]
+    numba_rt.use_threads(1)
+    one = c.kernel(len(x), x, c.constants)[0]
+    assert big == one and big == pytest.approx(float(x @ x), rel=1e-12)
