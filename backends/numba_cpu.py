@@ -109,6 +109,8 @@ class CompiledProgram:
         self._parallel = jit_parallel(source, module)
         self._blas = "tl_matmul(" in self.source
         self._size_names = [q.name for q in program.params if isinstance(q.type, ast.TSize)]
+        self._threaded = self._parallel or self._blas
+        # per sizes: the thread count, negative when BLAS is to be capped at it
         self._threads: dict[tuple[int, ...], int] = {}
         leaves = program.output_vars()
         self._copy_leaf = [v in leaves[:k] or v in self._inputs for k, v in enumerate(leaves)]
@@ -139,19 +141,21 @@ class CompiledProgram:
         counts = None
         if self.instrument:
             counts = kargs[self._counts_at] = np.zeros(len(self._counted), dtype=np.int64)
-        threads = 1
-        if self._parallel or self._blas:
+        if self._threaded:
             key = tuple([bound[name] for name in self._size_names])
             threads = self._threads.get(key, 0)
             if not threads:
                 if len(self._threads) > 64:
                     self._threads.clear()
                 threads = self._threads[key] = self._rt.threads_for(
-                    kernel_work(self.program, {n: int(bound[n]) for n in self._size_names}))
+                    kernel_work(self.program, {n: int(bound[n]) for n in self._size_names}),
+                    self._blas)
             # BLAS owns the threads where it runs: Numba's loops of such a kernel use one
-            self._rt.use_threads(1 if self._blas else threads)
-        if self._blas:
-            with self._rt.BlasThreads(threads):
+            self._rt.use_threads(1 if self._blas else abs(threads))
+            if threads < 0:    # a BLAS call to keep on fewer threads than BLAS would take
+                with self._rt.BlasThreads(-threads):
+                    out = self.kernel(*kargs)
+            else:
                 out = self.kernel(*kargs)
         else:
             out = self.kernel(*kargs)

@@ -58,11 +58,20 @@ def most_threads() -> int:
     return max(1, min(numba.config.NUMBA_NUM_THREADS, cores))
 
 
-def threads_for(work: int) -> int:
+def threads_for(work: int, blas: bool = False) -> int:
     """The threads for a kernel call doing about `work` element operations: one per
-    `PARALLEL_GRAIN`, at most `most_threads()`.  The results never depend on it (chunked
-    reductions: docs/backends.md)."""
-    return max(1, min(_MOST, work // PARALLEL_GRAIN))
+    `PARALLEL_GRAIN`, at most `most_threads()`.  For a kernel calling BLAS (`blas`), minus
+    that count when BLAS must be held to it (`BlasThreads`, which costs microseconds: not
+    for calls too small for BLAS to start its threads anyway).  The results never depend
+    on it (chunked reductions: docs/backends.md)."""
+    threads = max(1, min(_MOST, work // PARALLEL_GRAIN))
+    if blas and work >= BLAS_THREADED and BlasThreads.default() > threads:
+        return -threads
+    return threads
+
+
+# BLAS (OpenBLAS) runs a call this small on one thread by itself
+BLAS_THREADED = 1 << 15
 
 
 _MOST = most_threads()
@@ -105,11 +114,15 @@ class BlasThreads:
     _blas: tuple[Callable[[int], None], int] | None = None
     _looked = False
 
-    def __init__(self, n: int) -> None:
+    @staticmethod
+    def default() -> int:
+        """BLAS's own thread count (0 when it is not a BLAS we can set)."""
         if not BlasThreads._looked:
             BlasThreads._blas, BlasThreads._looked = blas_threads(), True
-        blas = BlasThreads._blas
-        self.n = n if blas is not None and n < blas[1] else 0
+        return BlasThreads._blas[1] if BlasThreads._blas is not None else 0
+
+    def __init__(self, n: int) -> None:
+        self.n = n if n < BlasThreads.default() else 0
 
     def __enter__(self) -> None:
         if self.n:

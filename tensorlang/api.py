@@ -414,11 +414,11 @@ def _value_key(v: Any) -> Any:
     """What binding a value depends on: its shape and dtype; None when that is not cheap to
     tell (the call takes the full path)."""
     if type(v) is np.ndarray:
-        return (v.shape, v.dtype.char)
+        return (v.shape, v.dtype)
+    if type(v) is relation.Relation:
+        return ("rel", v.shape, v.nbytes)
     if isinstance(v, (float, int, np.floating, np.integer)):
         return type(v)
-    if isinstance(v, relation.Relation):
-        return ("rel", v.shape, v.nbytes)
     if type(v) is tuple and len(v) == 2:
         a, b = _value_key(v[0]), _value_key(v[1])
         return None if a is None or b is None else ("pair", a, b)
@@ -663,7 +663,8 @@ class Function:
         return pipeline.run_to(self.program(), "parsed")
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
-        return self.compile(default_backend())(*args, **kwargs)
+        run = self._compiled.get(default_backend()) or self.compile(default_backend())
+        return run(*args, **kwargs)
 
     def interpret(self, /, *args: Any, **kwargs: Any) -> Any:
         """Run the reference interpreter on the program as written."""
@@ -776,18 +777,22 @@ class Compiled:
         self._run_bound = getattr(run, "call_bound", run)
         self._binder = fn.call_binder()
         self._memory_def: Def | None = None
-        self._estimates: dict[Any, memory.Estimate] = {}   # per call description
+        # per call description: the memory estimate and its total
+        self._estimates: dict[Any, tuple[memory.Estimate, int]] = {}
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         key, bound = self._binder.bind_keyed(args, kwargs)
-        est = self._estimates.get(key) if key is not None else None
-        if est is None:
+        hit = self._estimates.get(key) if key is not None else None
+        if hit is None:
             est = memory.estimate(self._estimated(), bound)
+            hit = (est, est.total)
             if key is not None:
                 if len(self._estimates) >= CallBinder.MAX_PLANS:
                     self._estimates.clear()
-                self._estimates[key] = est
-        memory.check_estimate(est, self.function.name)  # before any allocation
+                self._estimates[key] = hit
+        cap = memory.limit()
+        if cap is not None and hit[1] > cap:
+            memory.check_estimate(hit[0], self.function.name)  # raises, before any allocation
         return to_python(self._run_bound(bound))
 
     def _estimated(self) -> Def:
