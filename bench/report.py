@@ -287,6 +287,7 @@ def render(data: dict[str, Any], doc_path: str, plots: list[str]) -> str:
         "",
         "Options: `--systems numpy,tensorlang,jax,torch`, `--backend interp|numba|cuda`, "
         "`--budget S` (timing seconds per measurement), `--max-n`, `--no-memory`, `--startup`, "
+        "`--overhead` (per-call cost at N = 1 against JAX jit, `bench/overhead.py`), "
         "`--out DIR`, `--no-plots`. JAX, PyTorch and matplotlib are optional "
         "(`pip install -e .[bench]`; PyTorch CPU: `pip install torch==2.13.0`): a system that "
         "does not import is left out and named on stderr and under the machine below. "
