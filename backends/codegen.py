@@ -221,15 +221,24 @@ def _transposes(b: BlasPlan) -> int:
     return sum(p != tuple(range(len(p))) for p in (b.left_perm, b.right_perm, b.out_perm))
 
 
+# A chain of fused producers nests one expression per link (a few brackets each); Python
+# parses at most 200 nested brackets, so a longer chain is materialised every this many links.
+MAX_FUSED_CHAIN = 16
+
+
 def decide_fusion(p: Program, blas: set[str]) -> set[str]:
     """Statements computed inside their consumer instead of being materialised: pointwise,
     not scalar, not an output, read by exactly one statement (not a BLAS call) through one
     distinct access that is injective over the consumer's indices."""
     outs = set(p.output_vars())
     fused: set[str] = set()
+    chain: dict[str, int] = {}  # fused producers nested inside each statement's expression
     for s in p.stmts:
         rhs = s.rhs
         if isinstance(rhs, Input) or s.var in outs or not rhs.dims or not is_pointwise(rhs):
+            continue
+        depth = 1 + max((chain.get(o.var, 0) for o in rhs.operands), default=0)
+        if depth > MAX_FUSED_CHAIN:  # materialise: the expression would nest too deeply
             continue
         users = p.uses(s.var)
         if len(users) != 1:
@@ -244,6 +253,7 @@ def decide_fusion(p: Program, blas: set[str]) -> set[str]:
         (o,) = reads
         if injective(o.idx, crhs.gen_names() + crhs.sum_names()):
             fused.add(s.var)
+            chain[s.var] = depth
     return fused
 
 

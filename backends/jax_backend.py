@@ -235,6 +235,10 @@ class JaxEmitter:
 
     def stmt(self, s: tssa.Stmt, k: int) -> list[str]:
         rhs, name = s.rhs, self.var(s.var)
+        if isinstance(rhs, tssa.BoxRhs):  # SPEC 13: jax.scipy.linalg (jax_rt.tl_box)
+            args = ", ".join(self.var(o.var) for o in rhs.operands)
+            return [f"# {safe_comment(ssa_printer.fmt_stmt(s))}",
+                    f"{name} = tl_box({rhs.fn!r}, {rhs.part}, {args})"]
         self.grids = {}
         box = f"_b{k}"
         gen = rhs.gen_names()
@@ -502,7 +506,7 @@ class JaxEmitter:
                  "# Tensor-SSA program:"]
         lines += ["#   " + safe_comment(ln) for ln in ssa_printer.to_text(self.p).splitlines()]
         lines += ["import math", "", "import jax.numpy as jnp", "",
-                  "from tensorlang.backends.jax_rt import (tl_axes, tl_call, tl_coord, "
+                  "from tensorlang.backends.jax_rt import (tl_axes, tl_box, tl_call, tl_coord, "
                   "tl_exists, tl_expand,",
                   "                                        tl_full, tl_gather, tl_iota, tl_mask, "
                   "tl_scatter, tl_sparse,",

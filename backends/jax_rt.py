@@ -289,3 +289,44 @@ def tl_call(name: str, *args: Any) -> Array:
     nparams = 1 if name == "pow" else 0
     vals = [_f(a) for a in args[:len(args) - nparams]]
     return f(*vals, *args[len(args) - nparams:])
+
+
+def tl_box(name: str, part: int, *args: Any) -> Array:
+    """A linear-algebra box (SPEC 13, `semantics.boxes`) through jax.scipy.linalg and
+    jnp.linalg, with the same conventions: sym(A) for cholesky and eigh, the lower triangle
+    of a factor, diag(L) >= 0 for lq, eigenvector signs by seed 003's rule.  (Traced values
+    cannot raise: a matrix that is not positive definite gives NaN here; the numba backend
+    and the interpreter report it.)"""
+    import jax.numpy as jnp
+    import jax.scipy.linalg as jsl
+
+    def sym(a: Array) -> Array:
+        return 0.5 * (a + jnp.swapaxes(a, -1, -2))
+
+    if name == "cholesky":
+        return jnp.linalg.cholesky(sym(args[0]))
+    if name in ("trisolve", "trisolve_t"):
+        l, b = jnp.tril(args[0]), args[1]
+        vec = b.ndim == l.ndim - 1
+        x = b[..., None] if vec else b
+        out = jsl.solve_triangular(l, x, lower=True, trans=1 if name == "trisolve_t" else 0)
+        return out[..., 0] if vec else out
+    if name == "cholesky_inverse":
+        l = jnp.tril(args[0])
+        eye = jnp.broadcast_to(jnp.eye(l.shape[-1]), l.shape)
+        li = jsl.solve_triangular(l, eye, lower=True)
+        return jnp.swapaxes(li, -1, -2) @ li
+    if name == "lq":
+        q, r = jnp.linalg.qr(jnp.swapaxes(args[0], -1, -2))
+        s = jnp.where(jnp.diagonal(r, axis1=-2, axis2=-1) < 0, -1.0, 1.0)
+        if part == 0:
+            return jnp.swapaxes(r, -1, -2) * s[..., None, :]
+        return jnp.swapaxes(q, -1, -2) * s[..., :, None]
+    if name == "eigh":
+        w, v = jnp.linalg.eigh(sym(args[0]))
+        if part == 0:
+            return w
+        k = jnp.argmax(jnp.abs(v), axis=-2)
+        pick = jnp.take_along_axis(v, k[..., None, :], axis=-2)
+        return v * jnp.where(pick < 0, -1.0, 1.0)
+    raise ValueError(f"unknown linear algebra box {name}")

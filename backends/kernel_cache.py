@@ -53,7 +53,7 @@ _INDEXSOLVE = ("indexsolve/__init__.py", "indexsolve/core.py", "indexsolve/fm.py
 PYCACHE = "__pycache__"
 
 __all__ = ["backend_version", "kernel_key", "kernel_dir", "load_kernel_module", "seal",
-           "store_link", "load_link"]
+           "store_link", "load_link", "kernel_text", "load_aot", "store_aot"]
 
 
 @lru_cache(maxsize=1)
@@ -70,11 +70,24 @@ def backend_version() -> str:
         path = passes / name
         if path.exists():
             h.update(name.encode() + b"\0" + path.read_bytes())
-    import numba  # loading a kernel imports it anyway
-
-    h.update(numba.__version__.encode())
+    h.update(_numba_version())
     h.update(sys.version.encode())
     return h.hexdigest()[:16]
+
+
+def _numba_version() -> bytes:
+    """Numba's version file, read without importing Numba (an AOT kernel loads without it)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("numba")
+    if spec is None or not spec.submodule_search_locations:
+        return b"no numba"
+    for folder in spec.submodule_search_locations:
+        try:
+            return (pathlib.Path(folder) / "_version.py").read_bytes()
+        except OSError:
+            continue
+    return b"numba without _version.py"
 
 
 def kernel_key(text: str, backend: str, variant: str = "") -> str:
@@ -199,11 +212,30 @@ _LOADED: list[tuple[str, str]] = []
 _LOCK = threading.Lock()
 
 
+def kernel_text(backend: str, key: str, source: str | Callable[[], str],
+                info: dict | None = None) -> str:
+    """The verified text of kernel module `key` (its cache file, hash checked; the file is
+    written from `source`, a text or a function making it, when missing or damaged).  Only
+    reads: nothing is imported or run."""
+    folder = kernel_dir(backend)
+    path = folder / f"tl_{key}.py"
+    text = cache.read_module(path)
+    if text is None:
+        text = source() if callable(source) else source
+        cache.remove_entry(folder, f"tl_{key}")   # stale Numba files / image of a damaged one
+        cache.put_module(path, text)
+        _write_meta(folder, key, dict(info or {}, backend=backend, numba={}))
+        cache.evict()
+    else:
+        cache.touch(_meta_path(folder, key))
+    return text
+
+
 def load_kernel_module(backend: str, key: str, source: str | Callable[[], str],
                        info: dict | None = None) -> tuple[types.ModuleType, pathlib.Path]:
     """The module of kernel `key`: imported once per process from the cache file after its
-    hash is checked (the file is written from `source`, a text or a function making it, when
-    missing or damaged).  The module's `__tl_source__` is its generated source."""
+    hash is checked (see `kernel_text`), and after Numba's files of it are checked.  The
+    module's `__tl_source__` is its generated source."""
     modname = f"tensorlang_kernels.{backend}.tl_{key}"
     folder = kernel_dir(backend)
     path = folder / f"tl_{key}.py"
@@ -211,24 +243,61 @@ def load_kernel_module(backend: str, key: str, source: str | Callable[[], str],
         mod = _MODULES.get(modname)
         if mod is not None:
             return mod, path
-        text = cache.read_module(path)
+        text = kernel_text(backend, key, source, info)
         meta = _read_meta(folder, key)
-        if text is None:
-            text = source() if callable(source) else source
-            cache.remove_entry(folder, f"tl_{key}")   # stale Numba files of a damaged one
-            cache.put_module(path, text)
-            meta = dict(info or {}, backend=backend, numba={})
-            _write_meta(folder, key, meta)
-            cache.evict()
-        else:
-            if _verify_numba(folder, key, meta) or not meta:
-                _write_meta(folder, key, {**(info or {}), **meta, "backend": backend, "numba": {}})
-            else:
-                cache.touch(_meta_path(folder, key))
+        if _verify_numba(folder, key, meta) or not meta:
+            _write_meta(folder, key, {**(info or {}), **meta, "backend": backend, "numba": {}})
         mod = _exec(modname, path, cache.module_text(text), text)
         _MODULES[modname] = mod
         _LOADED.append((backend, key))
         return mod, path
+
+
+# ---------------------------------------------------------------------------------------------
+# AOT images (backends/aot_cpu.py): `tl_<key>.aot.so`, its SHA-256 in the meta file
+
+
+def _aot_path(folder: pathlib.Path, key: str, variant: str) -> pathlib.Path:
+    from .aot_cpu import SUFFIX
+
+    return folder / f"tl_{key}.{variant}{SUFFIX}"
+
+
+def load_aot(backend: str, key: str, variant: str) -> types.ModuleType | None:
+    """The AOT image `variant` of kernel `key` when present and intact; a damaged image
+    (its content not the recorded hash, or no hash recorded) is removed with a
+    `CacheWarning`, and None returned so that the caller builds it again."""
+    from . import aot_cpu
+
+    folder = kernel_dir(backend)
+    path = _aot_path(folder, key, variant)
+    if not path.exists():
+        return None
+    digest = (_read_meta(folder, key).get("aot") or {}).get(variant)
+    module = aot_cpu.load(path, digest) if isinstance(digest, str) else None
+    if module is None:
+        warnings.warn(cache.CacheWarning(
+            f"damaged AOT image {path.name} of kernel {key} in {folder} "
+            f"({'content does not match its hash' if digest else 'no hash recorded'}): "
+            f"rebuilding it"), stacklevel=3)
+        try:
+            path.unlink()
+        except OSError:
+            pass
+    return module
+
+
+def store_aot(backend: str, key: str, variant: str, data: bytes) -> pathlib.Path:
+    """Write AOT image `variant` of kernel `key` atomically, its hash first in the meta."""
+    folder = kernel_dir(backend)
+    path = _aot_path(folder, key, variant)
+    with _LOCK:
+        meta = _read_meta(folder, key)
+        meta["aot"] = {**(meta.get("aot") or {}), variant: cache.sha256(data)}
+        _write_meta(folder, key, meta)
+        cache.atomic_write(path, data)
+    cache.evict()
+    return path
 
 
 def _exec(modname: str, path: pathlib.Path, checked: str, source: str) -> types.ModuleType:

@@ -28,7 +28,9 @@ m*n*k); `CompiledProgram.last_counts` reports them after each call.
 """
 from __future__ import annotations
 
-import dis
+import ast as pyast
+import hashlib
+import os
 import threading
 import types
 from typing import Any, Callable, Iterator, Mapping
@@ -39,9 +41,10 @@ from tensorlang.ir import ast
 from tensorlang.semantics import interp, relation
 from tensorlang.ir import tssa
 from tensorlang.syntax import ssa_printer
+from tensorlang.syntax.errors import TLError
 from tensorlang.ir.tssa import Program
 
-from . import kernel_cache
+from . import box_stages, kernel_cache
 
 BACKEND = "numba_cpu"
 INDENT = "    "
@@ -70,46 +73,89 @@ def generated_source(p: Program, instrument: bool = False, jit: bool = True) -> 
     code importing plain-Python stand-ins for Numba (see `compile_program`)."""
     from . import numba_cpu_source
 
-    return numba_cpu_source.module_source(p, instrument, jit)
+    text = numba_cpu_source.module_source(p, instrument, jit)
+    return text + engine_note(text) if jit else text
+
+
+def engine_note(text: str) -> str:
+    """Which engine runs the kernel module `text` under "auto" (a comment for `tl show`)."""
+    from .aot_cpu import Header
+
+    header = Header.of(text)
+    if header.parts:
+        return ("# Engine (docs/caching.md): Numba's JIT kernel runs every call (a kernel "
+                "cut into parts has no AOT image unless $TENSORLANG_ENGINE=aot).\n")
+    if not header.parallel and not header.blas:
+        return ("# Engine (docs/caching.md): the AOT image of this module (the same serial "
+                "code) runs every call.\n")
+    changes = ", ".join(what for what, there in (("prange as range", header.parallel),
+                                                 ("loops for BLAS", header.blas)) if there)
+    return (f"# Engines (docs/caching.md): calls of at most {AOT_MAX_WORK} operations "
+            f"(SPEC 3 cost) run the serial AOT image of this module ({changes}); larger "
+            f"calls run Numba's parallel JIT kernel.  ${ENV_ENGINE}=jit|aot fixes one.\n")
 
 
 # ---------------------------------------------------------------------------------------------
 # Compiled programs
 
 
+ENGINES = ("auto", "jit", "aot")
+ENV_ENGINE = "TENSORLANG_ENGINE"
+# "auto" runs a parallel or BLAS kernel as an AOT image only while its exact cost (SPEC 3
+# operations) at the call's sizes is at most this: ~10 ms of serial work, less than Numba's
+# own start-up (docs/caching.md, "Engines").
+AOT_MAX_WORK = 1_000_000
+
+
 class CompiledProgram:
     """A compiled Tensor-SSA program: call it with the interpreter's argument dict (or
-    keywords); the result is a float, an array, or a tuple, as `interpret` returns."""
+    keywords); the result is a float, an array, or a tuple, as `interpret` returns.
+
+    Two engines run the same kernel module (docs/caching.md, "Engines"): "jit", Numba's
+    parallel kernel (`self.kernel`, loaded from Numba's disk cache or compiled), and "aot",
+    its serial ahead-of-time image (backends/aot_cpu.py), which loads without importing
+    Numba.  `engine` ("auto", "jit" or "aot"; default `$TENSORLANG_ENGINE`, else "auto")
+    fixes the choice or leaves it to `engine_for`; `last_engine` says which ran last."""
 
     def __init__(self, program: Program, instrument: bool, source: str, key: str,
                  module: Any, path: Any, constants: tuple[float, ...] = (),
-                 module_key: str = "") -> None:
+                 module_key: str = "", engine: str = "jit") -> None:
+        from .aot_cpu import Header
+
         self.program = program
         self.instrument = instrument
         self.source = source          # the generated module (checked against its hash)
         self.key = key                # the program's key (its SSA text)
         self.module_key = module_key  # the module's (shared by programs differing in constants)
         self.constants = np.array(constants, dtype=np.float64)
-        self.module = module
-        self.kernel = getattr(module, KERNEL)
+        self._module = module         # the JIT module, once loaded (None: not yet)
         self.path = path
-        self._args: tuple[tuple[str, Any], ...] = module.TL_ARGS
-        self._counted: list[str] = list(module.TL_COUNTED)
+        header = Header.of(source)
+        self._args: tuple[tuple[str, Any], ...] = header.args
+        self._counted: list[str] = list(header.counted)
+        # The image is serial and loop-only: "auto" weighs the call only when it is not the
+        # same code as the JIT kernel.  A kernel cut into parts runs on the JIT: pycc builds
+        # each part twice (Numba's JIT compiles every `@njit` callee before linking it into
+        # the image), so its image costs more than twice the JIT's compile time.
+        self._aot_same = not header.parallel and not header.blas
+        self._jit_only = header.parts
+        self.engine = engine if module_key else "jit"
+        self._images: dict[str, Any] = {}
+        self._work: dict[tuple[int, ...], int] = {}
+        self.last_engine: str | None = None
         self._sig = ast.Def(program.name, program.params, program.ret, ast.Const(0.0))
         self._inputs = program.inputs()
-        used = _mask_reads(self.kernel, self._args)
-        self._getters = [self._getter(kind, key, u) for (kind, key), u in zip(self._args, used)]
+        self._rel_names = [q.name for q in program.params if isinstance(q.type, ast.TRel)]
+        self._size_names = [q.name for q in program.params if isinstance(q.type, ast.TSize)]
+        # per kernel argument, how it is taken from the bound arguments (made on the first
+        # call, from the module's text: a mask the kernel never reads is not built)
+        self._getters: list[Callable[[Mapping[str, Any]], Any]] | None = None
         self._counts_at = next((k for k, (kind, _) in enumerate(self._args)
                                 if kind == "counts"), -1)
-        # the threads of a call: decided per sizes (numba_rt.threads_for); imported here, before
-        # any kernel runs, since it sets how Numba's workers wait
-        from . import numba_rt
-
-        self._rt = numba_rt
-        self._parallel = jit_parallel(source, module)
-        self._blas = "tl_matmul(" in self.source
-        self._size_names = [q.name for q in program.params if isinstance(q.type, ast.TSize)]
-        self._threaded = self._parallel or self._blas
+        self._blas = header.blas
+        # (a plain-Python module, `jit=False`, has no threads to set)
+        self._threaded = bool(module_key) and (header.parallel or header.blas)
+        self._rt: Any = None   # numba_rt (thread policy), imported before the first JIT call
         # per sizes: the thread count, negative when BLAS is to be capped at it
         self._threads: dict[tuple[int, ...], int] = {}
         leaves = program.output_vars()
@@ -122,48 +168,135 @@ class CompiledProgram:
     def __repr__(self) -> str:
         return f"<CompiledProgram {self.program.name} (numba cpu{', instrumented' * self.instrument})>"
 
+    # -- the two engines ---------------------------------------------------------------------
+
+    @property
+    def module(self) -> Any:
+        """The JIT kernel's module (imported, with Numba, on first use)."""
+        if self._module is None:
+            self._module, _ = kernel_cache.load_kernel_module(
+                BACKEND, self.module_key, self.source,
+                {"program": self.program.name, "instrumented": self.instrument})
+        return self._module
+
+    @property
+    def kernel(self) -> Any:
+        """The JIT kernel (Numba's dispatcher)."""
+        return getattr(self.module, KERNEL)
+
+    def engine_for(self, args: Mapping[str, Any] | None = None, /, **kwargs: Any) -> str:
+        """The engine a call with these arguments runs on: "jit" or "aot"."""
+        return self._choose(self._bound(dict(args or {}, **kwargs)))
+
+    def _choose(self, bound: Mapping[str, Any]) -> str:
+        if self.engine != "auto":
+            return self.engine
+        if self._jit_only:
+            return "jit"
+        if self._aot_same:
+            return "aot"
+        sizes = tuple([int(bound[n]) for n in self._size_names])
+        work = self._work.get(sizes)
+        if work is None:
+            if len(self._work) > 64:
+                self._work.clear()
+            named = {n: int(bound[n]) for n in self._size_names}
+            # with relations, first a bound from the sizes alone: no mask is built for a
+            # call that is small however many entries its relations have
+            work = self._work[sizes] = cost_bound(self.program, named) if self._rel_names \
+                else self._cost(named)
+        if self._rel_names and work > AOT_MAX_WORK:
+            work = self._cost({**{n: int(bound[n]) for n in self._size_names},
+                               **{n: bound[n].mask() for n in self._rel_names}})
+        return "aot" if work <= AOT_MAX_WORK else "jit"
+
+    def _cost(self, args: Mapping[str, Any]) -> int:
+        """The exact SPEC 3 cost of a call at these sizes and relation masks."""
+        from tensorlang.semantics.cost import cost_program
+
+        return cost_program(self.program, args).total
+
+    def _image(self, kargs: list[Any]) -> Any:
+        """The AOT image's kernel for arguments of these types (loaded, or built here)."""
+        variant = _type_key(kargs)
+        fn = self._images.get(variant)
+        if fn is None:
+            module = kernel_cache.load_aot(BACKEND, self.module_key, variant)
+            if module is None:
+                from . import aot_cpu
+
+                kernel_cache.store_aot(BACKEND, self.module_key, variant,
+                                       aot_cpu.build(self.source, kargs))
+                module = kernel_cache.load_aot(BACKEND, self.module_key, variant)
+                if module is None:
+                    raise RuntimeError(f"the AOT image of kernel {self.module_key} "
+                                       f"did not load after it was built")
+            fn = self._images[variant] = getattr(module, KERNEL)
+        return fn
+
     # -- calling -----------------------------------------------------------------------------
 
     def __call__(self, args: Mapping[str, Any] | None = None, /, **kwargs: Any) -> Any:
         given = dict(args or {}, **kwargs)
-        env = interp.bind_args(self._sig, given)   # checks every argument
+        return self.call_bound(self._bound(given))
+
+    def _bound(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """The arguments checked (`interp.bind_args`) and converted as `call_bound` takes them."""
+        env = interp.bind_args(self._sig, given)
         bound: dict[str, Any] = {k: v for k, (v, _) in env.vals.items()}
         bound.update(env.sizes)
         bound.update({name: relation.from_value(given[name], tuple(mask.shape))
                       for name, mask in env.rels.items()})
-        return self.call_bound(bound)
+        return bound
 
     def call_bound(self, bound: Mapping[str, Any]) -> Any:
         """Run on arguments already checked and converted (sizes as ints, float64 arrays,
         floats, pairs as tuples, relations as `Relation`s): the API's call path, whose
         binder checks each argument once (`__call__` checks a dict of arguments first)."""
-        kargs = [get(bound) for get in self._getters]
+        getters = self._getters or self._make_getters()
+        kargs = [get(bound) for get in getters]
         counts = None
         if self.instrument:
             counts = kargs[self._counts_at] = np.zeros(len(self._counted), dtype=np.int64)
-        if self._threaded:
-            key = tuple([bound[name] for name in self._size_names])
-            threads = self._threads.get(key, 0)
-            if not threads:
-                if len(self._threads) > 64:
-                    self._threads.clear()
-                threads = self._threads[key] = self._rt.threads_for(
-                    kernel_work(self.program, {n: int(bound[n]) for n in self._size_names}),
-                    self._blas)
-            # BLAS owns the threads where it runs: Numba's loops of such a kernel use one
-            self._rt.use_threads(1 if self._blas else abs(threads))
-            if threads < 0:    # a BLAS call to keep on fewer threads than BLAS would take
-                with self._rt.BlasThreads(-threads):
-                    out = self.kernel(*kargs)
-            else:
-                out = self.kernel(*kargs)
+        engine = self.last_engine = self._choose(bound)
+        if engine == "aot":   # the image is serial: no thread policy
+            out = self._image(kargs)(*kargs)
         else:
-            out = self.kernel(*kargs)
-        if not self._sealed:
-            self._seal()
+            out = self._run_jit(bound, kargs)
+            if not self._sealed:
+                self._seal()
         if counts is not None:
             self.last_counts = {v: int(c) for v, c in zip(self._counted, counts)}
         return self._result(out)
+
+    def _make_getters(self) -> list[Callable[[Mapping[str, Any]], Any]]:
+        used = _mask_reads(self.source, self._args)
+        self._getters = [self._getter(kind, key, u) for (kind, key), u in zip(self._args, used)]
+        return self._getters
+
+    def _run_jit(self, bound: Mapping[str, Any], kargs: list[Any]) -> Any:
+        """The JIT kernel on `kargs`, on the threads its work at these sizes is worth."""
+        if not self._threaded:
+            return self.kernel(*kargs)
+        if self._rt is None:
+            # imported before the first parallel kernel runs: it sets how Numba's workers wait
+            from . import numba_rt
+
+            self._rt = numba_rt
+        key = tuple([bound[name] for name in self._size_names])
+        threads = self._threads.get(key, 0)
+        if not threads:
+            if len(self._threads) > 64:
+                self._threads.clear()
+            threads = self._threads[key] = self._rt.threads_for(
+                kernel_work(self.program, {n: int(bound[n]) for n in self._size_names}),
+                self._blas)
+        # BLAS owns the threads where it runs: Numba's loops of such a kernel use one
+        self._rt.use_threads(1 if self._blas else abs(threads))
+        if threads < 0:    # a BLAS call to keep on fewer threads than BLAS would take
+            with self._rt.BlasThreads(-threads):
+                return self.kernel(*kargs)
+        return self.kernel(*kargs)
 
     def _getter(self, kind: str, key: Any, used: bool) -> Callable[[Mapping[str, Any]], Any]:
         """How kernel argument (`kind`, `key`) is taken from the bound arguments."""
@@ -211,7 +344,7 @@ class CompiledProgram:
     def cache_stats(self) -> dict[str, int]:
         """Numba's counts for this kernel in this process: `hits` (loaded from the disk
         cache) and `misses` (compiled here)."""
-        st = getattr(self.kernel, "stats", None)
+        st = getattr(self.kernel, "stats", None) if self._module is not None else None
         if st is None:
             return {"hits": 0, "misses": 0}
         return {"hits": int(sum(st.cache_hits.values())),
@@ -223,6 +356,23 @@ def pattern_arrays(mask: np.ndarray, order: tuple[int, ...], nbound: int
     """The coordinates of the relation `mask`, columns in `order`, sorted lexicographically,
     and the CSR row pointer over the first `nbound` columns (`Relation.pattern`)."""
     return relation.from_value(mask, tuple(mask.shape)).pattern(tuple(order), nbound)
+
+
+def cost_bound(p: Program, sizes: Mapping[str, int]) -> int:
+    """An upper bound of `p`'s SPEC 3 cost at `sizes` whatever its relations hold: per
+    statement, every point of its box live (a contraction: its multiplications and one
+    addition per point).  A box statement counts as unbounded."""
+    work = 0
+    for s in p.stmts:
+        if isinstance(s.rhs, (tssa.Input, tssa.ConstRhs)):
+            continue
+        if isinstance(s.rhs, tssa.BoxRhs):
+            return 1 << 62
+        points = 1
+        for d in (*s.rhs.dims, *s.rhs.sdims):
+            points *= max(0, int(d.evaluate(sizes)))
+        work += points * (len(s.rhs.operands) + 1 if isinstance(s.rhs, tssa.SumRhs) else 1)
+    return work
 
 
 def kernel_work(p: Program, sizes: Mapping[str, int]) -> int:
@@ -238,12 +388,6 @@ def kernel_work(p: Program, sizes: Mapping[str, int]) -> int:
             points *= max(0, int(d.evaluate(sizes)))
         work += points
     return work
-
-
-def jit_parallel(source: Any, module: Any) -> bool:
-    """Whether the kernel module has a parallel loop (a kernel without one needs no threads)."""
-    text = source if isinstance(source, str) else getattr(module, "__tl_source__", "")
-    return getattr(module, "prange", range) is not range and "prange(" in text
 
 
 def _leaf(v: Any, path: tuple[int, ...]) -> Any:
@@ -263,12 +407,15 @@ def _assemble(o: tssa.Out, leaves: Iterator[Any]) -> Any:
     return next(leaves) if isinstance(o, str) else tuple(_assemble(c, leaves) for c in o)
 
 
-def _mask_reads(kernel: Any, args: tuple[tuple[str, Any], ...]) -> list[bool]:
-    """Per kernel argument: False for a relation mask the kernel's code never reads."""
-    fn = getattr(kernel, "py_func", kernel)
-    code = fn.__code__
-    names = code.co_varnames[:code.co_argcount]
-    loads = {ins.argval for ins in dis.get_instructions(fn) if ins.opname.startswith("LOAD_")}
+def _mask_reads(source: str, args: tuple[tuple[str, Any], ...]) -> list[bool]:
+    """Per kernel argument: False for a relation mask the kernel's code never reads (read from
+    the module's text, so that neither engine needs Numba to know)."""
+    tree = pyast.parse(source)
+    kernel = next(node for node in tree.body
+                  if isinstance(node, pyast.FunctionDef) and node.name == KERNEL)
+    names = [a.arg for a in kernel.args.args]
+    loads = {node.id for stmt in kernel.body for node in pyast.walk(stmt)
+             if isinstance(node, pyast.Name) and isinstance(node.ctx, pyast.Load)}
     return [kind != "mask" or names[i] in loads for i, (kind, _) in enumerate(args)]
 
 
@@ -283,28 +430,33 @@ def _no_mask(arity: int) -> np.ndarray:
 _NO_MASK: dict[int, np.ndarray] = {}
 
 
-_COMPILED: dict[str, CompiledProgram] = {}
+_COMPILED: dict[tuple[str, str], CompiledProgram] = {}
 _LOCK = threading.Lock()
 
 
-def compile_program(p: Program, instrument: bool = False, *, jit: bool = True
-                    ) -> CompiledProgram:
+def compile_program(p: Program, instrument: bool = False, *, jit: bool = True,
+                    engine: str | None = None) -> CompiledProgram:
     """Compile a Tensor-SSA program for the CPU (kernels are cached in this process and on
-    disk, keyed by `ssa_printer.to_text(p)`; see the module docstring).
+    disk, keyed by `ssa_printer.to_text(p)`; see the module docstring).  `engine`: see
+    `CompiledProgram` (nothing is compiled or imported here: each engine is loaded, or built,
+    on the first call that runs on it).
 
     `jit=False` runs the generated code as plain Python (`prange` is `range`, builtins are
     the interpreter's numpy functions), without Numba and without the disk cache: slow,
     but it checks the code generator itself in milliseconds per program (tests, debugging).
     """
+    if box_stages.has_boxes(p):  # LAPACK between kernels (backends/box_stages.py)
+        return box_stages.StagedProgram(p, lambda q: compile_program(q, instrument, jit=jit))
     if not jit:
         source, consts = _abstract_source(p, instrument, jit=False)
         mod = types.ModuleType(f"tensorlang_kernels.python.{p.name}")
         exec(compile(source, f"<tensorlang kernel {p.name}>", "exec"), mod.__dict__)
         return CompiledProgram(p, instrument, source, "", mod, None, consts)
+    setting = _engine_setting(engine, instrument, True)
     text = ssa_printer.to_text(p)
     key = kernel_cache.kernel_key(text, BACKEND, "instrumented" if instrument else "plain")
     with _LOCK:
-        hit = _COMPILED.get(key)
+        hit = _COMPILED.get((key, setting))
         if hit is not None and hit.program == p:
             return hit
         link = kernel_cache.load_link(BACKEND, key)
@@ -314,14 +466,41 @@ def compile_program(p: Program, instrument: bool = False, *, jit: bool = True
         else:
             source, consts = _abstract_source(p, instrument)
             module_key = kernel_cache.kernel_key(source, BACKEND, "module")
-        mod, path = kernel_cache.load_kernel_module(
-            BACKEND, module_key, source, {"program": p.name, "instrumented": instrument})
+        checked = kernel_cache.kernel_text(BACKEND, module_key, source,
+                                           {"program": p.name, "instrumented": instrument})
         if link is None:
             kernel_cache.store_link(BACKEND, key, module_key, consts)
-        out = CompiledProgram(p, instrument, mod.__tl_source__, key, mod, path, consts,
-                              module_key)
-        _COMPILED[key] = out
+        path = kernel_cache.kernel_dir(BACKEND) / f"tl_{module_key}.py"
+        out = CompiledProgram(p, instrument, checked, key, None, path, consts, module_key,
+                              setting)
+        _COMPILED[(key, setting)] = out
         return out
+
+
+def _engine_setting(engine: str | None, instrument: bool, cached: bool) -> str:
+    """The engine setting of a compiled program: the argument, else `$TENSORLANG_ENGINE`,
+    else "auto"; an instrumented kernel runs on the JIT unless "aot" is asked for, and a
+    plain-Python one (`jit=False`, no cache entry) has no image."""
+    setting = engine or os.environ.get(ENV_ENGINE) or "auto"
+    if setting not in ENGINES:
+        raise TLError(f"unknown engine {setting!r} (${ENV_ENGINE}; engines: "
+                      f"{', '.join(ENGINES)})")
+    if not cached or (instrument and setting == "auto"):
+        return "jit"
+    return setting
+
+
+def _type_key(kargs: list[Any]) -> str:
+    """The kernel arguments' types (an AOT image is compiled for one signature)."""
+    parts = []
+    for a in kargs:
+        if isinstance(a, np.ndarray):
+            # read-only arrays (relations: semantics/relation.py) are their own Numba type
+            parts.append(f"{a.dtype.str}{a.ndim}{'C' if a.flags.c_contiguous else 'A'}"
+                         f"{'' if a.flags.writeable else 'R'}")
+        else:
+            parts.append("i" if isinstance(a, (int, np.integer)) else "f")
+    return "s" + hashlib.sha256(",".join(parts).encode()).hexdigest()[:12]
 
 
 def _abstract_source(p: Program, instrument: bool, jit: bool = True

@@ -71,7 +71,9 @@ from tensorlang.syntax import ssa_printer
 from tensorlang.ir.ast import TRel
 from tensorlang.ir.tssa import Program
 
-from . import accumulate, kernel_cache
+from tensorlang.syntax.errors import NotYetSupported
+
+from . import accumulate, box_stages, kernel_cache
 from .codegen import MASK, SIZE, ProgramPlan, StmtPlan, plan_program, safe_comment
 from .codegen_nest import part_steps, pred_code
 from .numba_cpu import INDENT, pattern_arrays
@@ -416,6 +418,11 @@ _LOCK = threading.Lock()
 def compile_program(p: Program) -> CompiledProgram:
     """Compile a Tensor-SSA program to CUDA kernels (cached in this process and on disk,
     keyed by `ssa_printer.to_text(p)`)."""
+    if box_stages.has_boxes(p):
+        names = sorted({s.rhs.fn for s in p.stmts if isinstance(s.rhs, tssa.BoxRhs)})
+        raise NotYetSupported(f"{p.name}: the CUDA backend has no linear-algebra boxes yet "
+                              f"({', '.join(names)}: cuSOLVER is not wired in); compile with "
+                              "backend='numba' (LAPACK between kernels) or backend='jax'")
     text = ssa_printer.to_text(p)
     key = kernel_cache.kernel_key(text, BACKEND, backend_version())
     with _LOCK:

@@ -35,8 +35,8 @@ def tl_matmul(a, b):  # type: ignore[no-untyped-def]
     return np.dot(a, b)
 
 
-__all__ = [f"tl_{name}" for name in FUNCS] + ["tl_matmul", "threads_for", "use_threads",
-                                                "BlasThreads", "PARALLEL_GRAIN"]
+__all__ = [f"tl_{name}" for name in FUNCS] + ["tl_matmul", "tl_matmul_loops", "threads_for",
+                                                "use_threads", "BlasThreads", "PARALLEL_GRAIN"]
 
 
 # -- threads: the parallel grain (issue 14) ---------------------------------------------------
@@ -167,3 +167,17 @@ globals().update({f"python_{name}": _python_builtin(name) for name in FUNCS})
 def python_matmul(a: object, b: object) -> object:
     import numpy as np
     return np.dot(a, b)
+
+
+@njit(cache=True, nogil=True)
+def tl_matmul_loops(a, b):  # type: ignore[no-untyped-def]
+    """`a @ b` as a loop nest: what AOT images call instead of BLAS (backends/aot_cpu.py)."""
+    m, k = a.shape
+    n = b.shape[1]
+    out = np.zeros((m, n))
+    for i in range(m):
+        for t in range(k):
+            x = a[i, t]
+            for j in range(n):
+                out[i, j] += x * b[t, j]
+    return out

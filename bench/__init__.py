@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overhead", action="store_true",
                    help="also time the per-call overhead at N = 1 against JAX jit "
                         "(bench/overhead.py)")
+    p.add_argument("--checking", action="store_true",
+                   help="only time checking against program size (1,000 to 10,000 "
+                        "statements and terms; bench/checking.py) and print the table")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="where results.json and plots/ go (default: $TENSORLANG_BENCH_DIR, "
                         "else ~/.cache/tensorlang/bench; bench/ itself with --doc)")
@@ -105,6 +108,13 @@ def main(names: Sequence[str] = (), argv: Sequence[str] | None = None) -> int:
         ns = parser.parse_args(words)
     except SystemExit as exc:  # usage error or --help
         return int(exc.code or 0)
+    if ns.checking:  # single-process, front end only (issue 13)
+        from . import checking
+
+        data = checking.run(progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+        print(checking.describe(data))
+        return 0 if all(data[f]["spread"] <= checking.LINEAR_SPREAD
+                        for f in ("statements", "terms")) else 1
     if ns.threads > 0 and os.environ.get(THREADS_VAR) != str(ns.threads):
         env = thread_env(ns.threads)
         if not any(m in sys.modules for m in _THREADED_MODULES):

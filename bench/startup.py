@@ -16,19 +16,24 @@ then, each in a process with `TENSORLANG_CACHE_DIR` pointed at a fresh empty fol
   cold           the first call of every derived function of every example (compilation
                  included), and the Hessian of a 50-term expression.
 
-Warm numbers are medians over the rounds; ratios are to the `numpy` median.  `run()` returns
-the record `tl bench --startup` stores under `"startup_cache"` in results.json.
+Warm processes run with Python's bytecode cache on (in a private folder, filled by the first
+round's warm-up), as an installed package would.  Warm numbers are the best and the median
+over the rounds; the ratios are of the best times (the least disturbed by other load on a
+shared machine) to the best `numpy` time, and also given for the medians.  Each cold record
+says which engine ran (the AOT image or Numba's JIT, docs/caching.md "Engines").  `run()`
+returns the record `tl bench --startup` stores under `"startup_cache"` in results.json.
 """
 from __future__ import annotations
 
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .tasks import EXAMPLES, ROOT
 
@@ -60,17 +65,19 @@ print(json.dumps(time.perf_counter() - t0))
 _COLD = """
 import sys, time, json
 import numpy as np
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 import tensorlang as tl
 from tensorlang import cli
 m = tl.load(sys.argv[1])
 fn = m[sys.argv[2]]
 args = cli.build_args(fn, {{}}, {{p.name: {n} for p in fn.params
                               if tl.api.format_type(p.type) == "size"}}, 0)
-t1 = time.perf_counter()
+t1, c1 = time.perf_counter(), time.process_time()
 fn(**args)
-t2 = time.perf_counter()
-print(json.dumps({{"import_and_load": t1 - t0, "first_call": t2 - t1}}))
+t2, c2 = time.perf_counter(), time.process_time()
+c = fn.compile("numba")._run
+print(json.dumps({{"import_and_load": t1 - t0, "first_call": t2 - t1,
+                  "first_call_cpu": c2 - c1, "engine": c.last_engine}}))
 """
 
 
@@ -103,20 +110,38 @@ def terms50_source(terms: int = 50) -> str:
             f"def terms{terms}_hess = hessian(terms{terms}, x)\n")
 
 
-def _env(cache_dir: str) -> dict[str, str]:
+def _env(cache_dir: str, pycache: str | None = None) -> dict[str, str]:
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    return dict(os.environ, TENSORLANG_CACHE_DIR=cache_dir, PYTHONPATH=path)
+    env = dict(os.environ, TENSORLANG_CACHE_DIR=cache_dir, PYTHONPATH=path)
+    env.pop("TENSORLANG_ENGINE", None)
+    if pycache is not None:   # bytecode cached, as for an installed package
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = pycache
+    return env
 
 
 def _wall(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[float, str]:
+    return _timed(cmd, env, timeout)[0], _timed.last_stdout
+
+
+def _timed(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[float, float]:
+    """(wall seconds, CPU seconds: user + system of the child) of running `cmd`.  CPU time
+    is what load on a shared machine disturbs least."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
                           cwd=str(ROOT))
     wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
         raise RuntimeError(f"{' '.join(cmd[:4])}...: {tail[:300]}")
-    return wall, proc.stdout
+    _timed.last_stdout = proc.stdout
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+_timed.last_stdout = ""
 
 
 def derived_functions() -> list[tuple[str, str]]:
@@ -144,52 +169,70 @@ def run(rounds: int = 5, progress: Callable[[str], None] = lambda s: None,
     }
     out: dict[str, Any] = {"rounds": rounds, "limits": LIMITS, "load_average": _loadavg()}
     with tempfile.TemporaryDirectory(prefix="tl-bench-startup-") as tmp:
-        env = _env(os.path.join(tmp, "warm"))
+        env = _env(os.path.join(tmp, "warm"), os.path.join(tmp, "pycache"))
         with open(os.path.join(tmp, "numba_floor.py"), "w", encoding="utf-8") as fh:
             fh.write(_NUMBA_FLOOR)
         # Numba's own fixed cost: import, CPU target set-up, load of one cached function
         warm["numba_floor"] = [py, "-c", f"import sys; sys.path.insert(0, {tmp!r}); "
                                "import numba_floor; numba_floor.run()"]
-        _wall(warm["numba_floor"], env, timeout)       # fill Numba's cache (not measured)
-        _wall(tl_cmd, env, timeout)                      # fill the cache (not measured)
+        for cmd in warm.values():      # fill the caches (not measured)
+            _wall(cmd, env, timeout)
         times: dict[str, list[float]] = {k: [] for k in [*warm, "redefine"]}
+        cpu: dict[str, list[float]] = {k: [] for k in warm}
         for r in range(rounds):
             for name, cmd in warm.items():
-                times[name].append(_wall(cmd, env, timeout)[0])
+                wall, used = _timed(cmd, env, timeout)
+                times[name].append(wall)
+                cpu[name].append(used)
             _, text = _wall([py, "-c", _REDEFINE.format(func=HESSIAN_FUNC),
                              str(HESSIAN_FILE)], env, timeout)
             times["redefine"].append(float(json.loads(text.strip().splitlines()[-1])))
             progress(f"start-up round {r + 1}/{rounds}: " +
                      ", ".join(f"{k} {v[-1]:.3f} s" for k, v in times.items()))
         med = {k: statistics.median(v) for k, v in times.items()}
-        out["warm_s"] = med
+        best = {k: min(v) for k, v in times.items()}
+        out["warm_s"] = best
+        out["warm_median_s"] = med
         out["warm_samples_s"] = times
-        out["ratios"] = {"warm_tl_run": med["tl_run"] / med["numpy"],
-                         "warm_api_first_call": med["api_first"] / med["numpy"],
-                         "numba_floor": med["numba_floor"] / med["numpy"]}
+
+        def ratios(t: dict[str, float]) -> dict[str, float]:
+            return {"warm_tl_run": t["tl_run"] / t["numpy"],
+                    "warm_api_first_call": t["api_first"] / t["numpy"],
+                    "numba_floor": t["numba_floor"] / t["numpy"]}
+
+        out["ratios"] = ratios(best)
+        out["ratios_of_medians"] = ratios(med)
+        best_cpu = {k: min(v) for k, v in cpu.items()}
+        out["warm_cpu_s"] = best_cpu
+        out["warm_cpu_samples_s"] = cpu
+        out["ratios_of_cpu"] = ratios(best_cpu)
         if cold:
             out["cold"] = _cold(tmp, timeout, progress)
     out["load_average_after"] = _loadavg()
     return out
 
 
-def _cold(tmp: str, timeout: float, progress: Callable[[str], None]) -> list[dict[str, Any]]:
-    jobs = [(str(EXAMPLES / f), fn) for f, fn in derived_functions()]
+def _cold(tmp: str, timeout: float, progress: Callable[[str], None],
+          only: Sequence[str] = ()) -> list[dict[str, Any]]:
+    jobs = [(str(EXAMPLES / f), fn) for f, fn in derived_functions() if not only or fn in only]
     t50 = os.path.join(tmp, "terms50.tl")
     with open(t50, "w", encoding="utf-8") as fh:
         fh.write(terms50_source())
-    jobs.append((t50, "terms50_hess"))
+    if not only or "terms50_hess" in only:
+        jobs.append((t50, "terms50_hess"))
     records = []
     for k, (path, fn) in enumerate(jobs):
         env = _env(os.path.join(tmp, f"cold{k}"))
         cmd = [sys.executable, "-c", _COLD.format(n=SIZES_FOR_COLD), path, fn]
         rec: dict[str, Any] = {"file": os.path.basename(path), "function": fn}
         try:
-            wall, text = _wall(cmd, env, timeout)
+            wall, used = _timed(cmd, env, timeout)
+            text = _timed.last_stdout
             rec.update(json.loads(text.strip().splitlines()[-1]), process_wall=wall,
-                       status="ok")
+                       process_cpu=used, status="ok")
             progress(f"cold first call {rec['file']} {fn}: {rec['first_call']:.1f} s "
-                     f"({wall:.1f} s process)")
+                     f"({wall:.1f} s process, {used:.1f} s CPU with its children, "
+                     f"{rec['engine']})")
         except (RuntimeError, subprocess.TimeoutExpired) as err:
             rec.update(status="error", message=str(err)[:300])
             progress(f"cold first call {rec['file']} {fn}: {rec['message']}")
@@ -206,8 +249,8 @@ def _loadavg() -> list[float] | None:
 
 def describe(rec: dict[str, Any]) -> str:
     """The record as a few lines of text (for the progress output and docs)."""
-    lines = [f"start-up (medians of {rec['rounds']} interleaved rounds; load average "
-             f"{rec.get('load_average')}):"]
+    lines = [f"start-up (best of {rec['rounds']} interleaved rounds; load average "
+             f"{rec.get('load_average')} before, {rec.get('load_average_after')} after):"]
     w, r = rec["warm_s"], rec["ratios"]
     lines.append(f"  python -c 'import numpy'        {w['numpy']:.3f} s")
     lines.append(f"  warm tl run (derived Hessian)   {w['tl_run']:.3f} s  = "
@@ -218,10 +261,18 @@ def describe(rec: dict[str, Any]) -> str:
     lines.append(f"  Numba floor (one cached njit)   {w['numba_floor']:.3f} s  = "
                  f"{r['numba_floor']:.2f} x numpy")
     lines.append(f"  REPL redefinition (unchanged)   {w['redefine']:.4f} s")
+    for what, key in (("medians", "ratios_of_medians"), ("CPU times", "ratios_of_cpu")):
+        rm = rec.get(key)
+        if rm:
+            lines.append(f"  (ratios of {what}: tl run {rm['warm_tl_run']:.2f}, api "
+                         f"{rm['warm_api_first_call']:.2f}, Numba floor "
+                         f"{rm['numba_floor']:.2f})")
     for c in rec.get("cold", []):
         if c["status"] == "ok":
             lines.append(f"  cold first call {c['file']:>16} {c['function']:<16} "
-                         f"{c['first_call']:7.1f} s")
+                         f"{c['first_call']:7.1f} s wall, {c.get('first_call_cpu', 0):7.1f} s "
+                         f"CPU ({c.get('process_cpu', 0):.1f} s process with gcc)  "
+                         f"({c.get('engine')})")
         else:
             lines.append(f"  cold first call {c['file']:>16} {c['function']:<16} "
                          f"error: {c['message']}")
@@ -229,7 +280,14 @@ def describe(rec: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
-    rec = run(progress=lambda s: print(s, file=sys.stderr, flush=True),
-              cold="--no-cold" not in sys.argv)
-    print(describe(rec))
-    print(json.dumps(rec, indent=1))
+    if "--cold-only" in sys.argv:   # the cold calls named after it ("all": every one)
+        names = sys.argv[sys.argv.index("--cold-only") + 1].split(",")
+        with tempfile.TemporaryDirectory(prefix="tl-bench-startup-") as folder:
+            cold = _cold(folder, 3600.0, lambda s: print(s, file=sys.stderr, flush=True),
+                         () if names == ["all"] else names)
+        print(json.dumps(cold, indent=1))
+    else:
+        rec = run(progress=lambda s: print(s, file=sys.stderr, flush=True),
+                  cold="--no-cold" not in sys.argv)
+        print(describe(rec))
+        print(json.dumps(rec, indent=1))

@@ -220,3 +220,95 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
     Workload("dead_code", "pathological.tl", "dead_code", lambda n: {"N": n},
              lambda s, r: _vec_mat(s["N"], r), dead_code),
 ]}
+
+
+# ---------------------------------------------------------------------------------------------
+# Linear algebra (SPEC 13, seed 003): examples/gp_nlml.tl, blr_evidence.tl, kalman_loglik.tl,
+# eigh_gauss.tl.  `LINALG_WORKLOADS` (the numpy/scipy references; tests/test_linalg.py and
+# bench/linalg.py compare them, and JAX, with tensorlang).
+
+_HALF_LOG_2PI = 0.9189385332046727
+
+
+def _chol_solve_terms(S: np.ndarray, v: np.ndarray) -> float:
+    from scipy.linalg import solve_triangular
+
+    L = np.linalg.cholesky(S)
+    z = solve_triangular(L, v, lower=True)
+    return 0.5 * z @ z + np.log(np.abs(np.diag(L))).sum() + len(v) * _HALF_LOG_2PI
+
+
+def gp_nlml(a: Args) -> float:
+    X = a["X"]
+    d2 = ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1)
+    K = a["sf2"] * np.exp(-0.5 * d2 / a["ell"] ** 2) + a["sn2"] * np.eye(len(X))
+    return _chol_solve_terms(K, a["y"])
+
+
+def blr_evidence(a: Args) -> float:
+    from scipy.linalg import solve_triangular
+
+    X, y, lam_y, lam_w = a["X"], a["y"], a["lam_y"], a["lam_w"]
+    alpha = lam_w / lam_y
+    L = np.linalg.cholesky(np.eye(len(X)) + alpha * X @ X.T)
+    z = solve_triangular(L, X @ y, lower=True)
+    n = len(y)
+    return (np.log(np.abs(np.diag(L))).sum()
+            + 0.5 * (n * (2 * _HALF_LOG_2PI + np.log(lam_y)) + (y @ y - alpha * z @ z) / lam_y))
+
+
+def kalman_nll(a: Args) -> float:
+    """The Kalman filter's recursion (prediction-error decomposition), step by step."""
+    v, ar, q, r, p0 = a["obs"], a["a"], a["q"], a["r"], a["p0"]
+    m, p, out = 0.0, p0, 0.0
+    for t, vt in enumerate(v):
+        if t > 0:
+            m, p = ar * m, ar * ar * p + q
+        s = p + r
+        e = vt - m
+        out += 0.5 * (np.log(s) + e * e / s) + _HALF_LOG_2PI
+        k = p / s
+        m, p = m + k * e, (1 - k) * p
+    return out
+
+
+def eigh_nll(a: Args) -> float:
+    w, V = np.linalg.eigh(a["A"])
+    u = V.T @ a["y"]
+    return 0.5 * (np.log(w).sum() + (u * u / w).sum()) + len(w) * _HALF_LOG_2PI
+
+
+def _gp_inputs(s: dict[str, int], rng: np.random.Generator) -> Args:
+    return {"N": s["N"], "D": s["D"], "X": rng.standard_normal((s["N"], s["D"])),
+            "y": rng.standard_normal(s["N"]), "ell": 1.7, "sf2": 0.9, "sn2": 0.3}
+
+
+def _blr_inputs(s: dict[str, int], rng: np.random.Generator) -> Args:
+    return {"D": s["D"], "N": s["N"], "X": rng.standard_normal((s["D"], s["N"])) / np.sqrt(s["N"]),
+            "y": rng.standard_normal(s["N"]), "lam_y": 0.6, "lam_w": 1.4}
+
+
+def _kalman_inputs(s: dict[str, int], rng: np.random.Generator) -> Args:
+    return {"T": s["T"], "obs": rng.standard_normal(s["T"]), "a": 0.8, "q": 0.5, "r": 0.7,
+            "p0": 1.2}
+
+
+def _spd_inputs(s: dict[str, int], rng: np.random.Generator) -> Args:
+    n = s["N"]
+    Q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    w = np.linspace(1.0, 3.0, n) + 0.1 * rng.random(n)
+    return {"N": n, "A": (Q * w) @ Q.T, "y": rng.standard_normal(n)}
+
+
+LINALG_WORKLOADS: dict[str, Workload] = {w.name: w for w in [
+    Workload("gp_nlml", "linalg/gp_nlml.tl", "gp_nlml", lambda n: {"N": n, "D": 3}, _gp_inputs,
+             gp_nlml),
+    Workload("blr_chol", "linalg/blr_evidence.tl", "blr_chol", lambda n: {"D": n, "N": 2 * n},
+             _blr_inputs, blr_evidence),
+    Workload("blr_lq", "linalg/blr_evidence.tl", "blr_lq", lambda n: {"D": n, "N": 2 * n},
+             _blr_inputs, blr_evidence),
+    Workload("kalman_nll", "linalg/kalman_loglik.tl", "kalman_nll", lambda n: {"T": n},
+             _kalman_inputs, kalman_nll),
+    Workload("eigh_nll", "linalg/eigh_gauss.tl", "eigh_nll", lambda n: {"N": n}, _spd_inputs,
+             eigh_nll),
+]}

@@ -29,7 +29,7 @@ from tensorlang.ir.ast import (
 )
 
 from .rewrite import (
-    ACCESS_BASE, Ctx, Rule, apply_rule as _apply_rule, iverson, provably_nonneg,
+    ACCESS_BASE, BOX_ARG, Ctx, Rule, apply_rule as _apply_rule, iverson, provably_nonneg,
     register_rules, run_pass,
 )
 
@@ -90,7 +90,7 @@ def G2(e: Expr, ctx: Ctx) -> Expr | None:
 
 
 def G3(e: Expr, ctx: Ctx) -> Expr | None:
-    if ctx.pos == ACCESS_BASE or not ctx.is_read(e):
+    if ctx.pos in (ACCESS_BASE, BOX_ARG) or not ctx.is_read(e):
         return None
     t = ctx.type_of(e)
     if not isinstance(t, TArr):

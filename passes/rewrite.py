@@ -31,10 +31,11 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, Mapping, Sequence
 
 from tensorlang.ir.ast import (
-    REAL, Access, Add, Affine, And, Call, Cmp, Const, Def, DefCall, Exists, Expr, Gen,
+    REAL, Access, Add, Affine, And, Box, Call, Cmp, Const, Def, DefCall, Exists, Expr, Gen,
     Iverson, Let, Mul, Node, Or, Pair, PFalse, Pred, Proj, PTrue, RelCall, Sum, TArr,
-    TPair, TRel, TSize, Type, Var, free_names, walk,
+    TPair, TRel, TSize, Type, Var, free_names, tensor, walk,
 )
+from tensorlang.semantics.boxes import out_shape as box_shape
 from tensorlang.syntax.errors import TLError
 
 
@@ -185,6 +186,9 @@ class _Renamer:
             value = self.expr(e.value, m, sc)
             name, m2 = self.bind_var(e.name, m)
             return Let(name, value, self.expr(e.body, m2, sc), loc=e.loc)
+        if isinstance(e, Box):
+            return Box(e.fn, e.part, tuple(self.expr(a, m, sc) for a in e.args), e.label,
+                       e.ranks, e.dims, loc=e.loc)
         if isinstance(e, DefCall):
             raise PassError("calls of definitions must be inlined before the passes run",
                             e.loc)
@@ -198,6 +202,7 @@ class _Renamer:
 # Positions: which field of which parent holds a node.
 ROOT, LET_VALUE, LET_BODY, GEN_BODY, SUM_BODY = "root", "letval", "letbody", "gen", "sum"
 ACCESS_BASE, PROJ_ARG, IVERSON_BODY, OPERAND = "access", "proj", "iverson", "op"
+BOX_ARG = "box"  # an argument of a linear-algebra box: a whole variable, left as it is
 
 
 class Ctx:
@@ -263,6 +268,8 @@ class Ctx:
             if e.name not in self.types:
                 self.declare(e.name, self.type_of(e.value))
             return self.type_of(e.body)
+        if isinstance(e, Box):  # a whole-tensor box (semantics/boxes.py)
+            return tensor(box_shape(e.fn, e.part, e.shapes()))
         raise PassError(f"not a core expression: {type(e).__name__}")
 
     # -- reads of variables
@@ -306,6 +313,8 @@ def _slots(e: Expr, ranges: Mapping[str, Affine]) -> list[Slot]:
         return [("a", e.a, OPERAND, ranges), ("b", e.b, OPERAND, ranges)]
     if isinstance(e, Call):
         return [(f"arg{k}", a, OPERAND, ranges) for k, a in enumerate(e.args)]
+    if isinstance(e, Box):
+        return [(f"arg{k}", a, BOX_ARG, ranges) for k, a in enumerate(e.args)]
     if isinstance(e, (Var, Const)):
         return []
     raise PassError(f"not a core expression: {type(e).__name__}")
@@ -319,6 +328,11 @@ def _rebuild(e: Expr, new: Mapping[str, Expr]) -> Expr:
         if all(x is y for x, y in zip(args, e.args)):
             return e
         return Call(e.fn, args, e.params, loc=e.loc)
+    if isinstance(e, Box):
+        args = tuple(new.get(f"arg{k}", a) for k, a in enumerate(e.args))
+        if all(x is y for x, y in zip(args, e.args)):
+            return e
+        return Box(e.fn, e.part, args, e.label, e.ranks, e.dims, loc=e.loc)
     vals = {f: new.get(f, getattr(e, f)) for f in e._fields}
     if all(vals[f] is getattr(e, f) for f in e._fields):
         return e

@@ -46,6 +46,7 @@ from tensorlang.ir.ast import Affine, Pred, PFalse, PTrue
 from tensorlang.syntax.errors import NotYetSupported
 from tensorlang.ir.build import Builder
 from tensorlang.ir.tssa import Operand, Program
+from tensorlang.semantics.boxes import out_shape as box_shape
 
 
 @dataclass(frozen=True)
@@ -231,6 +232,8 @@ class Converter:
 
     def binding(self, e: ast.Expr) -> str:
         """SSA-gen: `gen I. s` (or a scalar s) -> its statement variable (or an alias)."""
+        if isinstance(e, ast.Box):
+            return self.box(e)
         if isinstance(e, (ast.Var, ast.Proj)):  # a whole variable: itself
             var, rank = self.read_var(e, e)
             if rank:
@@ -243,6 +246,16 @@ class Converter:
         t = self.conv(e, ctx)
         alias = self.alias(t, ctx)
         return alias if alias is not None else self.emit_term(t, ctx)
+
+    def box(self, e: ast.Box) -> str:
+        """SSA-box: `fn(x, ..).k` on whole variables -> one box statement."""
+        args = []
+        for a in e.args:
+            if not isinstance(a, ast.Var):
+                raise _bad(f"{e.fn}: a box reads whole variables after elaboration", e)
+            args.append(self.read_var(a, a)[0])
+        dims = box_shape(e.fn, e.part, [self.b.shapes[v] for v in args])
+        return self.b.box(e.fn, e.part, dims, args, e.label)
 
     def alias(self, t: Term, ctx: Ctx) -> str | None:
         """SSA-trivial: `v = u[I]` (same shape, identity access, no mask) is u itself."""

@@ -85,6 +85,13 @@ def _check_stmt(p: Program, k: int, s: tssa.Stmt, shapes: dict, sizes: frozenset
         return f"{where}: variable shadows parameter {s.var}"
     if rhs.ix != p.ix:
         return f"{where}: index names {rhs.ix} differ from the program's {p.ix}"
+    if isinstance(rhs, tssa.BoxRhs):   # a box reads whole variables (SPEC 13)
+        for o, shape in zip(rhs.operands, rhs.arg_shapes()):
+            if o.var not in shapes:
+                return f"{where}: reads {o.var} before it is defined"
+            if tuple(shapes[o.var]) != tuple(shape):
+                return f"{where}: {rhs.fn} reads {o.var} as shape {shape}, it has {shapes[o.var]}"
+        return None
     for o in rhs.operands:
         if o.var not in shapes:
             return f"{where}: reads {o.var} before it is defined"

@@ -293,7 +293,11 @@ def _describe(p: Program, args: dict[str, Any], wrt: Sequence[str], what: list[s
     return text + (f"\nderivative:\n{to_text(derived)}" if derived is not None else "")
 
 
-def check_jvp(name: str, inst: Instance) -> Verdict:
+Budget = Callable[[Program, dict[str, Any], int, Sequence[str]], int]
+"""(f, args, C(f), wrt) -> the most the derivative may cost (rules_boxes.py: per-box)."""
+
+
+def check_jvp(name: str, inst: Instance, budget_of: Budget | None = None) -> Verdict:
     """FWD-*: primal kept, tangent = finite differences, tangent cost <= 3 C(f), SSA."""
     p, args, wrt = inst
     why = _applies(JVP_RULES, name, p)
@@ -308,17 +312,18 @@ def check_jvp(name: str, inst: Instance) -> Verdict:
     err = _rel_err(flat(ty), _fd(p, args, wrt, dx))
     meaning = values_close(y, y0, 1e-12) and err <= FD_TOL
     cf, cj = program_cost(p, args), program_cost(j, args)
-    budget = 3 * cf
+    budget = 3 * cf if budget_of is None else budget_of(p, args, cf, wrt)
     cost = cj - cf <= budget
     what = ([] if values_close(y, y0, 1e-12) else ["the primal differs"])
     what += [] if err <= FD_TOL else [f"tangent vs finite differences: error {err:.2e}"]
-    what += [] if cost else [f"tangent costs {cj - cf} > 3 C(f) = {budget}"]
+    what += [] if cost else [f"tangent costs {cj - cf} > 3 C(f) = {budget}" if budget_of is None
+                             else f"tangent costs {cj - cf} > the per-box budget {budget}"]
     what += [] if nf is None else [f"not Tensor SSA: {nf}"]
     return Verdict(meaning, cost, nf is None, _ratio(cj - cf, budget),
                    _describe(p, args, wrt, what, j) if what else None)
 
 
-def check_vjp(name: str, inst: Instance) -> Verdict:
+def check_vjp(name: str, inst: Instance, budget_of: Budget | None = None) -> Verdict:
     """ADJ-*: primal kept, dot-product test against the jvp and against finite differences,
     C(vjp) <= 4 C(f) + |in| + |out|, SSA."""
     p, args, wrt = inst
@@ -345,13 +350,15 @@ def check_vjp(name: str, inst: Instance) -> Verdict:
     cf, cv = program_cost(p, args), program_cost(v, args)
     sizes = {"N": int(args["N"]), "M": int(args["M"])}
     budget = 4 * cf + sum(type_size(p.param_types[x], sizes) for x in wrt) + type_size(
-        p.ret, sizes)
+        p.ret, sizes) if budget_of is None else budget_of(p, args, cf, wrt)
     cost = cv <= budget
     what = [] if same else ["the primal differs"]
     what += [] if dot_err <= DOT_TOL else [f"dot-product test vs jvp: error {dot_err:.2e}"]
     what += [] if fd_err <= FD_TOL else [f"dot-product test vs finite differences: error "
                                          f"{fd_err:.2e}"]
-    what += [] if cost else [f"C(vjp) = {cv} > 4 C(f) + |in| + |out| = {budget}"]
+    what += [] if cost else [f"C(vjp) = {cv} > 4 C(f) + |in| + |out| = {budget}"
+                             if budget_of is None else
+                             f"C(vjp) = {cv} > the per-box budget {budget}"]
     what += [] if nf is None else [f"not Tensor SSA: {nf}"]
     return Verdict(meaning, cost, nf is None, _ratio(cv, budget),
                    _describe(p, args, wrt, what, v) if what else None)
@@ -367,12 +374,18 @@ FORMS: dict[str, str] = {
     "ADJ-select": "select", "ADJ-contract": "contract", "ADJ-reduce": "reduce",
     "ADJ-fanout": "fanout",
 }
+# The linear-algebra boxes (SPEC 13): instances of one box statement (rules_boxes.py)
+FORMS.update({f"{kind}-{box}": f"box:{box}" for kind in ("FWD", "ADJ")
+              for box in sorted(ast.BOX_NAMES)})
 
 
 def derivative_rule(name: str) -> Rule:
     """The catalogue entry of registry rule `name` (FWD-* or ADJ-*)."""
     fwd = name.startswith("FWD-")
     table = JVP_RULES if fwd else VJP_RULES
+    if table.rules[name].form is tssa.BoxRhs:   # the linear-algebra boxes (SPEC 13)
+        from .rules_boxes import box_rule
+        return box_rule(name)
     check = check_jvp if fwd else check_vjp
     form = FORMS.get(name)
     # A registry rule without a form here has no instances: it shows, and fails, in the table.

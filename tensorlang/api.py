@@ -31,7 +31,7 @@ from tensorlang.check import typecheck
 from tensorlang.semantics import interp, memory, relation
 from tensorlang.semantics.bounds import jvp_bound, type_size, vjp_bound
 from tensorlang.semantics.relation import Relation
-from tensorlang.syntax import parser
+from tensorlang.syntax import limits
 from tensorlang.ir.ast import Affine, Def, DerivedDef, Param, TArr, TPair, TReal, TRel, TSize, Type
 from tensorlang.syntax.errors import Loc, ResourceError, ShapeError, TLError
 
@@ -589,6 +589,11 @@ def to_python(value: Any) -> Any:
 # Functions
 
 
+def _at_def(fn: "Function", *args: Any, **kwargs: Any) -> Loc | None:
+    """Where a program too deep for the compiler is reported: at its def."""
+    return getattr(fn.source, "loc", None)
+
+
 class Function:
     """A tensorlang function: an elaborated core `Def` with its signature.
 
@@ -660,12 +665,17 @@ class Function:
 
     def core(self) -> Def:
         """The core `Def` as written (for a derived function: its derivative program)."""
-        return pipeline.run_to(self.program(), "parsed")
+        found = getattr(self, "_core", None)  # kept: a call must not start a worker
+        if found is None:
+            found = self._core = limits.run(pipeline.run_to, self.program(), "parsed",
+                                            where=_at_def(self))
+        return found
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         run = self._compiled.get(default_backend()) or self.compile(default_backend())
         return run(*args, **kwargs)
 
+    @limits.entry(_at_def)
     def interpret(self, /, *args: Any, **kwargs: Any) -> Any:
         """Run the reference interpreter on the program as written."""
         core = self.core()
@@ -686,12 +696,16 @@ class Function:
             raise TLError(f"unknown backend '{backend}' (backends: {', '.join(BACKENDS)})")
         if (mesh is not None or shard) and backend != "jax":
             raise TLError(f"mesh and shard are options of the jax backend, not of '{backend}'")
+        hit = None if mesh is not None or shard else self._compiled.get(backend)
+        if hit is not None:
+            return hit
+        return limits.run(self._compile, backend, mesh, shard, where=_at_def(self))
+
+    def _compile(self, backend: str, mesh: Any,
+                 shard: Mapping[str, Sequence[Any]] | None) -> "Compiled":
         if mesh is not None or shard:
             return Compiled(self, backend, _backend_module(backend).compile_program(
                 pipeline.run_to(self.program(), pipeline.FINAL), mesh=mesh, shard=shard))
-        hit = self._compiled.get(backend)
-        if hit is not None:
-            return hit
         if backend == "interp":
             core = self.core()
             run = interp.interpret
@@ -702,10 +716,12 @@ class Function:
         self._compiled[backend] = out
         return out
 
+    @limits.entry(_at_def)
     def generated_source(self, backend: str = "numba") -> str:
         """The source a compiled backend generates for this function (`tl show --stage numba`)."""
         return _backend_module(backend).generated_source(self.final_program())
 
+    @limits.entry(_at_def)
     def final_program(self) -> Any:
         """The program as it will run (after `pipeline.FINAL`), from the front
         cache when this definition was compiled before (see `final_program`)."""
@@ -718,10 +734,12 @@ class Function:
 
     # -- inspection ------------------------------------------------------------------------
 
+    @limits.entry(_at_def)
     def run_to(self, stage: str) -> Any:
         """The program after `stage` of the pipeline (a core Def or a Tensor-SSA program)."""
         return pipeline.run_to(self.program(), stage)
 
+    @limits.entry(_at_def)
     def show(self, stage: str = "parsed", unicode: bool = False) -> str:
         """The program at `stage` as text (`.tl` syntax, or Unicode notation); `stage`
         "numba" or "cuda": the kernel source that backend generates (as `tl show`)."""
@@ -729,6 +747,7 @@ class Function:
             return self.generated_source(stage)
         return pipeline.show(self.program(), stage, unicode=unicode)
 
+    @limits.entry(_at_def)
     def cost(self, given: Mapping[str, Any] | None = None, /, stage: Any = None,
              **args: Any) -> Any:
         """Exact SPEC 3 cost for the given sizes (and relations; arrays give their sizes).
@@ -752,6 +771,7 @@ class Function:
         """The stage `cost` uses by default: the program as it will run."""
         return pipeline.FINAL
 
+    @limits.entry(_at_def)
     def cost_formula(self, stage: str | None = None) -> Any:
         """The exact cost at `stage` (default: as it will run) as formulas in the sizes: a
         `CostFormula` (tensorlang/semantics/cost_formula.py; `str()` is the total as a Python
@@ -793,11 +813,14 @@ class Compiled:
         cap = memory.limit()
         if cap is not None and hit[1] > cap:
             memory.check_estimate(hit[0], self.function.name)  # raises, before any allocation
+        if self.backend == "interp":  # the interpreter recurses over the program
+            return to_python(limits.run(self._run, bound, where=_at_def(self.function)))
         return to_python(self._run_bound(bound))
 
     def _estimated(self) -> Def:
-        if self._memory_def is None:
-            self._memory_def = memory_program(self.function, self.backend)
+        if self._memory_def is None:  # kept: no worker per call
+            self._memory_def = limits.run(memory_program, self.function, self.backend,
+                                          where=_at_def(self.function))
         return self._memory_def
 
     def __repr__(self) -> str:
@@ -931,6 +954,7 @@ class DerivedFunction(Function):
         """The derivation and its base function's text: no derivative is computed for it."""
         return f"{self.kind}({', '.join(self.wrt)}) as {self.name}\n{self.base.cache_text()}"
 
+    @limits.entry(_at_def)
     def cost_bound(self, given: Mapping[str, Any] | None = None, /,
                    **args: Any) -> tuple[int, int | None, str]:
         """(C(f) of the base function as compiled, the theorem's bound on this function's
@@ -1061,10 +1085,32 @@ class Module(Mapping):
         return f"<tensorlang module {self.filename}: {', '.join(self._functions)}>"
 
 
+_CHECKED: dict[str, Any] = {}
+
+
 def check_source(text: str, filename: str = "<string>") -> Any:
-    """Parse and type-check `text`: the checker's `CheckedModule`."""
-    return typecheck.check_module(parser.parse_module(text, filename), filename,
-                                  derive=pipeline.derived_core)
+    """Parse and type-check `text`: the checker's `CheckedModule`.
+
+    Kept in this process and on disk (`cache.put_checked`), keyed by the code version, the
+    file name (locations name it) and the text: a warm process, or the REPL given the same
+    text again, neither imports the parser nor parses, checks or elaborates (SPEC 15)."""
+    key = cache.key_of("checked module", filename, text)
+    checked = _CHECKED.get(key)
+    if checked is None:
+        # On the worker: unpickling, checking and pickling all recurse as deep as the program.
+        checked = _CHECKED[key] = limits.run(lambda: _load_or_check(key, text, filename))
+    return checked
+
+
+def _load_or_check(key: str, text: str, filename: str) -> Any:
+    checked = cache.get_checked(key)
+    if checked is None:
+        from tensorlang.syntax import parser   # Lark: imported only to parse
+
+        checked = typecheck.check_module(parser.parse_module(text, filename), filename,
+                                         derive=pipeline.derived_core)
+        cache.put_checked(key, checked)
+    return checked
 
 
 def module_from_checked(checked: Any, filename: str = "<string>", text: str = "") -> Module:
@@ -1140,5 +1186,6 @@ def from_def(d: Def, earlier: Sequence["Def | Function"] = ()) -> Function:
     if not isinstance(d, Def):
         raise TLError(f"from_def expects a tensorlang Def, got {type(d).__name__}")
     defs = [e.source if isinstance(e, Function) else e for e in earlier]
-    checked = typecheck.check_module([*defs, d], "<dsl>", derive=pipeline.derived_core)
+    checked = limits.run(typecheck.check_module, [*defs, d], "<dsl>",
+                       derive=pipeline.derived_core, where=d.loc)
     return module_from_checked(checked, "<dsl>")[d.name]

@@ -48,7 +48,8 @@ from tensorlang.syntax.errors import TLError
 __all__ = ["CacheRefused", "CacheWarning", "ENV_DIR", "ENV_MAX_MB", "configured_dir", "root",
            "namespace", "sha256", "put_blob", "get_blob", "put_module", "read_module", "touch",
            "evict", "info", "clear", "CacheInfo", "atomic_write", "code_version",
-           "structure_text", "key_of", "put_program", "get_program", "put_data", "get_data"]
+           "structure_text", "key_of", "put_program", "get_program", "put_data", "get_data",
+           "put_checked", "get_checked"]
 
 ENV_DIR = "TENSORLANG_CACHE_DIR"
 ENV_MAX_MB = "TENSORLANG_CACHE_MAX_MB"
@@ -461,19 +462,19 @@ def get_data(ns: str, name: str) -> object | None:
 
 
 class _ProgramUnpickler:
-    """Unpickles only tensorlang IR (`tensorlang.ir.*`) and plain data: even a blob whose hash
-    matches cannot name any other class or function."""
+    """Unpickles only tensorlang IR (`tensorlang.ir.*`), the classes named in `extra` and
+    plain data: even a blob whose hash matches cannot name any other class or function."""
 
     ALLOWED = ("tensorlang.ir.",)
 
     @classmethod
-    def loads(cls, data: bytes) -> object:
+    def loads(cls, data: bytes, extra: frozenset[tuple[str, str]] = frozenset()) -> object:
         import io
         import pickle
 
         class Restricted(pickle.Unpickler):
             def find_class(self, module: str, name: str) -> object:
-                if module.startswith(cls.ALLOWED):
+                if module.startswith(cls.ALLOWED) or (module, name) in extra:
                     return super().find_class(module, name)
                 raise pickle.UnpicklingError(f"{module}.{name} is not tensorlang IR")
 
@@ -505,4 +506,38 @@ def get_program(key: str) -> object | None:
     except (pickle.UnpicklingError, AttributeError, EOFError, TypeError, ValueError) as err:
         path = namespace(PROGRAMS) / f"{key}.blob"
         _damaged(path, f"not a program: {err}")
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Checked modules: `.tl` text -> the type checker's result, so a warm process neither imports
+# the parser (Lark) nor parses, checks or elaborates
+
+CHECKED = "modules"
+_CHECKED_CLASSES = frozenset({("tensorlang.check.typecheck", "CheckedModule"),
+                              ("tensorlang.check.typecheck", "Signature"),
+                              ("tensorlang.check.typecheck", "TLWarning"),
+                              ("tensorlang.syntax.errors", "Loc"),
+                              ("tensorlang.syntax.errors", "Source")})
+
+
+def put_checked(key: str, checked: object) -> None:
+    """Store a checked module (`typecheck.CheckedModule`: IR nodes, locations, warnings)."""
+    import pickle
+
+    put_blob(CHECKED, key, pickle.dumps(checked, protocol=5))
+
+
+def get_checked(key: str) -> object | None:
+    """The checked module stored under `key`, hash checked and unpickled with only IR,
+    `CheckedModule`, `Signature`, `TLWarning`, `Loc` and `Source` allowed; None when missing or damaged."""
+    import pickle
+
+    data = get_blob(CHECKED, key)
+    if data is None:
+        return None
+    try:
+        return _ProgramUnpickler.loads(data, _CHECKED_CLASSES)
+    except (pickle.UnpicklingError, AttributeError, EOFError, TypeError, ValueError) as err:
+        _damaged(namespace(CHECKED) / f"{key}.blob", f"not a checked module: {err}")
         return None

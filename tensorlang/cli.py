@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from tensorlang.syntax.errors import ResourceError, TLError, diagnostic, printable
+from tensorlang.syntax import limits
 
 _INT = re.compile(r"[+-]?\d+")
 _FLOAT = re.compile(r"[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?|inf|nan)",
@@ -786,7 +787,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     warnings.showwarning = _show_warning
     try:
-        return handler(ns)
+        if handler in (cmd_repl, cmd_bench):  # the REPL's terminal and the benchmark's
+            return handler(ns)               # timers need the main thread (their work runs deep)
+        return limits.run(handler, ns)  # a large stack for deep programs (syntax/limits.py)
     except TLError as err:
         print(str(err), file=sys.stderr)
         return 1

@@ -31,6 +31,7 @@ from tensorlang import api, pipeline
 from tensorlang.ir import ast
 from tensorlang.ir.ast import Affine, Param, TRel, TSize, Type
 from tensorlang.syntax.errors import Loc, ResourceError, TLError
+from tensorlang.syntax import limits
 
 COMMANDS = (":load", ":set", ":type", ":show", ":cost", ":vars", ":help", ":quit")
 KEYWORDS = ("def", "return", "gen", "sum", "let", "in", "and", "or", "exists", "size", "rel",
@@ -93,7 +94,7 @@ class Repl:
     def handle(self, line: str) -> str:
         """Process one input line; return the text to print ("" for nothing)."""
         try:
-            return self._handle(line.rstrip("\r\n"))
+            return limits.run(self._handle, line.rstrip("\r\n"))  # deep programs: syntax/limits.py
         except TLError as err:
             self.errors += 1
             return str(err)

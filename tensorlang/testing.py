@@ -1270,3 +1270,39 @@ def assert_derivative_correct(g: Any, args: Mapping[str, Any] | None = None, *,
 
 __all__ += ["function_sizes", "function_inputs", "random_inputs", "assert_cost_bound",
             "assert_derivative_correct", "untuple"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Deep and long programs (issue 13; the limits of tensorlang/syntax/limits.py)
+
+_DEEP_HEAD = "def f(N: size, x: R[N]) -> R:\n"
+
+
+def long_statements(n: int) -> str:
+    """`f` of n statements, each using the one before: `y{k} = y{k-1} * 0.5 + x[1]`."""
+    body = "".join(f"    y{k} = {f'y{k - 1}' if k else 'x[0]'} * 0.5 + x[1]\n" for k in range(n))
+    return _DEEP_HEAD + body + f"    return y{n - 1}\n"
+
+
+def long_sum(n: int) -> str:
+    """`f` returning a sum of n terms `x[0] + x[1] + x[0] + ...`."""
+    return _DEEP_HEAD + "    return " + " + ".join(f"x[{k % 2}]" for k in range(n)) + "\n"
+
+
+def chained_defs(n: int) -> str:
+    """n defs, each calling the one before (`f` last): inlining nests them n deep."""
+    out = "def g0(N: size, x: R[N]) -> R:\n    return x[0]\n"
+    for k in range(1, n):
+        out += f"def g{k}(N: size, x: R[N]) -> R:\n    return g{k - 1}(N, x) * 0.5 + x[1]\n"
+    return out + f"def f(N: size, x: R[N]) -> R:\n    return g{n - 1}(N, x)\n"
+
+
+def nested_brackets(n: int) -> str:
+    """`f` returning `x[0]` inside n pairs of brackets, one product and Iverson each."""
+    return _DEEP_HEAD + "    return " + "([0 < 1] * " * n + "x[0]" + ")" * n + "\n"
+
+
+DEEP_PROGRAMS = {"statements": long_statements, "terms": long_sum, "defs": chained_defs,
+                 "brackets": nested_brackets}
+
+__all__ += ["long_statements", "long_sum", "chained_defs", "nested_brackets", "DEEP_PROGRAMS"]

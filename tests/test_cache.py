@@ -20,6 +20,7 @@ import pytest
 
 import tensorlang as tl
 from tensorlang import cache, cli
+from tensorlang.backends.numba_cpu import ENV_ENGINE
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 QFORM = ROOT / "examples" / "qform.tl"
@@ -30,6 +31,7 @@ def cache_dir(tmp_path, monkeypatch):
     path = tmp_path / "cache"
     monkeypatch.setenv(cache.ENV_DIR, str(path))
     monkeypatch.delenv(cache.ENV_MAX_MB, raising=False)
+    monkeypatch.delenv(ENV_ENGINE, raising=False)
     _forget_in_process()
     yield path
     _forget_in_process()
@@ -175,7 +177,8 @@ def test_damaged_program_is_rebuilt(cache_dir, damage):
 
 
 @pytest.mark.parametrize("damage", ["truncate", "empty", "unrecorded"])
-def test_damaged_numba_files_are_recompiled(cache_dir, damage):
+def test_damaged_numba_files_are_recompiled(cache_dir, damage, monkeypatch):
+    monkeypatch.setenv(ENV_ENGINE, "jit")   # Numba's own files (the JIT engine)
     _run_hessian()
     numba_files = sorted((cache_dir / "kernels" / "numba_cpu" / "__pycache__").glob("tl_*"))
     assert numba_files
@@ -195,7 +198,8 @@ def test_damaged_numba_files_are_recompiled(cache_dir, damage):
         assert any("damaged Numba cache file" in str(w.message) for w in caught)
 
 
-def test_warm_numba_cache_is_used_when_intact(cache_dir):
+def test_warm_numba_cache_is_used_when_intact(cache_dir, monkeypatch):
+    monkeypatch.setenv(ENV_ENGINE, "jit")
     script = ("import tensorlang as tl, numpy as np, json\n"
               f"m = tl.load({str(QFORM)!r})\n"
               "c = m.qform_hess.compile('numba')\n"
@@ -226,7 +230,9 @@ def test_lru_cap_evicts_least_recently_used(cache_dir, monkeypatch):
     assert left == ["e0", "e4"]
 
 
-def test_kernel_entry_is_evicted_with_its_numba_files(cache_dir, monkeypatch):
+@pytest.mark.parametrize("engine", ["jit", "aot"])
+def test_kernel_entry_is_evicted_with_its_numba_files(cache_dir, monkeypatch, engine):
+    monkeypatch.setenv(ENV_ENGINE, engine)
     _run_hessian()
     monkeypatch.setenv(cache.ENV_MAX_MB, "0")
     assert cache.evict() >= 2
@@ -312,7 +318,9 @@ def test_warm_process_neither_derives_nor_imports_egglog(cache_dir):
 # Constants are kernel arguments
 
 
-def test_programs_differing_in_constants_share_one_kernel(cache_dir):
+@pytest.mark.parametrize("engine", ["jit", "aot"])
+def test_programs_differing_in_constants_share_one_kernel(cache_dir, monkeypatch, engine):
+    monkeypatch.setenv(ENV_ENGINE, engine)
     template = ("def f(N: size, x: R[N]) -> R:\n"
                 "    return sum i:N. {a} * sin({b} * x[i]) + {c} * x[i] * x[i]\n"
                 "def g = grad(f, x)\n")
@@ -326,6 +334,10 @@ def test_programs_differing_in_constants_share_one_kernel(cache_dir):
     assert len({r.key for r in results}) == 3            # three programs ...
     assert len({r.module_key for r in results}) == 1     # ... one module, compiled once
     assert len(_kernel_files(cache_dir)) == 1
-    assert results[0].kernel is results[-1].kernel
-    assert results[-1].cache_stats() == {"hits": 0, "misses": 1}   # one Numba compilation
+    if engine == "jit":
+        assert results[0].kernel is results[-1].kernel
+        assert results[-1].cache_stats() == {"hits": 0, "misses": 1}   # one compilation
+    else:
+        assert {r.last_engine for r in results} == {"aot"}
+        assert len(list((cache_dir / "kernels" / "numba_cpu").glob("*.aot.so"))) == 1
     assert "0.3" not in results[0].source and "tl_c" in results[0].source

@@ -143,10 +143,11 @@ def test_whole_passes_on_random_programs(name: str) -> None:
 # ---------------------------------------------------------------------------------------------
 # The derivative rules (FWD-*, ADJ-*)
 
+BOX_RULES = ["cholesky", "trisolve", "trisolve_t", "cholesky_inverse", "lq", "eigh"]  # SPEC 13
 FWD = ["FWD-input", "FWD-const", "FWD-add", "FWD-map", "FWD-select", "FWD-contract",
-       "FWD-reduce"]
+       "FWD-reduce"] + [f"FWD-{b}" for b in BOX_RULES]
 ADJ = ["ADJ-input", "ADJ-const", "ADJ-add", "ADJ-map", "ADJ-select", "ADJ-contract",
-       "ADJ-reduce", "ADJ-fanout"]
+       "ADJ-reduce", "ADJ-fanout"] + [f"ADJ-{b}" for b in BOX_RULES]
 
 
 def test_every_rule_of_the_derivative_registries_is_a_catalogue_entry() -> None:

@@ -212,3 +212,27 @@ def test_piped_session(tmp_path):
     assert lines[7].startswith("<repl>:1:") and "parse error" in lines[7]
     assert lines[-1] == "twice(x: R) -> R"
     assert "2.0" not in lines
+
+
+def test_redefining_an_unchanged_def_does_no_work(r, monkeypatch):
+    """SPEC 15: entering a def again unchanged is instant: no pipeline stage runs (no
+    derivation, no simplifier), and the new module's functions find the compiled kernels
+    of the old one."""
+    from tensorlang import pipeline
+
+    x, a = np.arange(3.0), np.eye(3)
+    ran: list[str] = []
+    original = pipeline.run_to
+    spy = (lambda *args, **kw: (ran.append(args[1]), original(*args, **kw))[1])
+    first_q = r.module["qform"](x=x, A=a)
+    monkeypatch.setattr(pipeline, "run_to", spy)
+    assert feed(r, *QFORM)[3] == "defined qform(N: size, x: R[N], A: R[N, N]) -> R"
+    assert r.module["qform"](x=x, A=a) == first_q
+    assert set(ran) <= {"parsed"}   # (the elaborated def itself: no stage runs)
+    monkeypatch.setattr(pipeline, "run_to", original)
+    assert r.handle("def h = hessian(qform, x)").startswith("defined h(")
+    first = r.module["h"](x=x, A=a)
+    monkeypatch.setattr(pipeline, "run_to", spy)
+    assert r.handle("def h = hessian(qform, x)").startswith("defined h(")
+    np.testing.assert_array_equal(r.module["h"](x=x, A=a), first)
+    assert set(ran) <= {"parsed"}

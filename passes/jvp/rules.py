@@ -180,3 +180,5 @@ def fwd_reduce(fw: Forward, stmt: Stmt) -> str | None:
 
 __all__ = ["Forward", "JVP_RULES", "JvpRule", "fwd_input", "fwd_const", "fwd_add", "fwd_map",
            "fwd_select", "fwd_contract", "fwd_reduce"]
+
+from . import boxes as box_rules  # noqa: E402,F401  (registers FWD-cholesky, ...: SPEC 13)

@@ -26,7 +26,7 @@ from tensorlang.ir import tssa
 from tensorlang.ir.ast import Def
 from tensorlang.ir.tssa import Program
 
-from . import verify
+from . import box_split, verify
 from .budget import DEFAULT_BUDGET, Budget, RunStats
 from .cost_model import Spec3Cost
 from .counting import cost_points
@@ -115,6 +115,11 @@ def simplify(p: Program, sizes: Mapping[str, int] | None = None, *,
     `rules_egg.RULES`); `budget`: the search's limits.  With `verify_cost`, the result's
     cost is checked against `p`'s (module doc).  `strict` (default: `TENSORLANG_STRICT`):
     raise `SimplifyError` on failure instead of returning `p`."""
+    if box_split.has_boxes(p):  # linear-algebra boxes are opaque leaves (box_split.py)
+        opened, info = box_split.open_boxes(p)
+        res = simplify(opened, sizes, budget=budget, rules=rules, verify_cost=verify_cost,
+                       strict=strict)
+        return Simplified(box_split.close_boxes(res.program, info, p), res.report)
     strict = strict_default() if strict is None else strict
     budget = budget or DEFAULT_BUDGET
     given = ({k: int(sizes[k]) for k in p.size_params() if k in sizes}

@@ -177,3 +177,5 @@ def adj_fanout(rv: Reverse, var: str) -> str | None:
 
 __all__ = ["Reverse", "VJP_RULES", "VjpRule", "adj_input", "adj_const", "adj_add", "adj_map",
            "adj_select", "adj_contract", "adj_reduce", "adj_fanout"]
+
+from . import boxes as box_rules  # noqa: E402,F401  (registers ADJ-cholesky, ...: SPEC 13)

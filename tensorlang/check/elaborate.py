@@ -40,14 +40,18 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Union
 
 from tensorlang.ir.ast import (
-    REAL, Access, Add, Affine, Call, Cmp, Const, Def, DefCall, DerivedDef, Exists, Expr, Gen, Iverson,
+    REAL, Access, Add, Affine, Box, Call, Cmp, Const, Def, DefCall, DerivedDef, Exists, Expr, Gen, Iverson,
     Let, Mul, Node, Pair, Param, Pred, Proj, PTrue, RelCall, Sum, TArr, TPair, TReal, TRel, TSize,
     Type, Var, binder_name, fresh, map_fields, pred_and, scalar_of, shape_of, subst, tensor,
     walk,
 )
+from tensorlang.semantics import boxes
+from tensorlang.syntax import printer
 from tensorlang.syntax.errors import Loc, TypeCheckError
+from tensorlang.check import prelude
 from tensorlang.check.typecheck import (
-    SIZE, DeriveCore, TLWarning, TypeEnv, role_text, access_result, access_warning, builtin_arity,
+    SIZE, DeriveCore, TLWarning, TypeEnv, role_text, access_result, access_warning, box_type,
+    builtin_arity,
     check_affine, check_pred, check_size, format_type, param_env, pick_loc, prove_nonneg, type_of,
 )
 
@@ -509,6 +513,11 @@ class _Elaborator:
 
     def defcall(self, e: DefCall, env: TypeEnv, loc: Loc | None) -> tuple[Operand, Type]:
         callee = self.earlier.get(e.name)
+        if callee is None and boxes.is_box(e.name):
+            return elaborate_box(self, e, env, loc)
+        if callee is None and e.name not in self.derived and e.name != self.d.name \
+                and e.name not in self.later:
+            callee = prelude.lookup(e.name)   # the standard prelude (docs/linalg.md)
         if callee is None:
             if e.name == self.d.name:
                 raise _err(f"{e.name} calls itself: recursion is not allowed", loc)
@@ -525,6 +534,45 @@ class _Elaborator:
                                      tuple(c.value for c in consts), env, loc)  # type: ignore
             raise _err(f"unknown function {e.name}", loc)
         return inline_call(self, callee, e, env, loc)
+
+
+def elaborate_box(el: _Elaborator, e: DefCall, env: TypeEnv,
+                  loc: Loc | None) -> tuple[Expr, Type]:
+    """A linear-algebra box (SPEC 13): `let t = arg; b = Box(fn, k, t..) in b` (a pair of
+    the two parts for `lq`, `eigh`), so that after let-lifting every box is the whole value
+    of a statement and reads variables."""
+    spec = boxes.BOXES[e.name]
+    if env.idx:
+        raise _err(f"{e.name} applies to whole matrices: it cannot appear under gen/sum "
+                   f"(index {', '.join(sorted(env.idx))} in scope); batch over leading "
+                   "dimensions instead", loc)
+    if len(e.args) != spec.arity:
+        raise _err(f"{e.name} takes {spec.arity} argument(s), found {len(e.args)}", loc)
+    lets: list[tuple[str, Expr]] = []
+    args: list[Expr] = []
+    types: list[Type] = []
+    for a in e.args:
+        v, t = el.expr(a, env, loc)
+        core = el.core(v, env)
+        if not isinstance(core, Var):
+            name = el.fresh("t")
+            lets.append((name, core))
+            core = Var(name)
+        args.append(core)
+        types.append(t)
+    label = ", ".join(printer.to_tl(a) for a in e.args)
+    parts = []
+    out_types = []
+    for k in range(spec.parts):
+        out_types.append(box_type(e.name, k, types, loc))
+        name = el.fresh(e.name[:4])
+        lets.append((name, Box.make(e.name, k, args, label, [shape_of(t) for t in types],
+                                     loc=loc)))
+        parts.append(Var(name))
+    if spec.parts == 1:
+        return _wrap_lets(tuple(lets), parts[0]), out_types[0]
+    return (_wrap_lets(tuple(lets), Pair(parts[0], parts[1], loc=loc)),
+            TPair(out_types[0], out_types[1]))
 
 
 def inline_call(el: _Elaborator, callee: Def, e: DefCall, env: TypeEnv,

@@ -48,16 +48,18 @@ import re
 import weakref
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from tensorlang.ir.ast import (
-    BUILTINS, DERIVED_KINDS, REAL, Access, Add, Affine, And, Call, Cmp, Const, Def, DefCall,
+    BUILTINS, DERIVED_KINDS, REAL, Access, Add, Affine, And, Box, Call, Cmp, Const, Def, DefCall,
     DerivedDef, Exists, Expr, Gen, Iverson, Let, Mul, Node, Or, Pair, Param, PFalse, Pred,
     Proj, PTrue, RelCall, Sum, TArr, TPair, TReal, TRel, TSize, Type, Var, children, fresh,
     free_names,
     scalar_of, shape_of, subst, tensor,
 )
+from tensorlang.semantics import boxes
+from tensorlang.check.scope import Scope
+from tensorlang.syntax import limits
 from tensorlang.syntax.errors import Loc, Source, TLError, TypeCheckError, diagnostic
 
 # The core Def of a derived definition given the module's earlier defs and derived defs: the
@@ -193,8 +195,11 @@ class TypeEnv:
     predicates of the enclosing Iverson brackets (used by the bounds prover only).
     """
 
-    names: Mapping[str, tuple[str, Any]] = field(default_factory=lambda: MappingProxyType({}))
+    names: Mapping[str, tuple[str, Any]] = field(default_factory=Scope)
     facts: tuple[Pred, ...] = ()
+    # the index and size variables among `names` (a name hidden by another role maps to that
+    # role): the bounds prover's facts, without a walk over every variable in scope
+    bounded: Scope = field(default_factory=Scope)
 
     # -- queries
     def role(self, name: str) -> str | None:
@@ -234,11 +239,14 @@ class TypeEnv:
 
     # -- extension
     def _with(self, name: str, role: str, info: Any) -> "TypeEnv":
-        names = dict(self.names)
-        names[name] = (role, info)
+        scope = self.names if isinstance(self.names, Scope) else Scope(dict(self.names))
+        names = scope.bind(name, (role, info))
+        bounded = self.bounded
+        if role in (INDEX, SIZE) or name in bounded:
+            bounded = bounded.bind(name, (role, info))
         # a fact about a shadowed name says nothing about the new one
         facts = tuple(f for f in self.facts if name not in free_names(f))
-        return TypeEnv(MappingProxyType(names), facts)
+        return TypeEnv(names, facts, bounded)
 
     def with_var(self, name: str, t: Type) -> "TypeEnv":
         return self._with(name, VAR, t)
@@ -255,7 +263,7 @@ class TypeEnv:
     def with_fact(self, p: Pred) -> "TypeEnv":
         if isinstance(p, PTrue):
             return self
-        return TypeEnv(self.names, self.facts + (p,))
+        return TypeEnv(self.names, self.facts + (p,), self.bounded)
 
     def with_param(self, p: Param) -> "TypeEnv":
         if isinstance(p.type, TSize):
@@ -487,9 +495,23 @@ def _type_rule(e: Expr, env: TypeEnv, loc: Loc | None) -> Type:
     if isinstance(e, Let):
         tv = _type(e.value, env, loc)
         return _type(e.body, env.with_var(e.name, tv), loc)
+    if isinstance(e, Box):
+        return box_type(e.fn, e.part, [_type(a, env, loc) for a in e.args], loc)
     if isinstance(e, DefCall):
         raise _err(f"call of {e.name} is not core: defs must be elaborated (inlined) first", loc)
     raise _err(f"not an expression: {e!r}", loc)
+
+
+def box_type(fn: str, part: int, arg_types: Sequence[Type], loc: Loc | None) -> Type:
+    """The type of output `part` of the linear-algebra box `fn` (SPEC 13)."""
+    for k, t in enumerate(arg_types):
+        if not isinstance(scalar_of(t), TReal) or not shape_of(t):
+            raise _err(f"argument {k + 1} of {fn} must be a tensor of R, found "
+                       f"{format_type(t)}", loc)
+    try:
+        return tensor(boxes.out_shape(fn, part, [shape_of(t) for t in arg_types]))
+    except ValueError as err:
+        raise _err(str(err), loc) from None
 
 
 def access_result(t: Type, k: int, loc: Loc | None) -> Type:
@@ -620,7 +642,7 @@ def _pred_branches(p: Pred, env: TypeEnv) -> list[list[Affine]]:
 
 def _base_facts(env: TypeEnv) -> list[Affine]:
     out: list[Affine] = []
-    for name, (role, info) in env.names.items():
+    for name, (role, info) in env.bounded.items():
         if role == INDEX:
             out += [Affine.var(name), info - 1 - Affine.var(name)]
         elif role == SIZE:
@@ -987,8 +1009,14 @@ def _check_module(items: Sequence[Def | DerivedDef], filename: str,
         later = [x.name for x in items[k + 1:]]
         nxt = items[k + 1].loc if k + 1 < len(items) else None
         if isinstance(item, Def):
-            checked = check_def(item, out.defs, later=later, derived=out.derived,
-                                end_line=nxt.line if nxt is not None else None, derive=derive)
+            limits.check_def(item)  # before any recursive walk of it (syntax/limits.py)
+            try:
+                checked = check_def(item, out.defs, later=later, derived=out.derived,
+                                    end_line=nxt.line if nxt is not None else None,
+                                    derive=derive)
+            except RecursionError:
+                raise limits.too_deep(item.loc) from None
+            limits.check_def(checked.core, "after inlining the defs it calls")
             out.defs[item.name] = checked.core
             out.ret_types[item.name] = checked.ret_type
             out.warnings.extend(TLWarning(w.message, _with_file(w.loc, filename))

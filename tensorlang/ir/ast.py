@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping, Sequence
 
 from tensorlang.syntax.errors import Loc
 
@@ -428,7 +428,54 @@ class DefCall(Expr):
     args: tuple[Expr, ...]
 
 
+class Box(Expr):
+    """A linear-algebra black box (SPEC 13, `semantics.boxes`): output `part` of `fn` applied
+    to whole tensors (leading dimensions batch).  After elaboration every argument is a
+    variable and every box is the whole value of a `let`.  `ranks` and `dims` are the
+    arguments' shapes (concatenated), which its cost depends on; `label` is the source text
+    of the arguments (for error messages: "cholesky(K): ... not positive definite")."""
+
+    __slots__ = ("fn", "part", "args", "label", "ranks", "dims")
+    _fields = ("fn", "part", "args", "label", "ranks", "dims")
+    fn: str
+    part: int
+    args: tuple[Expr, ...]
+    label: str
+    ranks: tuple[int, ...]
+    dims: tuple[Affine, ...]
+
+    @classmethod
+    def _norm(cls, fn: str, part: int, args: Iterable[Expr], label: str,
+              ranks: Iterable[int], dims: Iterable[Affine | int]) -> tuple:
+        return (str(fn), int(part), tuple(args), str(label), tuple(int(r) for r in ranks),
+                tuple(_as_affine(a) for a in dims))
+
+    @staticmethod
+    def make(fn: str, part: int, args: Iterable[Expr], label: str,
+             shapes: Iterable[Iterable[Affine | int]], loc: Loc | None = None) -> "Box":
+        """The box with these argument shapes."""
+        shapes = [tuple(s) for s in shapes]
+        return Box(fn, part, tuple(args), label, tuple(len(s) for s in shapes),
+                   tuple(a for s in shapes for a in s), loc=loc)
+
+    def shapes(self) -> list[tuple[Affine, ...]]:
+        return split_dims(self.ranks, self.dims)
+
+
+def split_dims(ranks: Iterable[int], dims: Sequence[Affine]) -> list[tuple[Affine, ...]]:
+    """Concatenated shapes back into one shape per argument."""
+    out, k = [], 0
+    for r in ranks:
+        out.append(tuple(dims[k:k + r]))
+        k += r
+    return out
+
+
 BINDERS = (Gen, Sum)
+
+# The linear-algebra boxes (SPEC 13; their meaning, cost and rules: semantics/boxes.py).
+BOX_NAMES = frozenset({"cholesky", "cholesky_inverse", "trisolve", "trisolve_t", "lq", "eigh"})
+PAIR_BOXES = frozenset({"lq", "eigh"})
 
 # Black-box scalar functions: name -> (number of expression args, number of constant params).
 BUILTINS: dict[str, tuple[int, int]] = {

@@ -9,7 +9,7 @@ from typing import Iterable, Mapping, Sequence, Union
 
 from tensorlang.ir import ast
 from tensorlang.ir.ast import Affine, Param, Pred, PTrue, Type
-from tensorlang.ir.tssa import (IX, AddRhs, AffineLike, ConstRhs, ContractRhs, Input, MapRhs,
+from tensorlang.ir.tssa import (IX, AddRhs, BoxRhs, AffineLike, ConstRhs, ContractRhs, Input, MapRhs,
                                 Operand, Out, Program, ReduceRhs, Rhs, Stmt, aff, choose_ix,
                                 dce, index_prefixes, input_name, is_real_tensor, leaf_paths,
                                 out_leaves, project_type, renumber, var_prefix)
@@ -178,7 +178,7 @@ class Builder:
             shape = self.shapes.get(o.var)
             if shape is None:
                 raise ValueError(f"operand {o.var} is not defined")
-            if len(shape) != len(o.idx):
+            if len(shape) != len(o.idx) and not isinstance(rhs, BoxRhs):
                 raise ValueError(f"{o.var} has {len(shape)} dimensions, read with {len(o.idx)}")
         var = self._fresh()
         self._add(var, rhs, rhs.dims)
@@ -202,6 +202,15 @@ class Builder:
     def reduce(self, gen: IndexList, sums: IndexList, a: OperandLike, pred: Pred = PTrue(),
                coeff: float = 1.0) -> str:
         return self.emit(make_reduce(gen, sums, a, pred, coeff, self.ix))
+
+    def box(self, fn: str, part: int, dims: Sequence[Affine], args: Sequence[str],
+            label: str = "") -> str:
+        """`v = fn(args).part` (a linear-algebra box on whole variables; `dims` from
+        `semantics.boxes.out_shape`)."""
+        shapes = [self.shapes[a] for a in args]
+        return self.emit(BoxRhs(fn, part, tuple(dims), label, tuple(len(s) for s in shapes),
+                                tuple(d for s in shapes for d in s),
+                                tuple(Operand(a, ()) for a in args)))
 
     def program(self, output: Out, name: str = "f", ret: Type | None = None, *,
                 prune: bool = True, canonical_names: bool = True) -> Program:

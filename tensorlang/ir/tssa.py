@@ -11,6 +11,7 @@ indices J, with a predicate P over I and J and affine accesses A:
     map       v = gen I. [P] * f(u1[A1], ...)                      `MapRhs`
     contract  v = gen I. sum J. [P] * c * u1[A1] * u2[A2]          `ContractRhs`
     reduce    v = gen I. sum J. [P] * c * u1[A1]                   `ReduceRhs`
+    box       v = fn(u1, ...).part  (SPEC 13: cholesky, trisolve..)  `BoxRhs`
 
 Canonical conventions (enforced by the node constructors, so that structurally equal
 statements are the same interned node and CSE is a dictionary lookup):
@@ -295,8 +296,38 @@ class ReduceRhs(SumRhs):
     _arity = 1
 
 
+class BoxRhs(Rhs):
+    """`v = fn(u1, ...).part`: a linear-algebra black box (SPEC 13, `semantics.boxes`) on
+    whole variables (operands with empty access; leading dimensions batch).  `dims` is the
+    output shape, `ranks`/`arg_dims` the operands' shapes (concatenated: the cost depends on
+    them), `label` the source text of the arguments (for error messages)."""
+
+    __slots__ = ("fn", "part", "dims", "label", "ranks", "arg_dims", "operands")
+    _fields = ("fn", "part", "dims", "label", "ranks", "arg_dims", "operands")
+    kind = "box"
+    fn: str
+    part: int
+    label: str
+    ranks: tuple[int, ...]
+    arg_dims: tuple[Affine, ...]
+
+    @classmethod
+    def _norm(cls, fn: str, part: int, dims: Iterable[AffineLike], label: str,
+              ranks: Iterable[int], arg_dims: Iterable[AffineLike],
+              operands: Iterable[Operand]) -> tuple:
+        ops = tuple(operands)
+        ranks = tuple(int(r) for r in ranks)
+        if fn not in ast.BOX_NAMES or any(o.idx for o in ops) or len(ranks) != len(ops):
+            raise ValueError(f"bad box statement {fn}({ops})")
+        return (str(fn), int(part), tuple(aff(d) for d in dims), str(label), ranks,
+                tuple(aff(d) for d in arg_dims), ops)
+
+    def arg_shapes(self) -> list[tuple[Affine, ...]]:
+        return ast.split_dims(self.ranks, self.arg_dims)
+
+
 KINDS: dict[str, type] = {c.kind: c for c in (Input, ConstRhs, AddRhs, MapRhs, ContractRhs,
-                                              ReduceRhs)}
+                                              ReduceRhs, BoxRhs)}
 
 
 class Stmt(Node):
@@ -556,6 +587,9 @@ def rhs_to_expr(rhs: Rhs) -> ast.Expr:
         body = _iv(rhs.pred, ast.Add(_iv(s1, _read(o1)), _iv(s2, _read(o2))))
     elif isinstance(rhs, MapRhs):
         body = _iv(rhs.pred, ast.Call(rhs.fn, tuple(_read(o) for o in rhs.operands), rhs.params))
+    elif isinstance(rhs, BoxRhs):
+        return ast.Box(rhs.fn, rhs.part, tuple(ast.Var(o.var) for o in rhs.operands),
+                       rhs.label, rhs.ranks, rhs.arg_dims)
     elif isinstance(rhs, SumRhs):
         body = _wrap(ast.Sum, rhs.sum_names(), rhs.sdims,
                      _iv(rhs.pred, _product(rhs.coeff, rhs.operands)))

@@ -40,6 +40,7 @@ import numpy as np
 from tensorlang.ir import ast
 from tensorlang.ir import tssa
 from tensorlang.semantics import grid
+from tensorlang.semantics.boxes import box_cost
 from tensorlang.semantics.grid import Box
 from tensorlang.semantics.interp import bind_args
 from tensorlang.syntax.errors import TLError
@@ -149,6 +150,9 @@ def _cost(e: ast.Expr, env: Box) -> np.ndarray:
             out = out + _cost(e.value, env)
             e = e.body
         return out + _cost(e, env)
+    if isinstance(e, ast.Box):
+        shapes = [tuple(grid.extent(a, env) for a in s) for s in e.shapes()]
+        return np.array(box_cost(e.fn, e.part, shapes), dtype=np.int64).reshape((1,) * d + (3,))
     if isinstance(e, ast.DefCall):
         raise TLError(f"call of {e.name!r} must be inlined (elaborate) before costing", e.loc)
     raise TLError(f"cannot cost {type(e).__name__}")
@@ -214,6 +218,9 @@ def prim_cost(rhs: tssa.Rhs, env: Box) -> tuple[int, int, int]:
     per output point (m = live J points)."""
     if isinstance(rhs, (tssa.Input, tssa.ConstRhs)):
         return (0, 0, 0)
+    if isinstance(rhs, tssa.BoxRhs):
+        return box_cost(rhs.fn, rhs.part,
+                        [tuple(grid.extent(a, env) for a in s) for s in rhs.arg_shapes()])
     box = env.bind_indices(zip(rhs.gen_names(), (grid.extent(d, env) for d in rhs.dims)))
     if isinstance(rhs, tssa.AddRhs):
         live = grid.pred(rhs.pred, box)

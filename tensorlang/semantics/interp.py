@@ -35,6 +35,7 @@ import numpy as np
 from tensorlang.ir import ast
 from tensorlang.ir import tssa
 from tensorlang.ir.tssa import soa_type
+from tensorlang.semantics import boxes
 from tensorlang.semantics import builtins
 from tensorlang.semantics import grid
 from tensorlang.semantics import relation
@@ -162,6 +163,14 @@ def _ev(e: ast.Expr, env: Env) -> Value:
             env = env.bind_value(e.name, _ev(e.value, env))
             e = e.body
         return _ev(e, env)
+    if isinstance(e, ast.Box):
+        if d:
+            raise TLError(f"{e.fn} applies to whole tensors, not under gen/sum", e.loc)
+        args = [_ev(a, env) for a in e.args]
+        try:
+            return boxes.evaluate(e.fn, e.part, args, e.label)
+        except boxes.BoxError as err:
+            raise boxes.BoxError(err.message, e.loc) from None
     if isinstance(e, ast.DefCall):
         raise TLError(f"call of {e.name!r} must be inlined (elaborate) before evaluation",
                       e.loc)

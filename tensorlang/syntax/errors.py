@@ -105,3 +105,9 @@ class ResourceError(TLError):
     """A run refused before it starts: it would need more memory (or input) than allowed."""
 
     kind = "resource error"
+
+
+class LimitError(ResourceError):
+    """A program beyond a documented limit of the compiler (`tensorlang.syntax.limits`)."""
+
+    kind = "limit exceeded"

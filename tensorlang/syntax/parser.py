@@ -29,10 +29,11 @@ Decisions where SPEC 2.3 is silent:
 """
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, NoReturn, Sequence
+from typing import Callable, Iterable, Iterator, NoReturn, Sequence, TypeVar
 
 from lark import Lark, Token, Tree
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
@@ -44,7 +45,11 @@ from tensorlang.ir.ast import (
     DerivedDef, Exists, Expr, Gen, Iverson, Let, Mul, Or, Pair, Param, PFalse, Pred, Proj,
     PTrue, RelCall, Sum, TPair, TRel, TSize, Type, Var,
 )
-from tensorlang.syntax.errors import Loc, ParseError, Source
+from tensorlang.syntax.errors import LimitError, Loc, ParseError, Source
+from tensorlang.syntax import limits
+from tensorlang.syntax.limits import LIMITS_DOC, MAX_DEPTH
+
+T = TypeVar("T")
 
 __all__ = ["parse_module", "parse_expr", "parse_type", "parse_pred", "parse_affine",
            "parse_contract", "KEYWORDS"]
@@ -329,7 +334,7 @@ def _run(text: str, filename: str, start: str) -> tuple[Source, Tree]:
         except LarkError as err:
             raise _lark_error(src, err) from None
         except RecursionError:
-            raise ParseError("input nested too deeply", Loc(src, 1, 1)) from None
+            raise _too_deep(src) from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -751,33 +756,68 @@ def _convert(src: Source, fn: Callable[[_Converter], object]) -> object:
     try:
         return fn(_Converter(src))
     except RecursionError:
-        raise ParseError("expression nested too deeply", Loc(src, 1, 1)) from None
+        raise _too_deep(src) from None
 
 
+def _deep(parse: Callable[[str, str], T]) -> Callable[[str, str], T]:
+    """A public parse function, run on the deep worker (`limits.run`): the tree conversion
+    recurses as deep as the source nests."""
+    @functools.wraps(parse)
+    def run(text: str, filename: str = "<input>") -> T:
+        return limits.run(parse, text, filename)
+    return run
+
+
+def _too_deep(src: Source) -> LimitError:
+    """Nesting beyond what the parser's stack holds (far beyond `MAX_DEPTH`): reported at
+    the deepest bracket, or at the longest run of prefix operators."""
+    depth, best, run, best_run, at, run_at = 0, 0, 0, 0, 0, 0
+    for k, ch in enumerate(src.text):
+        if ch in "([":
+            depth += 1
+            if depth > best:
+                best, at = depth, k
+        elif ch in ")]":
+            depth -= 1
+        run = run + 1 if ch in "-+" or (run and ch == " ") else 0
+        if run > best_run:
+            best_run, run_at = run, k - run + 1
+    at = run_at if best_run > best else at
+    line = src.text.count("\n", 0, at) + 1
+    col = at - (src.text.rfind("\n", 0, at) + 1) + 1
+    return LimitError(f"expression nested too deeply: more than {MAX_DEPTH:,} levels of "
+                      f"nesting ({LIMITS_DOC})", Loc(src, line, col))
+
+
+@_deep
 def parse_module(text: str, filename: str = "<input>") -> list[Def | DerivedDef]:
     """The definitions of a `.tl` file, as surface AST (see `tensorlang.check.elaborate`)."""
     src, tree = _run(text, filename, "module")
     return _convert(src, lambda c: c.module(tree))  # type: ignore[return-value]
 
 
+@_deep
 def parse_expr(text: str, filename: str = "<input>") -> Expr:
     """One expression (newlines allowed anywhere)."""
     src, tree = _run(text, filename, "expr_start")
     return _convert(src, lambda c: c.expr(tree.children[0]))  # type: ignore[return-value]
 
 
+@_deep
 def parse_pred(text: str, filename: str = "<input>") -> Pred:
     """One predicate, as written inside `[...]`."""
     src, tree = _run(text, filename, "expr_start")
     return _convert(src, lambda c: c.pred(tree.children[0]))  # type: ignore[return-value]
 
 
+@_deep
 def parse_affine(text: str, filename: str = "<input>") -> Affine:
     """One affine index expression."""
     src, tree = _run(text, filename, "expr_start")
     return _convert(src, lambda c: c.affine(tree.children[0]))  # type: ignore[return-value]
 
 
+@_deep
 def parse_contract(text: str, filename: str = "<input>") -> Contract:
     """A contract clause without `requires`: `cost <= 4 * cost(f) + N` (docs/testing.md)."""
     src, tree = _run(text, filename, "expr_start")
@@ -785,6 +825,7 @@ def parse_contract(text: str, filename: str = "<input>") -> Contract:
         tree.children[0], c.loc(tree.children[0])))
 
 
+@_deep
 def parse_type(text: str, filename: str = "<input>") -> Type:
     """A type: `R`, `R[n, m]`, `[n] t`, `(t1, t2)`, `size`, `rel(n, m)`."""
     src, tree = _run(text, filename, "type_start")

@@ -19,7 +19,7 @@ import math
 from typing import Any
 
 from tensorlang.ir.ast import (
-    Access, Add, Affine, And, Call, Cmp, Const, Contract, Def, DefCall, DerivedDef, Exists, Gen,
+    PAIR_BOXES, Access, Add, Affine, And, Box, Call, Cmp, Const, Contract, Def, DefCall, DerivedDef, Exists, Gen,
     Iverson, Let, Mul, Node, Or, Pair, Param, PFalse, Pred, Proj, PTrue, RelCall, Sum, TArr,
     TPair, TReal, TRel, TSize, Var,
 )
@@ -165,6 +165,9 @@ class _Printer:
             return self.iverson(e, tail)
         if isinstance(e, Call):
             return self.call(e)
+        if isinstance(e, Box):  # `lq(A).0`: a pair box's part is a projection
+            call = f"{e.fn}({', '.join(self.expr(a, LOWEST, True) for a in e.args)})"
+            return call if e.fn not in PAIR_BOXES else f"{call}.{e.part}"
         if isinstance(e, DefCall):
             return f"{e.name}({', '.join(self.expr(a, LOWEST, True) for a in e.args)})"
         if isinstance(e, Pair):

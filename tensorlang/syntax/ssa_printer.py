@@ -5,10 +5,10 @@ from __future__ import annotations
 import functools
 
 from tensorlang.ir import ast
-from tensorlang.ir.ast import (Affine, And, Cmp, Exists, Or, PFalse, Pred, PTrue, RelCall, TArr,
+from tensorlang.ir.ast import (PAIR_BOXES, Affine, And, Cmp, Exists, Or, PFalse, Pred, PTrue, RelCall, TArr,
                                TPair, TReal, TRel, TSize, Type)
 from tensorlang.ir.canon import conjuncts, disjuncts
-from tensorlang.ir.tssa import (AddRhs, ConstRhs, Input, MapRhs, Operand, Out, Program, Rhs,
+from tensorlang.ir.tssa import (AddRhs, BoxRhs, ConstRhs, Input, MapRhs, Operand, Out, Program, Rhs,
                                 Stmt, SumRhs, soa_type)
 from tensorlang.syntax.printer import to_tl
 
@@ -103,6 +103,9 @@ def fmt_rhs(rhs: Rhs, unicode: bool = False) -> str:
                                 for n, s in zip(rhs.sum_names(), rhs.sdims))
             return f"{sym['sum']}{binders}. {body}"
         return body
+    if isinstance(rhs, BoxRhs):
+        call = f"{rhs.fn}({', '.join(o.var for o in rhs.operands)})"
+        return f"{call}.{rhs.part}" if rhs.fn in PAIR_BOXES else call
     raise TypeError(repr(rhs))
 
 
@@ -110,7 +113,7 @@ def fmt_stmt(s: Stmt, unicode: bool = False) -> str:
     """`v[i0:N, i1:M] = <rhs>` (the .tl sugar for `v = gen i0:N, i1:M. <rhs>`)."""
     rhs = s.rhs
     lhs = s.var
-    if rhs.dims:
+    if rhs.dims and not isinstance(rhs, BoxRhs):
         lhs += "[" + ", ".join(f"{n}:{fmt_affine(d)}"
                                for n, d in zip(rhs.gen_names(), rhs.dims)) + "]"
     return f"{lhs} = {fmt_rhs(rhs, unicode)}"

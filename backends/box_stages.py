@@ -1,0 +1,150 @@
+"""Programs with linear-algebra boxes (SPEC 13) on backends whose kernels cannot call LAPACK.
+
+A generated Numba kernel cannot call scipy's LAPACK wrappers, so the program is split at
+its box statements: the statements between two boxes become a sub-program compiled as an
+ordinary kernel (its parameters: the original ones plus the variables it reads from earlier
+parts; its output: the variables later parts or the result read), and each box runs between
+the kernels through `semantics.boxes.evaluate` (numpy/scipy, i.e. LAPACK).  The two parts of
+a pair box (`lq`, `eigh`) share one factorisation per call.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Union
+
+import numpy as np
+
+from tensorlang.ir import ast, tssa
+from tensorlang.ir.tssa import BoxRhs, Input, Program, Stmt
+from tensorlang.semantics import boxes, interp
+
+
+@dataclass(frozen=True)
+class KernelPart:
+    program: Program
+    outputs: tuple[str, ...]
+
+
+Part = Union[KernelPart, Stmt]
+
+
+def _tree(vs: tuple[str, ...]) -> tssa.Out:
+    return vs[0] if len(vs) == 1 else (vs[0], _tree(vs[1:]))
+
+
+def _flat(v: Any, n: int) -> list[Any]:
+    if n == 1:
+        return [v]
+    return [v[0]] + _flat(v[1], n - 1)
+
+
+def split_at_boxes(p: Program) -> list[Part]:
+    """The kernels and boxes of `p`, in order (see the module docstring).  Statements are
+    grouped by box depth, so there are as many kernels as boxes on the longest chain of
+    boxes (plus one), not one per box: kernel k holds every statement that needs the boxes
+    of stages < k and no later one; the boxes of stage k run after kernel k."""
+    level: dict[str, int] = {}       # kernel stage of a statement / box stage of a box
+    is_box: dict[str, bool] = {}
+    stmts = [s for s in p.stmts if not isinstance(s.rhs, Input)]
+    for s in stmts:
+        box = isinstance(s.rhs, BoxRhs)
+        need = 0
+        for o in s.rhs.operands:
+            if o.var not in level:
+                continue                     # an input
+            if is_box[o.var]:
+                need = max(need, level[o.var] + (0 if box else 1))
+            else:
+                need = max(need, level[o.var])
+        level[s.var], is_box[s.var] = need, box
+    depth = max(level.values(), default=0)
+    groups: list[list[Stmt] | Stmt] = []
+    for k in range(depth + 1):
+        groups.append([s for s in stmts if not is_box[s.var] and level[s.var] == k])
+        groups.extend(s for s in stmts if is_box[s.var] and level[s.var] == k)
+    later_reads: list[set[str]] = []
+    need_vars = set(p.output_vars())
+    for g in reversed(groups):
+        later_reads.append(set(need_vars))
+        for s in ([g] if isinstance(g, Stmt) else g):
+            need_vars |= {o.var for o in s.rhs.operands}
+    later_reads.reverse()
+    inputs = p.inputs()
+    parts: list[Part] = []
+    for g, after in zip(groups, later_reads):
+        if isinstance(g, Stmt):
+            parts.append(g)
+            continue
+        defined = {s.var for s in g}
+        outs = tuple(s.var for s in g if s.var in after)
+        if not outs:
+            continue
+        reads = sorted({o.var for s in g for o in s.rhs.operands} - defined)
+        extra = [v for v in reads if v not in inputs]
+        params = tuple(p.params) + tuple(ast.Param(v, ast.tensor(p.shapes[v])) for v in extra)
+        head = [Stmt(v, inputs[v]) for v in reads if v in inputs]
+        head += [Stmt(v, Input(v, ())) for v in extra]
+        sub = Program(f"{p.name}_part{len(parts)}", params, tuple(head + g), _tree(outs),
+                      None, p.ix)
+        parts.append(KernelPart(tssa.dce(sub), outs))
+    return parts
+
+
+class StagedProgram:
+    """Kernels and boxes called in turn; called like a `CompiledProgram`."""
+
+    def __init__(self, program: Program, compile_kernel: Callable[[Program], Any]) -> None:
+        self.program = program
+        self.parts: list[Any] = []
+        for part in split_at_boxes(program):
+            if isinstance(part, KernelPart):
+                self.parts.append((part, compile_kernel(part.program)))
+            else:
+                self.parts.append((part, None))
+        self._sig = ast.Def(program.name, program.params, program.ret, ast.Const(0.0))
+
+    def __repr__(self) -> str:
+        return f"<StagedProgram {self.program.name}: {len(self.parts)} parts>"
+
+    def __call__(self, args: Mapping[str, Any] | None = None, /, **kwargs: Any) -> Any:
+        given = dict(args or {}, **kwargs)
+        env = interp.bind_args(self._sig, given)
+        vals: dict[str, Any] = {}
+        for var, rhs in self.program.inputs().items():
+            v = env.vals[rhs.param][0]
+            for k in rhs.path:
+                v = v[k]
+            vals[var] = v
+        full = dict(given)
+        full.update(env.sizes)
+        factored: dict[tuple, tuple[np.ndarray, ...]] = {}
+        for part, kernel in self.parts:
+            if kernel is not None:
+                call = dict(full)
+                call.update({q.name: vals[q.name] for q in part.program.params
+                             if q.name in vals and q.name not in full})
+                out = kernel(call)
+                for v, x in zip(part.outputs, _flat(out, len(part.outputs))):
+                    vals[v] = x
+                continue
+            rhs = part.rhs
+            operands = [np.asarray(vals[o.var], dtype=np.float64) for o in rhs.operands]
+            key = (rhs.fn, tuple(o.var for o in rhs.operands))
+            if key not in factored:   # both parts of a pair box from one factorisation
+                factored[key] = boxes.evaluate_parts(rhs.fn, operands, rhs.label)
+            vals[part.var] = factored[key][rhs.part]
+
+        def build(o: tssa.Out) -> Any:
+            if isinstance(o, str):
+                x = vals[o]
+                return float(x) if np.ndim(x) == 0 else np.array(x, dtype=np.float64)
+            return tuple(build(c) for c in o)
+
+        return build(self.program.output)
+
+
+def has_boxes(p: Program) -> bool:
+    return any(isinstance(s.rhs, BoxRhs) for s in p.stmts)
+
+
+__all__ = ["split_at_boxes", "StagedProgram", "KernelPart", "has_boxes"]

@@ -1,0 +1,164 @@
+"""AOT images of Numba CPU kernels (backends/aot_cpu.py, docs/caching.md "Engines"): they
+agree with the interpreter and the JIT kernel, load without Numba, say when they run, and are
+never loaded unless their hash matches (truncated, replaced, unrecorded images are rebuilt)."""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import tensorlang as tl
+from examples_util import EXAMPLES, ROOT, WORKLOADS, assert_same, to_program
+from tensorlang import cache
+from tensorlang.semantics.interp import interpret
+from tensorlang.testing import programs
+
+numba_cpu = pytest.importorskip("tensorlang.backends.numba_cpu")
+
+QFORM = EXAMPLES / "qform.tl"
+
+
+def _forget_in_process() -> None:
+    from tensorlang import api
+    from tensorlang.backends import kernel_cache
+
+    api._FINAL_PROGRAMS.clear()  # noqa: SLF001 - a fresh process's view of the cache
+    numba_cpu._COMPILED.clear()  # noqa: SLF001
+    kernel_cache._MODULES.clear()  # noqa: SLF001
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    path = tmp_path / "cache"
+    monkeypatch.setenv(cache.ENV_DIR, str(path))
+    monkeypatch.delenv(numba_cpu.ENV_ENGINE, raising=False)
+    _forget_in_process()
+    yield path
+    _forget_in_process()
+
+
+def _images(cache_dir: pathlib.Path) -> list[pathlib.Path]:
+    return sorted((cache_dir / "kernels" / "numba_cpu").glob("*.aot.so"))
+
+
+@settings(max_examples=6, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.function_scoped_fixture])
+@given(programs())
+def test_random_programs_aot_agree_with_interpreter_and_jit(cache_dir, case):
+    d, args = case
+    p = to_program(d)
+    aot = numba_cpu.compile_program(p, engine="aot")
+    jit = numba_cpu.compile_program(p, engine="jit")
+    got = aot(args)
+    assert aot.last_engine == "aot"
+    assert_same(got, interpret(d, args), atol=1e-9)
+    assert_same(got, jit(args), atol=1e-9)
+    assert jit.last_engine == "jit"
+
+
+@pytest.mark.parametrize("name", ["logreg", "masked", "matfac"])
+def test_examples_with_blas_and_prange_agree(cache_dir, name):
+    w = WORKLOADS[name]
+    fn = tl.load(str(EXAMPLES / w.file))[w.func]
+    args = w.inputs(w.sizes(5), np.random.default_rng(0))
+    want = interpret(fn.core(), args)
+    assert_same(numba_cpu.compile_program(fn.run_to("ssa"), engine="aot")(args), want,
+                atol=1e-9)
+
+
+def test_auto_engine_weighs_parallel_kernels(cache_dir):
+    w = WORKLOADS["masked"]
+    fn = tl.load(str(EXAMPLES / w.file))[w.func]
+    c = numba_cpu.compile_program(fn.run_to("ssa"))
+    assert c.engine == "auto"
+    small = w.inputs(w.sizes(4), np.random.default_rng(0))
+    assert c.engine_for(small) == "aot"
+    n = 2000
+    assert c.engine_for({"N": n, "E": np.ones((n, n), bool), "A": np.zeros((n, n))}) == "jit"
+    # the cost counts the relation's entries: an empty one is no work
+    assert c.engine_for({"N": n, "E": np.zeros((n, n), bool), "A": np.zeros((n, n))}) == "aot"
+    c(small)
+    assert c.last_engine == "aot" and c.cache_stats() == {"hits": 0, "misses": 0}
+
+
+def test_unknown_engine_is_an_error(cache_dir):
+    with pytest.raises(tl.TLError, match="unknown engine"):
+        numba_cpu.compile_program(_qform_hess()[1], engine="fast")
+
+
+def _qform_hess():
+    m = tl.load(str(QFORM))
+    return m.qform_hess, m.qform_hess.final_program()
+
+
+_WARM = """
+import json, sys
+import numpy as np
+import tensorlang as tl
+m = tl.load(sys.argv[1])
+c = m.qform_hess.compile("numba")
+h = m.qform_hess(x=np.arange(3.0), A=np.eye(3))
+heavy = ("numba", "llvmlite", "scipy", "egglog", "lark", "hypothesis")
+print(json.dumps({"imported": sorted({k.split(".")[0] for k in sys.modules} & set(heavy)),
+                  "engine": c._run.last_engine, "value": np.asarray(h).tolist()}))
+"""
+
+
+def test_warm_process_loads_the_image_without_numba(cache_dir):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+
+    def run() -> dict:
+        r = subprocess.run([sys.executable, "-c", _WARM, str(QFORM)], env=env,
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        assert "warning" not in r.stderr.lower(), r.stderr
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    cold = run()
+    assert cold["engine"] == "aot" and "numba" in cold["imported"]   # built here
+    warm = run()
+    assert warm == {"imported": [], "engine": "aot", "value": cold["value"]}
+    np.testing.assert_allclose(warm["value"], 2 * np.eye(3))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "unrecorded", "planted"])
+def test_damaged_image_is_rebuilt(cache_dir, damage):
+    fn, p = _qform_hess()
+    x, a = np.arange(3.0), np.arange(9.0).reshape(3, 3)
+    want = a + a.T
+    np.testing.assert_allclose(fn(x=x, A=a), want)
+    [image] = _images(cache_dir)
+    meta = image.parent / (image.name.split(".", 1)[0] + ".meta.json")
+    good = image.read_bytes()
+    # Damage as another process would do it: a new file replaces the image (this process
+    # has the old one mapped; changing mapped code in place would crash it, as it would
+    # crash any process running a library that is overwritten).
+    if damage == "truncate":
+        cache.atomic_write(image, good[:len(good) // 2])
+    elif damage == "flip":         # same size, one byte of code changed
+        k = len(good) // 3
+        cache.atomic_write(image, good[:k] + bytes([good[k] ^ 0xFF]) + good[k + 1:])
+    elif damage == "unrecorded":   # a process died between writing the image and its hash
+        meta.write_text(json.dumps(dict(json.loads(meta.read_text()), aot={})))
+    else:                          # a working image of another kernel under this one's name
+        tl.load(str(QFORM)).qform_grad(x=x, A=a)
+        other = next(f for f in _images(cache_dir) if f != image)
+        cache.atomic_write(image, other.read_bytes())
+    _forget_in_process()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        c = numba_cpu.compile_program(p)
+        out = c(N=3, x=x, A=a)
+    np.testing.assert_allclose(out, want)
+    assert c.last_engine == "aot"
+    assert any("damaged AOT image" in str(w.message) for w in caught)
+    recorded = json.loads(meta.read_text())["aot"]
+    assert list(recorded.values()) == [cache.sha256(image.read_bytes())]   # rebuilt, recorded

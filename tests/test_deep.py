@@ -1,0 +1,162 @@
+"""Deep and long programs (issue 13): 10,000 statements, 10,000 terms, 1,000 chained defs and
+1,000 nested brackets check and run, on the interpreter and on Numba; beyond the documented
+limits (tensorlang/syntax/limits.py) a located `LimitError`, never a `RecursionError`."""
+from __future__ import annotations
+
+import re
+import sys
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from tensorlang import cli, testing
+from tensorlang.syntax import limits, parser
+from tensorlang.syntax.errors import LimitError, ParseError
+
+X = np.array([1.0, 2.0])
+# f(x) for each family, x = (1, 2): y_k = y_{k-1} / 2 + 2 tends to 4 from y_0 = 2.5, the
+# chained defs from g0 = 1; the sum alternates 1 and 2; the brackets keep x[0].
+EXPECTED = {"statements": lambda n: 4 - 1.5 * 0.5 ** (n - 1),
+            "terms": lambda n: 1.5 * n - 0.5 * (n % 2),
+            "defs": lambda n: 4 - 3 * 0.5 ** (n - 1),
+            "brackets": lambda n: 1.0}
+
+
+def check_and_run(family: str, n: int, backends: tuple[str, ...]) -> None:
+    text = testing.DEEP_PROGRAMS[family](n)
+    f = tl.parse(text).f
+    want = EXPECTED[family](n)
+    assert f.interpret(N=2, x=X) == pytest.approx(want, rel=1e-12)
+    for backend in backends:
+        assert f.compile(backend)(N=2, x=X) == pytest.approx(want, rel=1e-12), backend
+
+
+@pytest.mark.parametrize("family, n", [("statements", 1000), ("terms", 1000),
+                                       ("brackets", 1000), ("defs", 100)])
+def test_deep_programs_check_and_interpret(family, n):
+    check_and_run(family, n, ())
+
+
+@pytest.mark.parametrize("family, n", [("statements", 200), ("terms", 200),
+                                       ("brackets", 200), ("defs", 50)])
+def test_deep_programs_on_numba(family, n):
+    check_and_run(family, n, ("numba",))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family, n", [("statements", 10_000), ("terms", 10_000),
+                                       ("defs", 1000)])
+def test_the_sizes_of_issue_13(family, n):
+    check_and_run(family, n, ())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family, n", [("statements", 1000), ("brackets", 1000)])
+def test_long_programs_on_numba(family, n):
+    check_and_run(family, n, ("numba",))
+
+
+def test_the_parser_runs_deep_from_any_caller():
+    """The parser's own entry points need no API around them."""
+    assert parser.parse_expr("(" * 3000 + "x" + ")" * 3000) is parser.parse_expr("x")
+    assert sys.getrecursionlimit() < limits.RECURSION_LIMIT  # restored afterwards
+
+
+HEAD = "def f(N: size, x: R[N]) -> R:\n"
+
+
+def test_too_many_binders_is_a_located_limit_error():
+    ok = HEAD + "    return " + "".join(f"sum i{k}:N. " for k in range(32)) + "x[i0]\n"
+    assert tl.parse(ok).f.interpret(N=1, x=np.ones(1)) == 1.0
+    bad = HEAD + "    return " + "".join(f"sum i{k}:N. " for k in range(33)) + "x[i0]\n"
+    with pytest.raises(LimitError, match="the limit is 32") as info:
+        tl.parse(bad)
+    assert info.value.loc.line == 2 and bad.splitlines()[1][info.value.loc.col - 1:] \
+        .startswith("sum i32")
+
+
+def test_binders_added_by_inlining_are_counted():
+    inner = "def g(N: size, x: R[N]) -> R:\n    return " + \
+        "".join(f"sum j{k}:N. " for k in range(20)) + "x[j0]\n"
+    outer = HEAD + "    return " + "".join(f"sum i{k}:N. " for k in range(20)) + "g(N, x)\n"
+    with pytest.raises(LimitError, match="after inlining") as info:
+        tl.parse(inner + outer)
+    assert info.value.loc is not None and info.value.loc.line >= 3
+
+
+def test_nesting_beyond_the_limit_is_a_located_limit_error():
+    text = HEAD + "    return " + "-" * (limits.MAX_DEPTH + 10) + "x[0]\n"
+    with pytest.raises(LimitError, match="25,000 levels") as info:
+        tl.parse(text)
+    assert info.value.loc.line == 2
+
+
+@pytest.mark.slow
+def test_nesting_beyond_the_stack_is_a_located_limit_error():
+    """Far beyond the limit, the parser's own tree conversion gives up: still located."""
+    text = HEAD + "    return " + "-" * (limits.RECURSION_LIMIT + 10) + "x[0]\n"
+    with pytest.raises(LimitError, match="nested too deeply") as info:
+        tl.parse(text)
+    assert (info.value.loc.line, info.value.loc.col) == (2, 12)
+
+
+def test_the_cli_reports_a_limit_with_a_caret(tmp_path, capsys):
+    path = tmp_path / "deep.tl"
+    path.write_text(HEAD + "    return " + "".join(f"sum i{k}:N. " for k in range(40))
+                    + "x[i0]\n")
+    assert cli.main(["check", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"{path}:2:" in err and "limit exceeded" in err and "^" in err
+    assert "Traceback" not in err and "internal error" not in err
+
+
+def test_a_recursion_error_in_the_worker_becomes_a_limit_error():
+    def endless(k: int) -> int:
+        return endless(k + 1)
+
+    with pytest.raises(LimitError, match="program too deep"):
+        limits.run(endless, 0)
+
+
+def test_the_worker_runs_nested_calls_inline_and_keeps_errors():
+    assert limits.run(lambda: (limits.inside(), limits.run(limits.inside))) == (True, True)
+    assert not limits.inside()
+    with pytest.raises(ParseError):
+        limits.run(parser.parse_expr, "(")
+
+
+def test_checking_benchmark_reports_time_per_unit():
+    from bench import checking
+
+    data = checking.run(sizes=(100, 200), repeat=1)
+    assert set(data) == {"sizes", "statements", "terms"}
+    assert all(len(data[f]["per_unit_us"]) == 2 and data[f]["spread"] > 0
+               for f in ("statements", "terms"))
+    assert "us/unit" in checking.describe(data)
+
+
+def vector_chain(n: int) -> str:
+    """n statements `y{k}[i:N] = y{k-1}[i] * 0.5 + x[i]`: a chain the code generator fuses."""
+    return ("def f(N: size, x: R[N]) -> R[N]:\n" + "".join(
+        f"    y{k}[i:N] = {f'y{k - 1}' if k else 'x'}[i] * 0.5 + x[i]\n" for k in range(n))
+        + f"    return y{n - 1}\n")
+
+
+def test_a_long_fused_chain_generates_valid_python():
+    """Fusing 130 statements into one expression nested past Python's 200 brackets; the
+    generator materialises every `MAX_FUSED_CHAIN` links instead."""
+    from tensorlang.backends import codegen
+
+    f = tl.parse(vector_chain(130)).f
+    source = f.generated_source("numba")
+    compile(source, "kernel.py", "exec")
+    stores = re.findall(r"^\s+v_\w+\[i0\] = ", source, re.MULTILINE)  # materialised
+    assert 130 // codegen.MAX_FUSED_CHAIN <= len(stores) < 130
+
+
+@pytest.mark.slow
+def test_a_long_fused_chain_runs_on_numba():
+    f = tl.parse(vector_chain(130)).f
+    x = np.array([1.0, 2.0, 3.0])
+    np.testing.assert_allclose(f.compile("numba")(x=x), f.interpret(x=x), rtol=1e-12)
