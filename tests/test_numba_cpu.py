@@ -28,7 +28,7 @@ from examples_util import (ATOL, EXAMPLES, ROOT, RTOL, WORKLOADS, assert_same,
 from tensorlang.ir import ast
 from tensorlang.ir import tssa
 from tensorlang.ir.build import Builder
-from tensorlang.semantics.cost import cost_def
+from tensorlang.semantics.cost import cost_def, cost_program
 from tensorlang.syntax.errors import ShapeError, TLError
 from tensorlang.semantics.interp import interpret
 from tensorlang.testing import differentiable_programs, programs, random_args
@@ -505,6 +505,22 @@ def test_cache_dir_falls_back_when_not_writable(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------------------------------------
 # Threads (issue 14): the parallel grain and BLAS's threads
+
+
+@given(programs())
+def test_cost_bound_bounds_the_exact_cost(case):
+    """The engine choice's bound from the sizes alone ("auto" runs a call under it on the
+    image without building relation masks) is at least the exact SPEC 3 cost, whatever the
+    relations hold (random programs; relations full as well as random)."""
+    d, args = case
+    p = to_program(d)
+    sizes = {q.name: int(args[q.name]) for q in p.params if isinstance(q.type, ast.TSize)}
+    bound = numba_cpu.cost_bound(p, sizes)
+    assert bound >= cost_program(p, args).total
+    full = {**args, **{q.name: np.ones(tuple(int(a.evaluate(sizes)) for a in q.type.sizes),
+                                       dtype=bool)
+                       for q in p.params if isinstance(q.type, ast.TRel)}}
+    assert bound >= cost_program(p, full).total
 
 
 def test_thread_policy_follows_the_work():
