@@ -51,4 +51,17 @@ def result(acc: str, indent: str) -> tuple[list[str], str]:
     return merge(acc, acc, indent), f"({s} + {c} if {s} - {s} == 0.0 else {s})"
 
 
-__all__ = ["BLOCK", "init", "merge", "add", "result"]
+def extreme_init(acc: str, op: str) -> list[str]:
+    """An empty max (min) reduction: -inf (+inf), the value of an empty range (SPEC 12)."""
+    return [f"{acc} = {'-' if op == 'max' else ''}math.inf"]
+
+
+def extreme_update(acc: str, op: str, value: str, indent: str) -> list[str]:
+    """Take `value` into the running max (min).  A NaN term makes the result NaN, as numpy's
+    and JAX's max do (`v != v` admits it; no comparison with a NaN total succeeds after)."""
+    t = f"{acc}_v"
+    cmp = ">" if op == "max" else "<"
+    return [f"{t} = {value}", f"if {t} {cmp} {acc} or {t} != {t}:", f"{indent}{acc} = {t}"]
+
+
+__all__ = ["BLOCK", "init", "merge", "add", "result", "extreme_init", "extreme_update"]

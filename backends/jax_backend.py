@@ -269,6 +269,16 @@ class JaxEmitter:
         elif isinstance(rhs, (tssa.ContractRhs, tssa.ReduceRhs)):
             dense = self.summation(rhs, name, box, shape, "")
             body = body + [INDENT + ln for ln in dense] if body else dense
+        elif isinstance(rhs, tssa.ExtremeRhs):
+            # the operand over the box (I, j), reduced along j; -inf / +inf when j is empty
+            axes = {n: (p, f"{box}[{p}]") for p, n in enumerate(gen + rhs.sum_names())}
+            inner = _Scope(axes, box, True, rhs.ranges())
+            full = f"tl_full({self.expanded(rhs.operands[0], inner)}, {box})"
+            empty = num(ast.EXTREMA[rhs.op].EMPTY)
+            red = f"jnp.{rhs.op}({full}, axis=-1, initial={empty})"
+            outer = _Scope({n: (p, f"{box}[{p}]") for p, n in enumerate(gen)},
+                           f"{box}[:{len(gen)}]", True, rhs.ranges(), "o")
+            body = [f"{name} = tl_full({self.masked(rhs.pred, red, outer)}, {shape})"]
         else:
             scope = _Scope({n: (p, f"{box}[{p}]") for p, n in enumerate(gen)}, box, True,
                            rhs.ranges())
@@ -451,10 +461,9 @@ class JaxEmitter:
             rank = full.rank
             factors = [self.expand(code, axes, rank) for code, axes in reads]
             prod = coeff + " * ".join(factors)
-            pred = And(inner[0], inner[1]) if len(inner) == 2 else (
-                inner[0] if len(inner) == 1 else PTrue())
-            for q in inner[2:]:
-                pred = And(pred, q)
+            pred: Pred = PTrue()
+            for q in inner:  # every in-sum conjunct left (three or more included)
+                pred = q if isinstance(pred, PTrue) else And(pred, q)
             value = f"tl_sum({self.masked(pred, prod, full)}, {_tuple(tuple(range(ni, rank)))})"
         if unread:
             count = " * ".join(f"{box}[{p}]" for p in unread)

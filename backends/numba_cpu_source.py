@@ -332,6 +332,19 @@ class NumbaEmitter:
             if s.inner is None:  # pointwise: one value per point
                 depth = self.steps(osteps, 1, "prange", ctx)
                 self.body(depth, store, "=", rhs, s.body_facts(opart), ctx.cnt, sums=False)
+            elif isinstance(rhs, tssa.ExtremeRhs):  # max/min: a sequential scan per point
+                depth = self.steps(osteps, 1, "prange" if opart.has_loop() else "seq", ctx)
+                w.block(depth, accumulate.extreme_init(ctx.acc, rhs.op))
+                for b, ipart in enumerate(s.inner):
+                    itag = otag if len(s.inner) == 1 else f"{otag}_{b}"
+                    isteps = part_steps(ipart, self.index, self.rels, self.counter, INDENT,
+                                        itag + "i", s.body_facts(opart, ipart))
+                    ictx = LoopContext(itag, ctx.acc, [], ctx.cnt)
+                    idepth = self.steps(isteps, depth, "seq", ictx)
+                    self.body(idepth, ictx.acc, rhs.op, rhs, s.body_facts(opart, ipart),
+                              ictx.cnt, sums=True)
+                    self.close(ictx)
+                w(depth, f"{store} = {ctx.acc}")
             else:
                 mode = "prange" if opart.has_loop() else "seq"
                 depth = self.steps(osteps, 1, mode, ctx)
@@ -365,6 +378,8 @@ class NumbaEmitter:
         self.w.block(depth, pre)
         if op == "+=":   # a term of a sum: blocked, compensated (see accumulate.py)
             self.w.block(depth, accumulate.add(target, value, INDENT))
+        elif op in ast.EXTREMA:   # a term of a max/min reduction
+            self.w.block(depth, accumulate.extreme_update(target, op, value, INDENT))
         else:
             self.w(depth, f"{target} {op} {value}")
         if cnt:

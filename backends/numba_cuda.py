@@ -202,6 +202,16 @@ class CudaEmitter(NumbaEmitter):
         depth = self.steps(guard, 2, "seq", ctx)
         if s.inner is None:
             self.body(depth, "_val", "=", rhs, s.facts, "", sums=False)
+        elif isinstance(rhs, tssa.ExtremeRhs):
+            w.block(depth, accumulate.extreme_init("_acc", rhs.op))
+            for b, part in enumerate(s.inner):
+                steps = part_steps(part, self.index, self.rels, self.counter, INDENT,
+                                   f"{tag}i{b}")
+                ictx = LoopContext(f"{tag}_{b}", "_acc", [])
+                idepth = self.steps(steps, depth, "seq", ictx)
+                self.body(idepth, "_acc", rhs.op, rhs, s.facts.add(part.conj), "", sums=True)
+                self.close(ictx)
+            w(depth, "_val = _acc")
         else:
             w.block(depth, accumulate.init("_acc"))
             for b, part in enumerate(s.inner):

@@ -23,6 +23,8 @@ class Ops:
     xp: Any                                    # jax.numpy or torch
     concatenate: Callable[..., Any]            # (arrays, axis)
     eye_bool: Callable[[int], Any]
+    rowmax: Callable[[Any], Any]               # max over axis 1, kept as a column
+    index_add: Callable[[Any, Any, Any], Any]  # (out, idx, rows): out with rows added at idx
 
 
 PARAMS: dict[str, tuple[str, ...]] = {
@@ -31,6 +33,9 @@ PARAMS: dict[str, tuple[str, ...]] = {
     "imgarap": ("U", "V", "T"), "nbody": ("P", "m"), "nnmatfac": ("A", "W", "H"),
     "logreg": ("X", "y", "w"), "matfac": ("Om", "T", "U", "V"), "masked": ("E", "A"),
     "trace_diag": ("x",), "row_col": ("X",), "skip_one": ("x",), "dead_code": ("x", "A"),
+    "maxpool": ("X",), "attention": ("Q", "K", "V"), "huber": ("X", "w", "y"),
+    "embag": ("tok", "E", "w", "y"), "gnn": ("src", "dst", "X", "W", "T"), "laplace": ("u",),
+    "dirichlet": ("u",), "upsample": ("x", "s"), "upsample_loss": ("x", "s", "t"),
 }
 # Workloads whose function is itself a derivative of another: (function, derivative kind,
 # wrt, names of the extra inputs); each system builds them with its own AD.
@@ -39,6 +44,9 @@ DERIVED: dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = {
 }
 # Relations: boolean masks, never differentiated.
 BOOL_PARAMS: frozenset[tuple[str, str]] = frozenset({("matfac", "Om"), ("masked", "E")})
+# Index arrays (SPEC 12): integer arrays, never differentiated.
+INT_PARAMS: frozenset[tuple[str, str]] = frozenset(
+    {("embag", "tok"), ("gnn", "src"), ("gnn", "dst")})
 
 
 def qform(ops: Ops, x: Any, A: Any) -> Any:
@@ -136,9 +144,66 @@ def dead_code(ops: Ops, x: Any, A: Any) -> Any:
     return x @ x
 
 
+def maxpool(ops: Ops, X: Any) -> Any:
+    """2x2 max-pooling, then the squared norm (examples/maxpool.tl)."""
+    xp = ops.xp
+    P = xp.maximum(xp.maximum(X[0::2, 0::2], X[0::2, 1::2]),
+                   xp.maximum(X[1::2, 0::2], X[1::2, 1::2]))
+    return (P * P).sum()
+
+
+def attention(ops: Ops, Q: Any, K: Any, V: Any) -> Any:
+    """Softmax attention with the row maximum subtracted (examples/attention.tl)."""
+    xp = ops.xp
+    S = Q @ K.T
+    E = xp.exp(S - ops.rowmax(S))
+    O = (E @ V) / E.sum(1)[:, None]
+    return (O * O).sum()
+
+
+def huber(ops: Ops, X: Any, w: Any, y: Any) -> Any:
+    """The Huber loss of a linear model (examples/piecewise.tl)."""
+    xp = ops.xp
+    r = X @ w - y
+    a = xp.abs(r)
+    return xp.where(a <= 1.0, 0.5 * r * r, a - 0.5).sum()
+
+
+def embag(ops: Ops, tok: Any, E: Any, w: Any, y: Any) -> Any:
+    r = E[tok].sum(1) @ w - y
+    return r @ r
+
+
+def gnn(ops: Ops, src: Any, dst: Any, X: Any, W: Any, T: Any) -> Any:
+    agg = ops.index_add(ops.xp.zeros_like(X), dst, X[src] @ W)
+    return ((ops.xp.tanh(agg) - T) ** 2).sum()
+
+
+def laplace(ops: Ops, u: Any) -> Any:
+    roll = ops.xp.roll
+    return roll(u, -1, 0) + roll(u, 1, 0) + roll(u, -1, 1) + roll(u, 1, 1) - 4.0 * u
+
+
+def dirichlet(ops: Ops, u: Any) -> Any:
+    return -0.5 * (u * laplace(ops, u)).sum()
+
+
+def upsample(ops: Ops, x: Any, s: Any) -> Any:
+    if hasattr(x, "repeat_interleave"):  # torch
+        return x.repeat_interleave(2, 0).repeat_interleave(2, 1) * s
+    return ops.xp.repeat(ops.xp.repeat(x, 2, axis=0), 2, axis=1) * s
+
+
+def upsample_loss(ops: Ops, x: Any, s: Any, t: Any) -> Any:
+    return ((upsample(ops, x, s) - t) ** 2).sum()
+
+
 FORWARDS: dict[str, Callable[..., Any]] = {
     "qform": qform, "qform2": qform2, "conv": conv, "deconv_loss": deconv_loss,
     "arap_residuals": arap_residuals, "imgarap": imgarap, "nbody": nbody,
     "nnmatfac": nnmatfac, "logreg": logreg, "matfac": matfac, "masked": masked,
     "trace_diag": trace_diag, "row_col": row_col, "skip_one": skip_one, "dead_code": dead_code,
+    "maxpool": maxpool, "attention": attention, "huber": huber,
+    "embag": embag, "gnn": gnn, "laplace": laplace, "dirichlet": dirichlet,
+    "upsample": upsample, "upsample_loss": upsample_loss,
 }

@@ -29,7 +29,9 @@ def _ops() -> forwards.Ops:
     import jax.numpy as jnp
 
     return forwards.Ops(jnp, lambda arrs, axis: jnp.concatenate(arrs, axis),
-                        lambda n: jnp.eye(n, dtype=bool))
+                        lambda n: jnp.eye(n, dtype=bool),
+                        lambda a: jnp.max(a, axis=1, keepdims=True),
+                        lambda out, idx, rows: out.at[idx].add(rows))
 
 
 def derivative_fn(kind: str, f: Callable[..., Any], idx: tuple[int, ...]) -> Callable[..., Any]:
@@ -94,6 +96,7 @@ class System:
         if f is None:
             raise NotImplementedError(f"no jax forward for {name}")
         arrays = [jnp.asarray(args[n], dtype=bool if (name, n) in forwards.BOOL_PARAMS
+                              else jnp.int64 if (name, n) in forwards.INT_PARAMS
                               else jnp.float64) for n in forwards.PARAMS[name]]
         return functools.partial(f, self.ops), arrays
 

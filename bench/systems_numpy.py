@@ -294,11 +294,147 @@ def dead_code_grad(a: Args) -> np.ndarray:
     return 2.0 * a["x"]
 
 
+# -- SPEC 12: max-pool, softmax attention, Huber loss ------------------------------------------
+
+def maxpool(a: Args) -> float:
+    X = a["X"]
+    P = X.reshape(X.shape[0] // 2, 2, X.shape[1] // 2, 2).max(axis=(1, 3))
+    return float(np.sum(P * P))
+
+
+def maxpool_grad(a: Args) -> np.ndarray:
+    """Tied maximisers share the derivative equally (JAX's convention, SPEC 12)."""
+    X = a["X"]
+    W = X.reshape(X.shape[0] // 2, 2, X.shape[1] // 2, 2)
+    P = W.max(axis=(1, 3), keepdims=True)
+    hit = (W == P).astype(np.float64)
+    G = hit * (2.0 * P / hit.sum(axis=(1, 3), keepdims=True))
+    return G.reshape(X.shape)
+
+
+def _attention_parts(a: Args) -> tuple[np.ndarray, np.ndarray]:
+    S = a["Q"] @ a["K"].T
+    E = np.exp(S - S.max(axis=1, keepdims=True))
+    A = E / E.sum(axis=1, keepdims=True)
+    return A, A @ a["V"]
+
+
+def attention(a: Args) -> float:
+    if a["Q"].shape[0] == 0:
+        return 0.0
+    _, O = _attention_parts(a)
+    return float(np.sum(O * O))
+
+
+def attention_grad(a: Args) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """dO = 2 O; dV = A^T dO; dS = A * (dA - rowsum(dA * A)) with dA = dO V^T (the row
+    maximum cancels); dQ = dS K, dK = dS^T Q."""
+    A, O = _attention_parts(a)
+    dO = 2.0 * O
+    dA = dO @ a["V"].T
+    dS = A * (dA - np.sum(dA * A, axis=1, keepdims=True))
+    return dS @ a["K"], dS.T @ a["Q"], A.T @ dO
+
+
+def huber(a: Args) -> float:
+    r = a["X"] @ a["w"] - a["y"]
+    return float(np.sum(np.where(np.abs(r) <= 1.0, 0.5 * r * r, np.abs(r) - 0.5)))
+
+
+def huber_grad(a: Args) -> np.ndarray:
+    r = a["X"] @ a["w"] - a["y"]
+    return a["X"].T @ np.where(np.abs(r) <= 1.0, r, np.sign(r))
+
+
+# -- index arrays and quasi-affine indices (SPEC 12) -------------------------------------------
+
+def embag(a: Args) -> float:
+    r = a["E"][a["tok"]].sum(axis=1) @ a["w"] - a["y"]
+    return float(r @ r)
+
+
+def embag_grad(a: Args) -> tuple[np.ndarray, np.ndarray]:
+    h = a["E"][a["tok"]].sum(axis=1)
+    r = h @ a["w"] - a["y"]
+    dE = np.zeros_like(a["E"])
+    rows = np.broadcast_to((2.0 * r)[:, None, None] * a["w"][None, None, :],
+                           a["tok"].shape + a["w"].shape)
+    np.add.at(dE, a["tok"], rows)
+    return dE, 2.0 * h.T @ r
+
+
+def _gnn_parts(a: Args) -> tuple[np.ndarray, np.ndarray]:
+    agg = np.zeros_like(a["X"])
+    np.add.at(agg, a["dst"], a["X"][a["src"]] @ a["W"])
+    return agg, np.tanh(agg)
+
+
+def gnn(a: Args) -> float:
+    return float(np.sum((_gnn_parts(a)[1] - a["T"]) ** 2))
+
+
+def gnn_grad(a: Args) -> tuple[np.ndarray, np.ndarray]:
+    _, h = _gnn_parts(a)
+    dmsg = (2.0 * (h - a["T"]) * (1.0 - h * h))[a["dst"]]
+    dX = np.zeros_like(a["X"])
+    np.add.at(dX, a["src"], dmsg @ a["W"].T)
+    return dX, a["X"][a["src"]].T @ dmsg
+
+
+def _laplace(u: np.ndarray) -> np.ndarray:
+    return (np.roll(u, -1, 0) + np.roll(u, 1, 0) + np.roll(u, -1, 1) + np.roll(u, 1, 1)
+            - 4.0 * u)
+
+
+def laplace(a: Args) -> np.ndarray:
+    return _laplace(a["u"])
+
+
+def laplace_vjp(a: Args) -> tuple[np.ndarray, np.ndarray]:
+    return _laplace(a["u"]), _laplace(a["d_y"])  # the periodic Laplacian is symmetric
+
+
+def dirichlet(a: Args) -> float:
+    return float(-0.5 * np.sum(a["u"] * _laplace(a["u"])))
+
+
+def dirichlet_grad(a: Args) -> np.ndarray:
+    return -_laplace(a["u"])
+
+
+def _up(x: np.ndarray) -> np.ndarray:
+    return np.kron(x, np.ones((2, 2)))
+
+
+def _block_sum(y: np.ndarray) -> np.ndarray:
+    return y.reshape(y.shape[0] // 2, 2, y.shape[1] // 2, 2).sum(axis=(1, 3))
+
+
+def upsample(a: Args) -> np.ndarray:
+    return _up(a["x"]) * a["s"]
+
+
+def upsample_vjp(a: Args) -> tuple[np.ndarray, np.ndarray]:
+    return _up(a["x"]) * a["s"], _block_sum(a["d_y"] * a["s"])
+
+
+def upsample_loss(a: Args) -> float:
+    return float(np.sum((_up(a["x"]) * a["s"] - a["t"]) ** 2))
+
+
+def upsample_grad(a: Args) -> tuple[np.ndarray, np.ndarray]:
+    r = 2.0 * (_up(a["x"]) * a["s"] - a["t"])
+    return _block_sum(r * a["s"]), r * _up(a["x"])
+
+
 FORWARD: dict[str, Callable[[Args], Any]] = {
     "qform": qform, "qform2": qform2, "conv": conv, "deconv_loss": deconv_loss,
     "arap_residuals": arap_residuals, "imgarap": imgarap, "arap_gn": arap_gn, "nbody": nbody,
     "nnmatfac": nnmatfac, "logreg": logreg, "matfac": matfac, "masked": masked,
     "trace_diag": trace_diag, "row_col": row_col, "skip_one": skip_one, "dead_code": dead_code,
+    "maxpool": maxpool, "attention": attention, "huber": huber,
+    "embag": embag, "gnn": gnn, "laplace": laplace, "dirichlet": dirichlet,
+    "upsample": upsample, "upsample_loss": upsample_loss,
 }
 
 DERIVATIVES: dict[tuple[str, str], Callable[[Args], Any]] = {
@@ -313,6 +449,11 @@ DERIVATIVES: dict[tuple[str, str], Callable[[Args], Any]] = {
     ("masked", "grad"): masked_grad,
     ("trace_diag", "grad"): trace_diag_grad, ("row_col", "grad"): row_col_grad,
     ("skip_one", "grad"): skip_one_grad, ("dead_code", "grad"): dead_code_grad,
+    ("maxpool", "grad"): maxpool_grad, ("attention", "grad"): attention_grad,
+    ("huber", "grad"): huber_grad,
+    ("embag", "grad"): embag_grad, ("gnn", "grad"): gnn_grad, ("laplace", "vjp"): laplace_vjp,
+    ("dirichlet", "grad"): dirichlet_grad, ("upsample", "vjp"): upsample_vjp,
+    ("upsample_loss", "grad"): upsample_grad,
 }
 
 

@@ -29,7 +29,9 @@ def _ops() -> forwards.Ops:
     import torch
 
     return forwards.Ops(torch, lambda arrs, axis: torch.cat(arrs, axis),
-                        lambda n: torch.eye(n, dtype=torch.bool))
+                        lambda n: torch.eye(n, dtype=torch.bool),
+                        lambda a: torch.amax(a, dim=1, keepdim=True),
+                        lambda out, idx, rows: out.index_add(0, idx, rows))
 
 
 def derivative_fn(kind: str, f: Callable[..., Any], idx: tuple[int, ...],
@@ -107,7 +109,8 @@ class System:
             raise NotImplementedError(f"no torch forward for {name}")
         torch = self.torch
         tensors = [torch.as_tensor(np.asarray(args[n]), dtype=torch.bool
-                                   if (name, n) in forwards.BOOL_PARAMS else torch.float64)
+                                   if (name, n) in forwards.BOOL_PARAMS else torch.int64
+                                   if (name, n) in forwards.INT_PARAMS else torch.float64)
                    for n in forwards.PARAMS[name]]
         return functools.partial(f, self.ops), tensors
 

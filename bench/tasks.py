@@ -118,10 +118,23 @@ def _tasks() -> dict[str, Task]:
         Task("logreg", (Deriv(G, ("w",), "logreg_grad"), Deriv(H, ("w",), "logreg_hess", 200))),
         Task("matfac", (Deriv(G, ("U",), "matfac_grad"), Deriv(H, ("U",), "matfac_hess", 100))),
         Task("masked", (Deriv(G, ("A",), "masked_grad"),)),
+        Task("embag", (Deriv(G, ("E", "w"), "embag_grad"),)),
+        Task("gnn", (Deriv(G, ("X", "W"), "gnn_grad"),)),
+        Task("laplace", (Deriv("vjp", ("u",)),)),
+        Task("dirichlet", (Deriv(G, ("u",), "dirichlet_grad"),)),
+        Task("upsample", (Deriv("vjp", ("x",)),),
+             note="N x 8 images: the interpreter sums each quotient over a dense box"),
+        Task("upsample_loss", (Deriv(G, ("x", "s"), "upsample_grad"),),
+             note="N x 8 images: the interpreter sums each quotient over a dense box"),
         Task("trace_diag", (Deriv(G, ("x",), "trace_diag_grad"),)),
         Task("row_col", (Deriv(G, ("X",), "row_col_grad"),)),
         Task("skip_one", (Deriv(G, ("x",), "skip_one_grad"),)),
         Task("dead_code", (Deriv(G, ("x",), "dead_code_grad"),)),
+        # SPEC 12: max/min reductions, selection
+        Task("maxpool", (Deriv(G, ("X",), "maxpool_grad"),), note="N: the pooled side"),
+        Task("attention", (Deriv(G, ("Q", "K", "V"), "attention_grad"),), max_n=1000,
+             note="D = 4; the N x N score matrix is materialised"),
+        Task("huber", (Deriv(G, ("w",), "huber_grad"),), note="N = 2M rows"),
     ]
     workloads = load_numpy_ref().WORKLOADS
     out: dict[str, Task] = {}

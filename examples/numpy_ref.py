@@ -145,6 +145,58 @@ def dead_code(a: Args) -> float:
     return float(a["x"] @ a["x"])
 
 
+def maxpool(a: Args) -> float:
+    X = a["X"]
+    h, w = X.shape[0] // 2, X.shape[1] // 2
+    P = X.reshape(h, 2, w, 2).max(axis=(1, 3))
+    return float(np.sum(P * P))
+
+
+def attention(a: Args) -> float:
+    S = a["Q"] @ a["K"].T
+    if S.size == 0:
+        return 0.0
+    E = np.exp(S - S.max(axis=1, keepdims=True))
+    O = (E @ a["V"]) / E.sum(axis=1, keepdims=True)
+    return float(np.sum(O * O))
+
+
+def huber(a: Args) -> float:
+    r = a["X"] @ a["w"] - a["y"]
+    return float(np.sum(np.where(np.abs(r) <= 1.0, 0.5 * r * r, np.abs(r) - 0.5)))
+
+
+def embag(a: Args) -> float:
+    h = a["E"][a["tok"]].sum(axis=1)            # (B, K, D) -> (B, D)
+    r = h @ a["w"] - a["y"]
+    return float(r @ r)
+
+
+def gnn(a: Args) -> float:
+    msg = a["X"][a["src"]] @ a["W"]              # one message per edge
+    agg = np.zeros_like(a["X"])
+    np.add.at(agg, a["dst"], msg)                # node v sums its in-edges' messages
+    return float(np.sum((np.tanh(agg) - a["T"]) ** 2))
+
+
+def laplace(a: Args) -> np.ndarray:
+    u = a["u"]
+    return (np.roll(u, -1, 0) + np.roll(u, 1, 0) + np.roll(u, -1, 1) + np.roll(u, 1, 1)
+            - 4.0 * u)
+
+
+def dirichlet(a: Args) -> float:
+    return float(-0.5 * np.sum(a["u"] * laplace(a)))
+
+
+def upsample(a: Args) -> np.ndarray:
+    return np.kron(a["x"], np.ones((2, 2))) * a["s"]
+
+
+def upsample_loss(a: Args) -> float:
+    return float(np.sum((upsample(a) - a["t"]) ** 2))
+
+
 def _vec_mat(N: int, rng: np.random.Generator) -> Args:
     return {"N": N, "x": _u(rng, N), "A": _u(rng, N, N)}
 
@@ -184,6 +236,23 @@ def _matfac_inputs(s: dict[str, int], rng: np.random.Generator) -> Args:
             "V": _u(rng, M, K)}
 
 
+def _embag_inputs(s: dict[str, int], rng: np.random.Generator) -> Args:
+    B, K, V, D = s["B"], s["K"], s["V"], s["D"]
+    return {**s, "tok": rng.integers(0, V, size=(B, K)), "E": _u(rng, V, D), "w": _u(rng, D),
+            "y": _u(rng, B)}
+
+
+def _gnn_inputs(s: dict[str, int], rng: np.random.Generator) -> Args:
+    V, M, D = s["V"], s["M"], s["D"]
+    return {**s, "src": rng.integers(0, V, size=M), "dst": rng.integers(0, V, size=M),
+            "X": _u(rng, V, D), "W": 0.5 * _u(rng, D, D), "T": _u(rng, V, D)}
+
+
+def _upsample_inputs(s: dict[str, int], rng: np.random.Generator) -> Args:
+    N, M = s["N"], s["M"]
+    return {**s, "x": _u(rng, N, M), "s": _u(rng, 2 * N, 2 * M), "t": _u(rng, 2 * N, 2 * M)}
+
+
 WORKLOADS: dict[str, Workload] = {w.name: w for w in [
     Workload("qform", "qform.tl", "qform", lambda n: {"N": n},
              lambda s, r: _vec_mat(s["N"], r), qform),
@@ -211,6 +280,19 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
     Workload("masked", "masked.tl", "masked", lambda n: {"N": n},
              lambda s, r: {"N": s["N"], "E": r.random((s["N"], s["N"])) < 0.2,
                            "A": _u(r, s["N"], s["N"])}, masked),
+    Workload("embag", "embedding.tl", "embag", lambda n: {"B": n, "K": 8, "V": n, "D": 16},
+             _embag_inputs, embag),
+    Workload("gnn", "embedding.tl", "gnn", lambda n: {"V": n, "M": 4 * n, "D": 8},
+             _gnn_inputs, gnn),
+    Workload("laplace", "stencil.tl", "laplace", lambda n: {"N": n, "M": n},
+             lambda s, r: {**s, "u": _u(r, s["N"], s["M"])}, laplace),
+    Workload("dirichlet", "stencil.tl", "dirichlet", lambda n: {"N": n, "M": n},
+             lambda s, r: {**s, "u": _u(r, s["N"], s["M"])}, dirichlet),
+    Workload("upsample", "stencil.tl", "upsample", lambda n: {"N": n, "M": 8},
+             lambda s, r: {k: v for k, v in _upsample_inputs(s, r).items() if k != "t"},
+             upsample),
+    Workload("upsample_loss", "stencil.tl", "upsample_loss", lambda n: {"N": n, "M": 8},
+             _upsample_inputs, upsample_loss),
     Workload("trace_diag", "pathological.tl", "trace_diag", lambda n: {"N": n},
              lambda s, r: {"N": s["N"], "x": _u(r, s["N"])}, trace_diag),
     Workload("row_col", "pathological.tl", "row_col", lambda n: {"N": n},
@@ -219,6 +301,15 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
              lambda s, r: {"N": s["N"], "x": _u(r, s["N"])}, skip_one),
     Workload("dead_code", "pathological.tl", "dead_code", lambda n: {"N": n},
              lambda s, r: _vec_mat(s["N"], r), dead_code),
+    Workload("maxpool", "maxpool.tl", "maxpool", lambda n: {"H": n, "W": n},
+             lambda s, r: {"H": s["H"], "W": s["W"], "X": _u(r, 2 * s["H"], 2 * s["W"])},
+             maxpool),
+    Workload("attention", "attention.tl", "attention", lambda n: {"N": n, "D": 4},
+             lambda s, r: {"N": s["N"], "D": s["D"], **{k: _u(r, s["N"], s["D"])
+                                                         for k in "QKV"}}, attention),
+    Workload("huber", "piecewise.tl", "huber", lambda n: {"N": 2 * n, "M": n},
+             lambda s, r: {"N": s["N"], "M": s["M"], "X": _u(r, s["N"], s["M"]),
+                           "w": _u(r, s["M"], lo=-2.0, hi=2.0), "y": _u(r, s["N"])}, huber),
 ]}
 
 

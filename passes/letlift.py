@@ -30,7 +30,8 @@ from __future__ import annotations
 from collections import Counter
 
 from tensorlang.ir.ast import (
-    Access, Add, Affine, Call, Cmp, Def, Expr, Gen, Iverson, Let, Mul, Pair, Proj, Sum, TArr,
+    Access, Add, Affine, Call, Cmp, Def, Expr, Extremum, Gen, Iverson, Let, Mul, Pair, Proj, Sum,
+    TArr,
     free_names, pred_and, subst, Var,
 )
 
@@ -148,9 +149,17 @@ def L9(e: Expr, ctx: Ctx) -> Expr | None:
     return Let(name, value, body)
 
 
+def L10(e: Expr, ctx: Ctx) -> Expr | None:
+    """Loop fission out of a max/min reduction (SPEC 12), as L9 does for one sum."""
+    if isinstance(e, Extremum) and isinstance(e.body, Let):
+        name, value, body = _fission([(e.idx, e.size)], e.body, ctx)
+        return Let(name, value, type(e)(e.idx, e.size, body))
+    return None
+
+
 RULES: tuple[tuple[str, Rule], ...] = (
     ("L1", L1), ("L2", L2), ("L3", L3), ("L4", L4), ("L5", L5), ("L6", L6), ("L7", L7),
-    ("L8", L8), ("L9", L9),
+    ("L8", L8), ("L9", L9), ("L10", L10),
 )
 register_rules(RULES)
 
@@ -166,6 +175,8 @@ SCHEMAS: dict[str, str] = {
           "   (i not free in e1: let x = [0 < n] * e1 in gen i:n. e2)",
     "L9": "sum I. let x = e1 in e2 -> let x' = gen I1. [0 < n for I \\ I1] * e1 in"
           " sum I. e2{x := x'[I1]}   (I a maximal sum nest, I1 its indices free in e1)",
+    "L10": "max i:n. let x = e1 in e2 -> let x' = gen i:n. e1 in max i:n. e2{x := x'[i]}"
+           "   (also min; i not free in e1: let x = [0 < n] * e1 in max i:n. e2)",
 }
 
 
@@ -180,4 +191,5 @@ def apply_rule(rule_id: str, d: Def) -> Def:
 
 
 __all__ = ["letlift", "apply_rule", "RULES", "SCHEMAS",
-           "L1", "L2", "L3", "L4", "L5", "L6", "L7", "L8", "L9"]
+           "L1", "L2", "L3", "L4", "L5", "L6", "L7", "L8", "L9",
+           "L10"]

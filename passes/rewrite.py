@@ -32,8 +32,8 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 from tensorlang.ir.ast import (
     REAL, Access, Add, Affine, And, Box, Call, Cmp, Const, Def, DefCall, Exists, Expr, Gen,
-    Iverson, Let, Mul, Node, Or, Pair, PFalse, Pred, Proj, PTrue, RelCall, Sum, TArr,
-    TPair, TRel, TSize, Type, Var, free_names, tensor, walk,
+    Iverson, Let, Mul, Node, Or, Pair, PFalse, Pred, Proj, PTrue, RelCall, Sum, TArr, TPair,
+    TRel, TSize, Type, Var, free_names, tensor, walk, Extremum,
 )
 from tensorlang.semantics.boxes import out_shape as box_shape
 from tensorlang.syntax.errors import TLError
@@ -120,7 +120,7 @@ def rename_unique(d: Def) -> Def:
 def _index_names(e: Expr) -> set[str]:
     out: set[str] = set()
     for node in walk(e):
-        if isinstance(node, (Gen, Sum, Exists)):
+        if isinstance(node, (Gen, Sum, Exists, Extremum)):
             out.add(node.idx)
     return out
 
@@ -178,7 +178,7 @@ class _Renamer:
                           loc=e.loc)
         if isinstance(e, Iverson):
             return Iverson(self.pred(e.pred, m, sc), self.expr(e.e, m, sc), loc=e.loc)
-        if isinstance(e, (Gen, Sum)):
+        if isinstance(e, (Gen, Sum, Extremum)):
             size = self.aff(e.size, m)
             name, m2, sc2 = self.bind_index(e.idx, m, sc)
             return type(e)(name, size, self.expr(e.body, m2, sc2), loc=e.loc)
@@ -201,6 +201,7 @@ class _Renamer:
 
 # Positions: which field of which parent holds a node.
 ROOT, LET_VALUE, LET_BODY, GEN_BODY, SUM_BODY = "root", "letval", "letbody", "gen", "sum"
+EXTREMUM_BODY = "extremum"
 ACCESS_BASE, PROJ_ARG, IVERSON_BODY, OPERAND = "access", "proj", "iverson", "op"
 BOX_ARG = "box"  # an argument of a linear-algebra box: a whole variable, left as it is
 
@@ -215,7 +216,7 @@ class Ctx:
         self.types: dict[str, Type] = dict(self.params)
         self.used: set[str] = set(self.params) | set(free_names(d.body))
         for node in walk(d.body):
-            if isinstance(node, (Let, Gen, Sum)):
+            if isinstance(node, (Let, Gen, Sum, Extremum)):
                 self.used.add(node.name if isinstance(node, Let) else node.idx)
             elif isinstance(node, Exists):
                 self.used.add(node.idx)
@@ -246,7 +247,7 @@ class Ctx:
             if t is None:
                 raise PassError(f"unbound variable {e.name!r}", e.loc)
             return t
-        if isinstance(e, (Const, Add, Mul, Call, Sum)):
+        if isinstance(e, (Const, Add, Mul, Call, Sum, Extremum)):
             return REAL
         if isinstance(e, Pair):
             return TPair(self.type_of(e.a), self.type_of(e.b))
@@ -299,10 +300,12 @@ def _slots(e: Expr, ranges: Mapping[str, Affine]) -> list[Slot]:
     """(field, child, position, ranges) for each expression child of `e`."""
     if isinstance(e, Let):
         return [("value", e.value, LET_VALUE, ranges), ("body", e.body, LET_BODY, ranges)]
-    if isinstance(e, (Gen, Sum)):
+    if isinstance(e, (Gen, Sum, Extremum)):
         inner = dict(ranges)
         inner[e.idx] = e.size
-        return [("body", e.body, GEN_BODY if isinstance(e, Gen) else SUM_BODY, inner)]
+        pos = GEN_BODY if isinstance(e, Gen) else SUM_BODY if isinstance(e, Sum) else \
+            EXTREMUM_BODY
+        return [("body", e.body, pos, inner)]
     if isinstance(e, Access):
         return [("e", e.e, ACCESS_BASE, ranges)]
     if isinstance(e, Proj):

@@ -22,6 +22,7 @@ each, rule id in `CASES`):
   SSA-sum-contract sum J. s1 * s2 -> ONE contract over the whole nest J of directly
                                      nested sums (a matrix product is one statement)
   SSA-reduce       sum J. s       -> reduce
+  SSA-extreme      max j. s       -> extreme (also min): s materialised over I + j
   SSA-gen          x = gen I. s   -> the statement of s over I, or an alias when s is
                                      `u[I]` (SSA-trivial: `v = u[I]` is dropped)
 and the clean-up `SSA-cse` (equal right-hand sides are one statement: hash-consing) and
@@ -361,16 +362,26 @@ def ssa_sum(cv: Converter, e: ast.Sum, ctx: Ctx) -> Term:
     return cv.result(v, ctx, ast.pred_and(*outer))
 
 
+def ssa_extreme(cv: Converter, e: ast.Extremum, ctx: Ctx) -> Term:
+    """SSA-extreme: `max j:n. s` -> `[P] * max j. u[I, j]` with u the exact value of s over
+    I + j (its structural zeros are values: they take part in the max)."""
+    inner = ctx.inside([(e.idx, e.size)])
+    arg = cv.exact(cv.conv(e.body, inner), inner)
+    v = cv.b.extreme(ctx.idx, e.size, e.op, arg, ctx.mask, sum_name=e.idx)
+    return cv.result(v, ctx)
+
+
 DISPATCH: dict[type, Callable] = {
     ast.Access: ssa_read, ast.Var: ssa_read, ast.Proj: ssa_read, ast.Const: ssa_const,
     ast.Iverson: ssa_iverson, ast.Add: ssa_add, ast.Mul: ssa_contract, ast.Call: ssa_map,
-    ast.Sum: ssa_sum,
+    ast.Sum: ssa_sum, ast.Max: ssa_extreme, ast.Min: ssa_extreme,
 }
 
 CASES: dict[str, Callable] = {
     "SSA-read": ssa_read, "SSA-const": ssa_const, "SSA-iverson": ssa_iverson,
     "SSA-add": ssa_add, "SSA-contract": ssa_contract, "SSA-map": ssa_map,
-    "SSA-sum-contract": ssa_sum, "SSA-reduce": ssa_sum, "SSA-gen": Converter.binding,
+    "SSA-sum-contract": ssa_sum, "SSA-reduce": ssa_sum, "SSA-extreme": ssa_extreme,
+    "SSA-gen": Converter.binding,
     "SSA-trivial": Converter.alias, "SSA-cse": Builder.emit, "SSA-dce": tssa.dce,
 }
 """Rule id -> the function implementing it (the catalogue in proofs/rules_ssa.py)."""

@@ -153,6 +153,12 @@ class _Draw:
             return self.b.contract(gen, sums, o1, o2, pred, self.coeff())
         if form == "reduce":
             return self.b.reduce(gen, sums, read(scope), pred, self.coeff())
+        if form == "extreme":  # max/min over one index; the mask ranges over I only
+            size = self.draw(st.sampled_from([N, M]))
+            op = self.draw(st.sampled_from(sorted(ast.EXTREMA)))
+            nonempty = ast.Cmp("<", Affine.lit(0), size)  # -inf has no finite differences
+            return self.b.extreme(gen, size, op, read(gen + [("h0", size)]),
+                                  ast.pred_and(self.pred(gen), nonempty), sum_name="h0")
         fn = self.draw(st.sampled_from(SELECT_FNS if form == "select" else MAP_FNS))
         nargs, nparams = ast.BUILTINS[fn]
         positive = fn in POSITIVE_ONLY or (fn == "pow" and self.draw(st.booleans()))
@@ -370,6 +376,7 @@ def check_vjp(name: str, inst: Instance, budget_of: Budget | None = None) -> Ver
 FORMS: dict[str, str] = {
     "FWD-input": "input", "FWD-const": "const", "FWD-add": "add", "FWD-map": "map",
     "FWD-select": "select", "FWD-contract": "contract", "FWD-reduce": "reduce",
+    "FWD-extreme": "extreme", "ADJ-extreme": "extreme",
     "ADJ-input": "input", "ADJ-const": "const", "ADJ-add": "add", "ADJ-map": "map",
     "ADJ-select": "select", "ADJ-contract": "contract", "ADJ-reduce": "reduce",
     "ADJ-fanout": "fanout",

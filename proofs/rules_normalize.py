@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from tensorlang import pipeline, testing
 from tensorlang.ir.ast import (
-    REAL, Access, Add, Affine, Call, Def, Expr, Gen, Iverson, Let, Mul, Pair, Param, Proj,
+    REAL, Access, Add, Affine, Call, Def, Expr, Gen, Iverson, Let, Max, Min, Mul, Pair, Param, Proj,
     Sum, TArr, TPair, Type, Var,
 )
 from tensorlang.passes import genpush, letlift, pairelim
@@ -326,6 +326,23 @@ def _b_L9(draw, sc, names):
     return sc, REAL, redex, True
 
 
+def _b_L10(draw, sc, names):
+    """`max i:n. let x = e1 in e2` (or min), e1 using i or not."""
+    n = _size(draw, sc)
+    uses_i = draw(st.booleans())
+    kind = draw(st.sampled_from([Max, Min]))
+
+    def redex(draw, sc):
+        q = names.index()
+        inner = sc.with_index(q, n)
+        u = _type(draw, sc, LETLIFT)
+        e1, b1 = _ex(draw, inner if uses_i else sc, u, LETLIFT)
+        x = names.let()
+        e2, _ = _ex(draw, inner.with_var(x, u, b1), REAL, LETLIFT, budget=4.0)
+        return kind(q, n, Let(x, e1, e2))
+    return sc, REAL, redex, True
+
+
 # ---------------------------------------------------------------------------------------------
 # Pair elimination
 
@@ -506,6 +523,7 @@ _ENTRIES: list[tuple[str, str, dict[str, str], Builder, Family, Callable[[Def], 
     ("L7", "letlift", letlift.SCHEMAS, _b_L7, LETLIFT, None),
     ("L8", "letlift", letlift.SCHEMAS, _b_L8, LETLIFT, None),
     ("L9", "letlift", letlift.SCHEMAS, _b_L9, LETLIFT, None),
+    ("L10", "letlift", letlift.SCHEMAS, _b_L10, LETLIFT, None),
     ("P0", "pairelim", pairelim.SCHEMAS, _b_P0, PAIRELIM, None),
     ("P1", "pairelim", pairelim.SCHEMAS, _b_P1, PAIRELIM, None),
     ("P2", "pairelim", pairelim.SCHEMAS, _b_P2, PAIRELIM, None),

@@ -251,6 +251,16 @@ def _top(g: _Gen, scope: list[tuple[str, Affine]], case: str) -> ast.Expr:
         for name, size in reversed(sums):
             body = ast.Sum(name, size, body)
         return body
+    if case == "SSA-extreme":   # max/min over one index (SPEC 12), zeros of brackets included
+        j, n = g.name("j"), g.draw(st.sampled_from([N, M]))
+        inner = scope + [(j, n)]
+        body = g.draw(st.sampled_from(["read", "map", "add"]))
+        body = {"read": lambda: _read(g, inner),
+                "map": lambda: ast.Call("sin", (_scalar(g, inner, 1),), ()),
+                "add": lambda: ast.Add(_scalar(g, inner, 1), _scalar(g, inner, 1))}[body]()
+        if g.draw(st.booleans()):
+            body = ast.Iverson(_pred(g, inner), body)
+        return g.draw(st.sampled_from([ast.Max, ast.Min]))(j, n, body)
     raise KeyError(case)
 
 
@@ -324,6 +334,7 @@ _TOP_TYPES: dict[str, tuple[type, ...]] = {
     "SSA-read": (ast.Access, ast.Var, ast.Proj), "SSA-const": (ast.Const,),
     "SSA-iverson": (ast.Iverson,), "SSA-add": (ast.Add,), "SSA-contract": (ast.Mul,),
     "SSA-map": (ast.Call,), "SSA-sum-contract": (ast.Sum,), "SSA-reduce": (ast.Sum,),
+    "SSA-extreme": (ast.Max, ast.Min),
 }
 
 
@@ -383,6 +394,8 @@ SCHEMAS: dict[str, str] = {
     "SSA-map": "gen I. [P] * f(s1, ..) -> u_k = gen I. [P] * s_k; v = gen I. [P] * f(u1[I], ..)",
     "SSA-sum-contract": "gen I. [P] * sum J. s1 * s2 -> v = gen I. sum J. [P and G] * c * u1[A1] * u2[A2]",
     "SSA-reduce": "gen I. [P] * sum J. s -> u = gen I, J. [P] * s; v = gen I. sum J. [P and G] * u[I, J]",
+    "SSA-extreme": "gen I. [P] * max j. s -> u = gen I, j. s (exact); v = gen I. [P] * max j. "
+                   "u[I, j]  (also min)",
     "SSA-gen": "let x = gen I. s in e -> v = <statement of s over I>; e{x := v}",
     "SSA-trivial": "v = gen I. u[I] (u of shape I) -> v := u (statement dropped)",
     "SSA-cse": "v1 = rhs; v2 = rhs -> v1 = rhs; v2 := v1 (hash-consing)",

@@ -32,7 +32,9 @@ from tensorlang.semantics import interp, memory, relation
 from tensorlang.semantics.bounds import jvp_bound, type_size, vjp_bound
 from tensorlang.semantics.relation import Relation
 from tensorlang.syntax import limits
-from tensorlang.ir.ast import Affine, Def, DerivedDef, Param, TArr, TPair, TReal, TRel, TSize, Type
+from tensorlang.ir.ast import (
+    Affine, Def, DerivedDef, Param, TArr, TIndex, TPair, TReal, TRel, TSize, Type,
+)
 from tensorlang.syntax.errors import Loc, ResourceError, ShapeError, TLError
 
 __all__ = [
@@ -113,6 +115,7 @@ class _Binder:
         self.sizes: dict[str, int] = {}
         self.cons: list[_Constraint] = []
         self.shapes: dict[str, list[tuple[str, tuple[Affine, ...], tuple[int, ...]]]] = {}
+        self.index_arrays: list[Param] = []
 
     def loc(self, p: Param) -> Loc | None:
         return self.locs.get(p.name)
@@ -122,9 +125,40 @@ class _Binder:
     def convert(self, p: Param, value: Any) -> Any:
         if isinstance(p.type, TSize):
             return self._size(p, value)
+        if isinstance(p.type, TIndex):
+            return self._index_array(p, value)
         if isinstance(p.type, TRel):
             return self._relation(p, value)
         return self._value(p, p.type, value, (), p.name)
+
+    def _index_array(self, p: Param, value: Any) -> np.ndarray:
+        """An integer array of the index array's shape; `index_coordinates` checks its
+        entries and makes it the relation's coordinates once the sizes are known."""
+        assert isinstance(p.type, TIndex)
+        arr = np.asarray(value)
+        if arr.dtype == np.bool_ or not (_integral_array(arr) or arr.size == 0):
+            raise ShapeError(f"index array {p.name} of {self.fname}: expected integers of "
+                             f"shape {self._expected_str(p.type.shape)}, got "
+                             f"{_describe(value)}", self.loc(p))
+        self._expect_shape(p, p.name, p.type.shape, arr.shape)
+        self.index_arrays.append(p)
+        return np.ascontiguousarray(arr, dtype=np.int64)
+
+    def index_coordinates(self, out: dict[str, Any]) -> None:
+        """Each index array in `out` (SPEC 12) checked against its range and replaced by the
+        coordinates of its relation (what every stage takes for a relation)."""
+        for p in self.index_arrays:
+            assert isinstance(p.type, TIndex) and p.type.bound is not None
+            bound = p.type.bound.subst(self.sizes)
+            if not bound.is_const():
+                continue  # a size left unknown: bind_args reports it
+            arr = out[p.name]
+            what = f"index array {p.name}: {format_type(p.type)} of {self.fname}"
+            try:
+                out[p.name] = interp.index_array_coordinates(p.name, arr, arr.shape,
+                                                             bound.const, what)
+            except ShapeError as err:
+                raise ShapeError(err.message, self.loc(p)) from None
 
     def _size(self, p: Param, value: Any) -> int:
         if isinstance(value, (bool, np.bool_)) or not _is_integral(value):
@@ -472,6 +506,7 @@ def _convert_all(fname: str, params: Sequence[Param], given: Mapping[str, Any],
         if p.name in given:
             out[p.name] = binder.convert(p, given[p.name])
     binder.solve()
+    binder.index_coordinates(out)
     return out, binder
 
 

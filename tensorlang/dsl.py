@@ -65,6 +65,7 @@ from typing import Any, Callable, Iterable, Sequence
 from tensorlang.ir import ast
 from tensorlang.ir.ast import REAL, Affine, Param, Type
 from tensorlang.syntax.errors import TypeCheckError
+from tensorlang.syntax.parser import KEYWORDS as GRAMMAR_KEYWORDS
 
 __all__ = [
     "DSLError", "Expr", "Index", "Size", "Pred", "Relation", "Variable", "R", "array", "rel",
@@ -82,7 +83,8 @@ class DSLError(TypeCheckError, TypeError):
 
 
 # Words the grammar reserves, and names that would read as something else in `.tl` text.
-KEYWORDS = frozenset("def return gen sum let in and or exists true false size rel R".split())
+# (`where` is the selection `where(c, a, b)`, SPEC 12.)
+KEYWORDS = GRAMMAR_KEYWORDS | {"R", "where"}
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _TEMP_PREFIX = "__dsl"
 _temps = itertools.count()

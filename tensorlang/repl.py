@@ -32,10 +32,10 @@ from tensorlang.ir import ast
 from tensorlang.ir.ast import Affine, Param, TRel, TSize, Type
 from tensorlang.syntax.errors import Loc, ResourceError, TLError
 from tensorlang.syntax import limits
+from tensorlang.syntax.parser import KEYWORDS as GRAMMAR_KEYWORDS
 
 COMMANDS = (":load", ":set", ":type", ":show", ":cost", ":vars", ":help", ":quit")
-KEYWORDS = ("def", "return", "gen", "sum", "let", "in", "and", "or", "exists", "size", "rel",
-            "R", "rand", "load", *ast.DERIVED_KINDS)
+KEYWORDS = (*sorted(GRAMMAR_KEYWORDS), "R", "where", "rand", "load", *ast.DERIVED_KINDS)
 HELP = """\
 def f(N: size, x: R[N]) -> R:   define a function (end the definition with a blank line)
     return sum i:N. x[i]
@@ -193,7 +193,8 @@ class Repl:
         e = _parse_expr(parser, text, "<repl>")
         free = ast.free_names(e)
         var_names = ast.free_vars(e)
-        rel_names = {n.name for n in ast.walk(e) if isinstance(n, ast.RelCall)} & free
+        rel_names = {n.name for n in ast.walk(e)
+                     if isinstance(n, (ast.RelCall, ast.IndexRead))} & free
         size_names = set(free - var_names - rel_names)
         # A bound integer passed straight to a def (`qform(N, x, A)`) is a size argument.
         size_names |= {a.name for n in ast.walk(e) if isinstance(n, ast.DefCall)
@@ -438,6 +439,10 @@ def _load_binding(path: str) -> Binding:
         return Binding(arr, TRel(tuple(Affine.lit(n) for n in arr.shape)))
     if not np.issubdtype(arr.dtype, np.number):
         raise TLError(f"{path}: expected a numeric or boolean array, got dtype {arr.dtype}")
+    if np.issubdtype(arr.dtype, np.integer) and arr.ndim:  # an index array (SPEC 12): the
+        # range of its entries is the extent it indexes where it is used (checked then)
+        return Binding(np.ascontiguousarray(arr, dtype=np.int64),
+                       ast.TIndex(tuple(Affine.lit(n) for n in arr.shape), True))
     arr = np.ascontiguousarray(arr, dtype=np.float64)
     if arr.ndim == 0:
         return Binding(float(arr), ast.REAL)

@@ -57,11 +57,14 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from tensorlang.ir.ast import (
-    BUILTINS, REAL, Access, Add, Affine, And, Call, Cmp, Const, Def, Exists, Expr, Gen, Iverson,
-    Let, Mul, Or, Pair, Param, PFalse, Pred, Proj, PTrue, RelCall, Sum, TArr, TPair, TReal, TRel,
-    TSize, Type, Var, free_vars, scalar_of, shape_of, tensor,
+    BUILTINS, EXTREMA, REAL, Access, Add, Affine, And, Call, Cmp, Const, Def, Exists, Expr, Gen,
+    Iverson, Let, Mul, Or, Pair, Param, PFalse, Pred, Proj, PTrue, RelCall, Sum, TArr, TPair,
+    TReal, TRel, TSize, Type, Var, free_vars, scalar_of, shape_of, tensor,
 )
-from tensorlang.syntax.errors import ShapeError, TLError
+from tensorlang.check import quasi
+from tensorlang.check.typecheck import TypeEnv
+from tensorlang.ir.ast import IndexDiv, IndexRead, QuasiAffine, TIndex, quasi_add, quasi_term
+from tensorlang.syntax.errors import ShapeError, TLError, TypeCheckError
 
 __all__ = [
     "programs", "differentiable_programs", "theorem_programs", "scopes", "types", "expressions",
@@ -73,16 +76,19 @@ __all__ = [
 SIZE_NAMES = ("N", "M", "K", "L")
 VALUE_NAMES = ("x", "y", "z", "w", "u", "v")
 REL_NAMES = ("E", "F", "G", "H")
+INDEX_ARRAY_NAMES = ("P", "Q")
 INDEX_BASES = ("i", "j", "k", "l", "m")
 
 # Not differentiable everywhere (kinks, or steps: the derivative helpers of ast.BUILTINS).
-KINKED = frozenset({"abs", "relu", "max", "min", "step", "sign", "ge", "gt"})
+KINKED = frozenset({"abs", "relu", "max", "min", "step", "sign", "ge", "gt", "sel_ge"})
 # The builtins the generator knows the safe domain of, in shrinking preference (simplest
 # first): SPEC 2.3's, then the derivative helpers that derivative programs call.  A builtin
 # added to ast.BUILTINS later is not generated until it is listed here.
 _BUILTIN_ORDER = ("square", "tanh", "sin", "cos", "exp", "log", "sqrt", "recip", "pow",
                   "sigmoid", "softplus", "tan", "abs", "relu", "max", "min",
-                  "dtanh", "dsigmoid", "dtan", "step", "sign", "ge", "gt")
+                  "dtanh", "dsigmoid", "dtan", "step", "sign", "ge", "gt",
+                  # `if c then a else b` / `where` with a value condition (SPEC 12)
+                  "sel_ge")
 GENERATED_BUILTINS = frozenset(_BUILTIN_ORDER) & frozenset(BUILTINS)
 SURFACE_BUILTINS = frozenset(_BUILTIN_ORDER[:16])          # SPEC 2.3's list
 SMOOTH_BUILTINS = GENERATED_BUILTINS - KINKED
@@ -101,6 +107,10 @@ class GenOptions:
     real_output_only: bool = False    # return type R
     no_pairs: bool = False            # no pair types anywhere (params, values, result)
     no_relations: bool = False        # no rel(...) parameters, hence no relation predicates
+    # SPEC 12: reads `x[i // 2]`, `x[(i + 1) % N]`, `x[P[i]]` and comparisons `[i % 2 == 0]`,
+    # lowered as the front end lowers them (`tensorlang.check.quasi`), and index-array
+    # parameters `P: Z[n] in m` (on with relations: they are relations to every stage).
+    quasi_indices: bool = True
     pair_tensors: bool = True         # tensors of pairs ([n](t1, t2)) as values and results
     # Projections of tensors of pairs, `(gen i:n. (a, b)).0` (P2's left side): well-defined
     # on the struct-of-arrays representation, but typecheck.type_of rejects them (Proj needs
@@ -121,6 +131,10 @@ class GenOptions:
     dead_lets: bool = False
     invariant_sums: bool = False
     mixed_indices: bool = False
+    # max/min reductions `max i:n. e` (SPEC 12; kinked, so not with `smooth`).  Off in
+    # `theorem_programs()`: the equal split of ties cannot meet Theorem 6.1's constant for
+    # cheap bodies (docs/derivatives.md, tests/test_catalogue.py).
+    extremes: bool = True
 
     def __post_init__(self) -> None:
         unknown = set(self.builtins) - GENERATED_BUILTINS
@@ -372,6 +386,7 @@ class _Gen:
 
     def pred(self, sc: Scope, depth: int) -> Pred:
         kinds = ["true", "cmp", "cmp", "cmp", "false"] + ["rel", "rel"] * bool(sc.rels)
+        kinds += ["quasi"] * (self.opts.quasi_indices and bool(sc.indices))
         if depth > 0:
             kinds += ["and", "or", "exists", "exists"]
         kind = self.pick(kinds)
@@ -381,6 +396,14 @@ class _Gen:
             return PFalse()
         if kind == "cmp":
             return Cmp(self.pick(Cmp.OPS), self.pred_affine(sc), self.pred_affine(sc))
+        if kind == "quasi":  # `[i % 2 == 0]`, `[i // 2 < j]`, `[P[i] == j]`, lowered
+            cmp = Cmp(self.pick(Cmp.OPS), self.quasi_index(sc, Affine.lit(0)),
+                      self.pred_affine(sc))
+            try:
+                return quasi.lower_pred(cmp, type_env(sc), self.fresh_index, _ignore_extent,
+                                        None)
+            except TypeCheckError:  # `% size` the ranges do not bound
+                return PTrue()
         if kind == "rel":
             name = self.pick(list(sc.rels))
             return RelCall(name, tuple(self.index(sc, n) for n in sc.rels[name]))
@@ -459,6 +482,13 @@ class _Gen:
             for name in REL_NAMES[: self.int(0, 2)]:
                 dims = tuple(self.size_expr(sc) for _ in range(self.int(1, 2)))
                 sc = sc.with_param(Param(name, TRel(dims)))
+            if o.quasi_indices:
+                for name in INDEX_ARRAY_NAMES[: self.pick([0, 0, 1, 2])]:
+                    dims = tuple(self.size_expr(sc) for _ in range(self.pick([1, 1, 2])))
+                    bound = self.size_expr(sc)
+                    if sc.value(bound) == 0:  # entries need a non-empty range to lie in
+                        bound = bound + 1
+                    sc = sc.with_param(Param(name, TIndex(dims + (bound,))))
         self.names.taken |= sc.names() | set(sc.rels)
         return sc
 
@@ -487,7 +517,9 @@ class _Gen:
             if depth > 0:
                 kinds += ["mul", "sum", "call", "mul", "sum", "iverson", "call", "mul", "sum",
                           "access", "call", "iverson", "mul", "call"]
+                kinds += ["extreme"] if o.extremes and not o.smooth else []
                 kinds += ["add", "add", "add"] if budget >= 2 else []
+                kinds += ["quasi_access"] * (2 * (o.quasi_indices and bool(sc.indices)))
         elif isinstance(t, TArr):
             kinds = ["gen"] + var
             if depth > 0:
@@ -578,6 +610,16 @@ class _Gen:
         body, b = self.expr(REAL, inner, depth - 1, budget / v)
         return Sum(i, n, body), b * v
 
+    def _extreme(self, t: Type, sc: Scope, depth: int, budget: float) -> tuple[Expr, float]:
+        """`[0 < n] * max i:n. e` (or min): bounded like its body (the guard keeps the
+        empty range's -inf out of generated values; tests cover it separately)."""
+        n = self.size_expr(sc, cap=budget)
+        i = self.names.index()
+        body, b = self.expr(REAL, sc.with_index(i, n), depth - 1, budget)
+        red = EXTREMA[self.pick(["max", "min"])](i, n, body)
+        return (red if n.is_const() and n.const > 0 else
+                Iverson(Cmp("<", Affine.lit(0), n), red)), b
+
     def _gen(self, t: Type, sc: Scope, depth: int, budget: float) -> tuple[Expr, float]:
         assert isinstance(t, TArr)
         # Gen and Pair are dictated by the type, which shrinks: they use up no depth, so
@@ -622,6 +664,49 @@ class _Gen:
         dims = [self.size_expr(sc) for _ in range(k)]
         inner, b = self.expr(tensor(dims, t), sc, depth - 1, budget)
         return Access(inner, [self.index(sc, n) for n in dims]), b
+
+    def _quasi_access(self, t: Type, sc: Scope, depth: int, budget: float
+                      ) -> tuple[Expr, float]:
+        """`e[a]` with a quasi-affine index a (SPEC 12), lowered as the front end does."""
+        n = self.size_expr(sc)
+        inner, b = self.expr(tensor([n]), sc, depth - 1, budget)
+        env = type_env(sc)
+        index = self.quasi_index(sc, n)
+        try:
+            cases = quasi.lower_indices((index,), env, self.fresh_index, _ignore_extent, None,
+                                        (n,))
+        except TypeCheckError:  # `% size` the ranges do not bound: a constant divisor
+            index = quasi_term(IndexDiv("%", Affine.var(self.pick(list(sc.indices))), 2))
+            cases = quasi.lower_indices((index,), env, self.fresh_index, _ignore_extent, None,
+                                        (n,))
+        return quasi.lowered_access(lambda values, _: Access(inner, values), cases, env,
+                                    None), b
+
+    def fresh_index(self, base: str) -> str:
+        return self.names.index()
+
+    def quasi_index(self, sc: Scope, n: Affine) -> Affine | QuasiAffine:
+        """An index with `//`, `%` or an index-array read (sc must have index variables)."""
+        i = Affine.var(self.pick(list(sc.indices)))
+        arrays = [p for p in sc.params if isinstance(p.type, TIndex)]
+        form = self.pick(["div", "mod", "mod_size", "shifted_div", "mixed"]
+                         + ["array", "array"] * bool(arrays))
+        c = Affine.lit(self.pick([2, 3]))
+        if form == "div":
+            return quasi_term(IndexDiv("//", i, c))
+        if form == "mod":
+            return quasi_term(IndexDiv("%", i + self.pick([0, 1]), c))
+        if form == "shifted_div":
+            return quasi_term(IndexDiv("//", i - self.pick([1, 2]), c))
+        if form == "mixed":  # i // c + i % c, nested forms share the lowering
+            return quasi_add(quasi_term(IndexDiv("//", i, c)), quasi_term(IndexDiv("%", i, c)))
+        if form == "mod_size":  # `(i + 1) % N` with i:N (bounded, SPEC 12); else `% 2`
+            size = sc.indices[i.as_var()]
+            den = size if not size.is_const() else c
+            return quasi_term(IndexDiv("%", i + self.pick([1, 0, -1]), den))
+        p = self.pick(arrays)
+        assert isinstance(p.type, TIndex)
+        return quasi_term(IndexRead(p.name, tuple(self.index(sc, d) for d in p.type.shape)))
 
     def _proj(self, t: Type, sc: Scope, depth: int, budget: float) -> tuple[Expr, float]:
         other = self.type_(sc, 1, 0)
@@ -670,6 +755,12 @@ class _Gen:
             a, ba = self.expr(REAL, sc, d, budget)
             b, bb = self.expr(REAL, sc, d, budget)
             return Call(fn, (a, b), ()), max(ba, bb)
+        if fn == "sel_ge":   # `if a >= b then x else y`
+            a, _ = self.expr(REAL, sc, d, budget)
+            b, _ = self.expr(REAL, sc, d, budget)
+            x, bx = self.expr(REAL, sc, d, budget)
+            y, by = self.expr(REAL, sc, d, budget)
+            return Call(fn, (a, b, x, y), ()), max(bx, by)
         if fn == "log":
             a, lo, hi = self.positive(sc, d, math.exp(-budget), math.exp(min(budget, 30.0)))
             return Call(fn, (a,), ()), max(abs(math.log(lo)), abs(math.log(hi)))
@@ -818,6 +909,7 @@ def theorem_programs(max_size: int = 5, max_depth: int = 3, max_statements: int 
     `T0[k + 2]`, `y[M - k - 1]`).  Differentiate in every input: all four are real."""
     for shape in ("dead_lets", "invariant_sums", "mixed_indices"):
         options.setdefault(shape, True)
+    options.setdefault("extremes", False)
     opts = _options(max_size=max_size, max_depth=max_depth, no_pairs=True, no_relations=True,
                     **options)
 
@@ -967,11 +1059,34 @@ def random_value(t: Type, sizes: Mapping[str, int], rng: np.random.Generator, *,
             return (random_value(tensor(dims, elem.a), sizes, rng, **kw),
                     random_value(tensor(dims, elem.b), sizes, rng, **kw))
         return rng.uniform(low, high, size=_shape(dims, sizes, what)).astype(np.float64)
+    if isinstance(t, TIndex):  # the integer array (every stage takes it, SPEC 12)
+        return random_index_array(t, sizes, rng, what)
     if isinstance(t, TRel):
         mask = rng.random(_shape(t.sizes, sizes, what)) < density
         enc = rel_encoding if rel_encoding != "mixed" else ("bool", "coo")[int(rng.integers(2))]
         return mask if enc == "bool" else np.argwhere(mask).astype(np.int64)
     raise TLError(f"cannot make a random value of type {t!r} for {what}")
+
+
+def random_index_array(t: TIndex, sizes: Mapping[str, int], rng: np.random.Generator,
+                       what: str = "value") -> np.ndarray:
+    """Entries uniform in the range of index array type `t` (the argument users pass)."""
+    shape = _shape(t.sizes, sizes, what)
+    if shape[-1] == 0 and math.prod(shape[:-1]) > 0:
+        raise ShapeError(f"{what}: an index array into an empty range must be empty")
+    return rng.integers(0, max(shape[-1], 1), size=shape[:-1]).astype(np.int64)
+
+
+def type_env(sc: Scope) -> TypeEnv:
+    """The type checker's view of a scope (for the front end's lowering functions)."""
+    env = TypeEnv.of_params(sc.params)
+    for name, size in sc.indices.items():
+        env = env.with_index(name, size)
+    return env
+
+
+def _ignore_extent(name: str, extent: Affine) -> None:
+    """Generated index arrays declare their range: the extents they index are not needed."""
 
 
 def _shape(dims: Iterable[Affine], sizes: Mapping[str, int], what: str) -> tuple[int, ...]:

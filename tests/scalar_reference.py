@@ -100,6 +100,15 @@ def eval_scalar_reference(e: ast.Expr, env: Mapping[str, Any]) -> Any:
         for i in range(max(0, e.size.evaluate(env))):
             acc = acc + np.float64(ev(e.body, {**env, e.idx: i}))
         return float(acc)
+    if isinstance(e, ast.Extremum):   # SPEC 12: -inf / +inf when empty, NaN propagates
+        acc = np.float64(e.EMPTY)
+        for i in range(max(0, e.size.evaluate(env))):
+            v = np.float64(ev(e.body, {**env, e.idx: i}))
+            if v != v or (v > acc if e.op == "max" else v < acc):
+                acc = v
+            if acc != acc:
+                break
+        return float(acc)
     if isinstance(e, ast.Access):
         return _ref_index(ev(e.e, env), tuple(a.evaluate(env) for a in e.idx))
     if isinstance(e, ast.Iverson):
@@ -176,6 +185,9 @@ def cost_scalar_reference(e: ast.Expr, env: Mapping[str, Any]) -> tuple[int, int
             out = add(out, c(body, point))
             live += not z_scalar(body, point)
         return add(out, (max(0, live - 1), 0, 0))
+    if isinstance(e, ast.Extremum):   # SPEC 12: max(0, n - 1) calls, every point counts
+        n = max(0, e.size.evaluate(env))
+        return add((0, 0, max(0, n - 1)), *(c(e.body, {**env, e.idx: i}) for i in range(n)))
     if isinstance(e, ast.Iverson):
         return c(e.e, env) if eval_pred_scalar(e.pred, env) else (0, 0, 0)
     if isinstance(e, ast.Let):

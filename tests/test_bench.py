@@ -235,7 +235,8 @@ def test_torch_agrees_with_numpy(name):
 
 # One workload per derivative kind and per jax-specific construct (relations, eye, triu); the
 # forward translations themselves are shared with torch, which is tested on every workload.
-JAX_FAST = ("qform", "qform2", "conv", "nbody", "arap_residuals", "matfac", "masked")
+JAX_FAST = ("qform", "qform2", "conv", "nbody", "arap_residuals", "matfac", "masked", "embag",
+            "upsample")
 
 
 @pytest.mark.skipif(not HAVE_JAX, reason="jax not installed")

@@ -33,7 +33,7 @@ from tensorlang.proofs.catalogue import (
 from tensorlang.proofs.rules_derivative import FORMS, PARAMS, N, derivative_rule
 from tensorlang.proofs.rules_normalize import NORMALIZE_RULES
 
-EXPECTED = ("L1 L2 L3 L4 L5 L6 L7 L8 L9 P0 P1 P2 P3 P4 P5 P6 P7 P8 G1 G2 G3 G4").split()
+EXPECTED = ("L1 L2 L3 L4 L5 L6 L7 L8 L9 L10 P0 P1 P2 P3 P4 P5 P6 P7 P8 G1 G2 G3 G4").split()
 
 
 def test_every_normalisation_rule_is_registered() -> None:
@@ -145,15 +145,23 @@ def test_whole_passes_on_random_programs(name: str) -> None:
 
 BOX_RULES = ["cholesky", "trisolve", "trisolve_t", "cholesky_inverse", "lq", "eigh"]  # SPEC 13
 FWD = ["FWD-input", "FWD-const", "FWD-add", "FWD-map", "FWD-select", "FWD-contract",
-       "FWD-reduce"] + [f"FWD-{b}" for b in BOX_RULES]
+       "FWD-reduce"]
 ADJ = ["ADJ-input", "ADJ-const", "ADJ-add", "ADJ-map", "ADJ-select", "ADJ-contract",
-       "ADJ-reduce", "ADJ-fanout"] + [f"ADJ-{b}" for b in BOX_RULES]
+       "ADJ-reduce", "ADJ-fanout"]
+FWD_BOX = [f"FWD-{b}" for b in BOX_RULES]
+ADJ_BOX = [f"ADJ-{b}" for b in BOX_RULES]
+
+
+# max/min reductions (SPEC 12): meaning and normal form hold; the cost bound does not (see
+# test_extreme_rules_cost_bound_is_open below and docs/derivatives.md).
+EXTREME = ["FWD-extreme", "ADJ-extreme"]
 
 
 def test_every_rule_of_the_derivative_registries_is_a_catalogue_entry() -> None:
     load_rule_modules()
-    assert list(JVP_RULES.rules) == FWD and list(VJP_RULES.rules) == ADJ
-    assert set(FORMS) == set(FWD) | set(ADJ)
+    assert list(JVP_RULES.rules) == FWD + EXTREME[:1] + FWD_BOX
+    assert list(VJP_RULES.rules) == ADJ[:-1] + EXTREME[1:] + ADJ[-1:] + ADJ_BOX
+    assert set(FORMS) == set(FWD + FWD_BOX) | set(ADJ + ADJ_BOX) | set(EXTREME)
     for table in (JVP_RULES, VJP_RULES):
         for name, rule in table.rules.items():
             entry = RULES[name]
@@ -180,12 +188,28 @@ def test_every_form_has_its_rule() -> None:
 
 
 def test_all_derivative_rules_hold() -> None:
-    reports = check_all(max_examples=15, names=FWD + ADJ)
+    reports = check_all(max_examples=15, names=FWD + FWD_BOX + ADJ + ADJ_BOX)
     bad = [r for r in reports if not r.ok]
     assert not bad, format_table(bad)
     for r in reports:
         assert r.instances == 15 and r.normal_form_ok is True
         assert math.isnan(r.worst_ratio) or r.worst_ratio <= 1.0
+
+
+def test_extreme_rules_keep_meaning() -> None:
+    reports = check_all(max_examples=15, names=EXTREME)
+    for r in reports:
+        assert r.instances == 15 and r.meaning_ok and r.normal_form_ok is True, \
+            format_table([r])
+
+
+@pytest.mark.xfail(strict=True, reason="open: the equal split of ties (JAX's convention, "
+                   "SPEC 12) costs about 4n per output point against n - 1 for the max "
+                   "itself, so Theorem 6.1's 3 C(f) cannot hold for cheap bodies (n = 1: "
+                   "C(f) = 0); docs/derivatives.md")
+def test_extreme_rules_cost_bound_is_open() -> None:
+    reports = check_all(max_examples=15, names=EXTREME)
+    assert all(r.cost_ok for r in reports), format_table(reports)
 
 
 def _swap_rule(monkeypatch, table, name: str, fn) -> None:
@@ -321,7 +345,7 @@ def test_tl_prove_lists_every_rule_and_the_theorems(capsys) -> None:
     code, out, err = _prove(capsys, "--examples", "2")
     assert code == 0, err
     rows = {line.split()[0] for line in out.splitlines() if line.strip()}
-    assert set(FWD + ADJ + EXPECTED) <= rows
+    assert set(FWD + FWD_BOX + ADJ + ADJ_BOX + EXPECTED) <= rows
     lines = out.splitlines()
     for theorem in ("6.1 jvp bound", "6.55 vjp bound"):
         for level, programs in itertools.product(("rules", "compiled"), ("random", "examples")):

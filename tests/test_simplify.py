@@ -157,6 +157,11 @@ def _all_examples() -> list[tuple[str, str]]:
 def test_every_example_is_simplified(file: str, name: str) -> None:
     p = example(file, name)
     q, report = simplify(p, strict=True)
+    if any(s.rhs.kind == "extreme" for s in p.stmts):
+        # max/min reductions: the documented exclusion (docs/simplifier.md), not a failure
+        assert report.mode == "unchanged" and not report.failed and q is p
+        assert "not encoded in the e-graph" in report.text()
+        return
     assert report.mode in ("full", "full+repaired"), report.text()
     assert not report.failed, report.text()
     for n, seed in ((2, 1), (3, 2)):

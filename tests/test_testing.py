@@ -35,7 +35,7 @@ def max_abs(v: Any) -> float:
 def walk_env(e: ast.Node, env: Any) -> Iterator[tuple[ast.Node, Any]]:
     """Every sub-node with the type environment in force at it."""
     yield e, env
-    if isinstance(e, (ast.Gen, ast.Sum, ast.Exists)):
+    if isinstance(e, (ast.Gen, ast.Sum, ast.Exists, ast.Extremum)):
         yield from walk_env(e.size, env)
         yield from walk_env(e.body, env.with_index(e.idx, e.size))
     elif isinstance(e, ast.Let):
@@ -131,6 +131,7 @@ def features(d: ast.Def, args: dict[str, Any]) -> set[str]:
 
 EXPECTED = (
     {"Var", "Const", "Add", "Mul", "Call", "Pair", "Proj", "Gen", "Sum", "Access", "Iverson",
+     "Max", "Min", "call:sel_ge",
      "Let", "PTrue", "PFalse", "Cmp<", "Cmp<=", "Cmp==", "RelCall", "And", "Or", "Exists",
      "sum:nested", "let_in:Gen", "let_in:Sum", "exists:integrality",
      "iverson:real", "iverson:tensor", "iverson:pair",

@@ -41,7 +41,7 @@ from tensorlang.ir.build import (Builder, make_add, make_const, make_contract, m
 from tensorlang.ir.canon import disjuncts
 from tensorlang.ir.ast import Affine, Cmp, PFalse, Pred, PTrue
 from tensorlang.semantics.builtins import INDICATOR_PARTIALS, deriv_expr, select_call
-from tensorlang.ir.tssa import (AddRhs, ConstRhs, Input, MapRhs, Operand, ReduceRhs,
+from tensorlang.ir.tssa import (ExtremeRhs, AddRhs, ConstRhs, Input, MapRhs, Operand, ReduceRhs,
                              Rhs)
 
 from ..indexsolve import eliminate_sum
@@ -628,3 +628,27 @@ def builtin_select(em: Emitter, gen: IndexList, pred: Pred, fn: str, args: Seque
         if isinstance(d, ConstRhs) and d.value == 1.0:
             return em.map(gen, helper[len("keep_"):], (), ops[:2], pred, linear=lin)
     return em.map(gen, helper, (), list(ops[:2]) + lin, pred, linear=lin)
+
+
+def extreme_weights(em: Emitter, rhs: ExtremeRhs, v: Operand, u: Operand
+                    ) -> tuple[list[tuple[str, Affine]], Operand, str | None, Pred]:
+    """The tie weights of a max/min reduction `v[I] = [P] * max j. u[A]` (SPEC 12: ties
+    share the derivative equally, as JAX does), as data-dependent selections, so that
+    derivatives stay gathers: `eq[I, j] = ge(u[A], v[I])` (`ge(v[I], u[A])` for min: the
+    maximisers), and `r[I] = [P and 0 < n] * recip(sum j. eq[I, j])`.  `u` and `v` are primal
+    operands in the statement's index names.  Returns (generators over I + j, eq read at
+    (I, j) in the statement's names, r's variable, the mask `P and 0 < n`)."""
+    (jn,), (n,) = rhs.sum_names(), rhs.sdims
+    gij = em.gens(tuple(rhs.dims) + (n,))
+    to_gen = {jn: Affine.var(gij[-1][0])}
+    a, b = (u.subst(to_gen), v) if rhs.op == "max" else (v, u.subst(to_gen))
+    eq = em.map(gij, "ge", (), [a, b], rhs.pred)
+    here = ids(rhs.gen_names())
+    mask = ast.pred_and(rhs.pred, ast.Cmp("<", Affine.lit(0), n))
+    if eq is None:
+        return gij, Operand(em.zeros(tuple(rhs.dims) + (n,)), here + ids([jn])), None, mask
+    eq_read = Operand(eq, here + ids([jn]))
+    cnt = em.sum(em.gens(rhs.dims), [(jn, n)], rhs.pred, 1.0, [eq_read])
+    r = None if cnt is None else em.map(em.gens(rhs.dims), "recip", (),
+                                         [Operand(cnt, here)], mask)
+    return gij, eq_read, r, mask

@@ -23,6 +23,9 @@ structural zero (whose statements are never emitted):
                                                 counted only where both are live);
                                                 `u[A] * u[A]` -> `2c * du[A] * u[A]`
   FWD-reduce    sum J. [P] c u1[A1]          -> sum J. [P] c du1[A1]
+  FWD-extreme   [P] max j. u[A]              -> (sum j. eq du[A]) * recip(sum j. eq), eq the
+                                                maximisers `ge(u[A], v)`: ties share equally
+                                                (SPEC 12, JAX's convention); min alike
 
 Budget (Theorem 6.1, checked per rule by the catalogue): the tangent statements of a
 statement cost at most 3 times the statement (for every builtin but the derivative tower's
@@ -35,10 +38,12 @@ from typing import Callable, Mapping, Sequence
 
 from tensorlang.ir import ast
 from tensorlang.ir.ast import Affine
-from tensorlang.ir.tssa import (AddRhs, ConstRhs, ContractRhs, Input, MapRhs, Operand, Program,
+from tensorlang.ir.tssa import (AddRhs, ConstRhs, ContractRhs, ExtremeRhs, Input, MapRhs,
+                                Operand, Program,
                                 ReduceRhs, Rhs, Stmt)
 
-from .emit import Emitter, builtin_partial, builtin_select, has_select_rule, ids
+from .emit import (Emitter, builtin_partial, builtin_select, extreme_weights, has_select_rule,
+                   ids)
 from .registry import RuleTable
 
 
@@ -178,7 +183,30 @@ def fwd_reduce(fw: Forward, stmt: Stmt) -> str | None:
     return fw.em.sum(fw.gen(rhs), sums, rhs.pred, rhs.coeff, [t])
 
 
+@JVP_RULES.register("FWD-extreme", ExtremeRhs,
+                    "[P] max j. u[A] -> [P and 0 < n] (sum j. eq[I, j] du[A]) * recip(sum j. "
+                    "eq[I, j]),  eq = ge(u[A], v[I])  (ties share equally; min alike)")
+def fwd_extreme(fw: Forward, stmt: Stmt) -> str | None:
+    rhs = stmt.rhs
+    assert isinstance(rhs, ExtremeRhs)
+    (o,) = rhs.operands
+    t = fw.tan(rhs, o)
+    if t is None:
+        return None
+    here = ids(rhs.gen_names())
+    _, eq, r, mask = extreme_weights(fw.em, rhs, fw.prim(Operand(stmt.var, here)), fw.prim(o))
+    if r is None:
+        return None
+    (jn,), (n,) = rhs.sum_names(), rhs.sdims
+    gen = fw.gen(rhs)
+    num = fw.em.sum(gen, [(jn, n)], rhs.pred, 1.0, [eq, t])
+    if num is None:
+        return None
+    return fw.em.sum(gen, [], mask, 1.0, [Operand(num, ids(g for g, _ in gen)),
+                                          Operand(r, here)])
+
+
 __all__ = ["Forward", "JVP_RULES", "JvpRule", "fwd_input", "fwd_const", "fwd_add", "fwd_map",
-           "fwd_select", "fwd_contract", "fwd_reduce"]
+           "fwd_select", "fwd_contract", "fwd_reduce", "fwd_extreme"]
 
 from . import boxes as box_rules  # noqa: E402,F401  (registers FWD-cholesky, ...: SPEC 13)

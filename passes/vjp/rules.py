@@ -39,10 +39,12 @@ from typing import Callable, Sequence
 
 from tensorlang.ir import ast
 from tensorlang.ir.ast import Affine, Cmp, Pred
-from tensorlang.ir.tssa import (AddRhs, ConstRhs, ContractRhs, Input, MapRhs, Operand, Program,
+from tensorlang.ir.tssa import (AddRhs, ConstRhs, ContractRhs, ExtremeRhs, Input, MapRhs,
+                                Operand, Program,
                                 ReduceRhs, Rhs, Stmt)
 
-from ..jvp.emit import Emitter, builtin_partial, builtin_select, has_select_rule, ids
+from ..jvp.emit import (Emitter, builtin_partial, builtin_select, extreme_weights,
+                        has_select_rule, ids)
 from ..jvp.registry import RuleTable
 
 
@@ -168,6 +170,26 @@ def adj_reduce(rv: Reverse, stmt: Stmt, dv: str) -> None:
     rv.give(rhs, dv, 0, rhs.coeff, [], rhs.pred)
 
 
+@VJP_RULES.register("ADJ-extreme", ExtremeRhs,
+                    "[P] max j. u[A] -> d_u += gen K. sum I, j. [P and A == K] g[I] eq[I, j], "
+                    "g = [0 < n] d_v * recip(sum j. eq),  eq = ge(u[A], v[I])  (a gather)")
+def adj_extreme(rv: Reverse, stmt: Stmt, dv: str) -> None:
+    """Ties share the cotangent equally (SPEC 12); the contribution is a gather of the
+    selection `eq` scaled per output point, like ADJ-contract's."""
+    rhs = stmt.rhs
+    assert isinstance(rhs, ExtremeRhs)
+    (o,) = rhs.operands
+    if o.var not in rv.active:
+        return
+    here = ids(rhs.gen_names())
+    _, eq, r, mask = extreme_weights(rv.em, rhs, rv.prim(Operand(stmt.var, here)), rv.prim(o))
+    if r is None:
+        return
+    g = rv.em.sum(rv.em.gens(rhs.dims), [], mask, 1.0, [Operand(dv, here), Operand(r, here)])
+    if g is not None:
+        rv.give(rhs, g, 0, 1.0, [eq], rhs.pred)
+
+
 @VJP_RULES.register("ADJ-fanout", None,
                     "d_v = sum of v's contributions (one guarded add per extra one)")
 def adj_fanout(rv: Reverse, var: str) -> str | None:
@@ -176,6 +198,6 @@ def adj_fanout(rv: Reverse, var: str) -> str | None:
 
 
 __all__ = ["Reverse", "VJP_RULES", "VjpRule", "adj_input", "adj_const", "adj_add", "adj_map",
-           "adj_select", "adj_contract", "adj_reduce", "adj_fanout"]
+           "adj_select", "adj_contract", "adj_reduce", "adj_extreme", "adj_fanout"]
 
 from . import boxes as box_rules  # noqa: E402,F401  (registers ADJ-cholesky, ...: SPEC 13)

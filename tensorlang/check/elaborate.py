@@ -40,17 +40,21 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Union
 
 from tensorlang.ir.ast import (
-    REAL, Access, Add, Affine, Box, Call, Cmp, Const, Def, DefCall, DerivedDef, Exists, Expr, Gen, Iverson,
-    Let, Mul, Node, Pair, Param, Pred, Proj, PTrue, RelCall, Sum, TArr, TPair, TReal, TRel, TSize,
-    Type, Var, binder_name, fresh, map_fields, pred_and, scalar_of, shape_of, subst, tensor,
-    walk,
+    REAL, Access, Add, Affine, Box, Call, Cmp, Const, Def, DefCall, DerivedDef, Exists, Expr,
+    Gen, Iverson, Let, Mul, Node, Pair, Param, Pred, Proj, PTrue, RelCall, Sum, TArr, TIndex, TPair,
+    TReal, TRel, TSize, Type, Var, binder_name, fresh, map_fields, pred_and, scalar_of, shape_of,
+    subst, tensor, walk, Cond, CondAnd, CondCmp, CondNot, CondOr, CondPred, Extremum, IfThen,
+    cmp_pred, pred_not,
 )
 from tensorlang.semantics import boxes
 from tensorlang.syntax import printer
 from tensorlang.syntax.errors import Loc, TypeCheckError
 from tensorlang.check import prelude
+from tensorlang.check.quasi import is_quasi_pred, lower_indices, lower_pred, lowered_access
+from tensorlang.ir.ast import QuasiAffine
 from tensorlang.check.typecheck import (
     SIZE, DeriveCore, TLWarning, TypeEnv, role_text, access_result, access_warning, box_type,
+    INDEX, format_affine,
     builtin_arity,
     check_affine, check_pred, check_size, format_type, param_env, pick_loc, prove_nonneg, type_of,
 )
@@ -166,7 +170,7 @@ def _freshen(e: Expr, new_name: Callable[[str], str]) -> Expr:
             out: Node = Var(ren[n.name], loc=n.loc) if n.name in ren else n
         elif isinstance(n, Affine):
             out = n.rename(ren) if n.vars() & ren.keys() else n
-        elif isinstance(n, (Gen, Sum, Exists, Let)):
+        elif isinstance(n, (Gen, Sum, Exists, Extremum, Let)):
             old = binder_name(n)
             assert old is not None
             inner = {**ren, old: new_name(old)}
@@ -192,6 +196,8 @@ def _subst_type(t: Type, sizes: Mapping[str, Affine]) -> Type:
         return TArr(t.size.subst(sizes), _subst_type(t.elem, sizes))
     if isinstance(t, TPair):
         return TPair(_subst_type(t.a, sizes), _subst_type(t.b, sizes))
+    if isinstance(t, TIndex):
+        return TIndex(tuple(n.subst(sizes) for n in t.sizes), t.unbounded)
     if isinstance(t, TRel):
         return TRel(tuple(n.subst(sizes) for n in t.sizes))
     return t
@@ -280,6 +286,12 @@ def _expr_affine(e: Expr) -> Affine | None:
     return None
 
 
+# `if l op r then a else b` as `sel_ge(x, y, u, v)` (u if x >= y else v): (which side is x,
+# which branch is u), with 0 = lhs / then.  `a > b` is `not (b >= a)`.
+_SELECT_ARGS: dict[str, tuple[int, int]] = {">=": (0, 0), "<=": (1, 0), ">": (1, 1), "<": (0, 1)}
+_INDEX_ROLES = frozenset({INDEX, SIZE})
+
+
 def _signature_text(params: Iterable[Param]) -> str:
     return ", ".join(f"{p.name}: {format_type(p.type)}" for p in params)
 
@@ -321,6 +333,8 @@ class _Elaborator:
         self.avoid = _all_names(d)
         self.generated: set[str] = set()  # names made by `fresh`, unique in this def
         self.numbers = itertools.count()  # this def's own: its names do not depend on others
+        self.index_extents: dict[str, list[Affine]] = {}  # see `record`
+        self.placeholders: set[str] = set()  # ranges not inferred yet (`_with_index_bounds`)
 
     def fresh(self, base: str) -> str:
         name = fresh(base, self.avoid, self.numbers)
@@ -395,15 +409,17 @@ class _Elaborator:
             if e.k not in (0, 1):
                 raise _err(f"projection .{e.k}: pairs have components .0 and .1", loc)
             return Proj(self.core(v, env), e.k, loc=e.loc), (t.a if e.k == 0 else t.b)
-        if isinstance(e, (Gen, Sum)):
+        if isinstance(e, (Gen, Sum, Extremum)):
             return self.binder(e, env, loc)
+        if isinstance(e, IfThen):
+            return self.ifthen(e, env, loc)
         if isinstance(e, Access):
             return self.access(e, env, loc)
         if isinstance(e, Iverson):
-            check_pred(e.pred, env, loc)
-            inner = env.with_fact(e.pred)
+            pred = self.pred(e.pred, env, loc)
+            inner = env.with_fact(pred)
             v, t = self.expr(e.e, inner, loc)
-            return Iverson(e.pred, self.core(v, inner), loc=e.loc), t
+            return Iverson(pred, self.core(v, inner), loc=e.loc), t
         if isinstance(e, Let):
             v, tv = self.expr(e.value, env, loc)
             inner = env.with_var(e.name, tv)
@@ -413,8 +429,9 @@ class _Elaborator:
             return self.defcall(e, env, loc)
         raise _err(f"not an expression: {e!r}", loc)
 
-    def binder(self, e: Gen | Sum, env: TypeEnv, loc: Loc | None) -> tuple[Operand, Type]:
-        word = "gen" if isinstance(e, Gen) else "sum"
+    def binder(self, e: Gen | Sum | Extremum, env: TypeEnv,
+               loc: Loc | None) -> tuple[Operand, Type]:
+        word = "gen" if isinstance(e, Gen) else "sum" if isinstance(e, Sum) else e.op
         check_size(e.size, env, loc, f"range of {word} {e.idx}")
         inner = env.with_index(e.idx, e.size)
         v, t = self.expr(e.body, inner, loc)
@@ -422,12 +439,120 @@ class _Elaborator:
         if isinstance(e, Gen):
             return Gen(e.idx, e.size, body, loc=e.loc), TArr(e.size, t)
         if not isinstance(t, TReal):
-            raise _err(f"the body of sum {e.idx} must be R, found {format_type(t)}",
+            raise _err(f"the body of {word} {e.idx} must be R, found {format_type(t)}",
                        pick_loc(e.body.loc, loc))
-        return Sum(e.idx, e.size, body, loc=e.loc), REAL
+        return type(e)(e.idx, e.size, body, loc=e.loc), REAL
+
+    # -- selection (SPEC 12)
+    def ifthen(self, e: IfThen, env: TypeEnv, loc: Loc | None) -> tuple[Operand, Type]:
+        """`if c then a else b`.  An index-only condition p whose negation is an index
+        predicate becomes `[p] * a + [not p] * b` (static; the addition has disjoint supports
+        and costs nothing); otherwise the branches must be R and the condition is evaluated
+        per point: one comparison of reals becomes `sel_ge(l, r, a, b)` (with its arguments
+        arranged for the operator), a compound condition a 0/1 value k and `sel_ge(k, 0.5,
+        a, b)`.  The selection is piecewise constant in differentiation (its tangent selects
+        the branch's tangent); both branches are evaluated, as with numpy's `where`."""
+        p = self.index_cond(e.cond, env, loc)
+        q = pred_not(p) if p is not None else None
+        if p is not None and q is not None:
+            return self.expr(Add(Iverson(p, e.a, loc=loc), Iverson(q, e.b, loc=loc), loc=loc),
+                             env, loc)
+        branches = []
+        for part, word in ((e.a, "then"), (e.b, "else")):
+            v, t = self.expr(part, env, loc)
+            if not isinstance(t, TReal):
+                raise _err(f"the {word} branch of an if whose condition depends on values must "
+                           f"be R, found {format_type(t)} (select elementwise inside a gen)",
+                           pick_loc(part.loc, loc))
+            branches.append(self.core(v, env))
+        a, b = branches
+        c = e.cond
+        if isinstance(c, CondCmp) and p is None and c.op in _SELECT_ARGS:
+            lhs, rhs = self.real_side(c.lhs, c, env, loc), self.real_side(c.rhs, c, env, loc)
+            order = _SELECT_ARGS[c.op]
+            sides, picks = (lhs, rhs), (a, b)
+            args = (sides[order[0]], sides[1 - order[0]], picks[order[1]], picks[1 - order[1]])
+            return Call("sel_ge", args, (), loc=loc), REAL
+        k, lets = self.cond_value(c, env, loc)
+        return _wrap_lets(lets, Call("sel_ge", (k, Const(0.5), a, b), (), loc=loc)), REAL
+
+    def index_cond(self, c: Cond, env: TypeEnv, loc: Loc | None) -> Pred | None:
+        """The condition as an index predicate, or None where it compares values."""
+        loc = pick_loc(c.loc, loc)
+        if isinstance(c, CondPred):
+            check_pred(c.pred, env, loc)
+            return c.pred
+        if isinstance(c, CondCmp):
+            sides = (c.alhs, c.arhs)
+            if any(a is None or any(env.role(v) not in _INDEX_ROLES for v in a.vars())
+                   for a in sides):
+                return None
+            lhs, rhs = sides
+            assert lhs is not None and rhs is not None
+            p = cmp_pred(c.op, lhs, rhs)
+            check_pred(p, env, loc)
+            return p
+        if isinstance(c, (CondAnd, CondOr)):
+            a, b = self.index_cond(c.a, env, loc), self.index_cond(c.b, env, loc)
+            if a is None or b is None:
+                return None
+            return (And if isinstance(c, CondAnd) else Or)(a, b, loc=loc)
+        if isinstance(c, CondNot):
+            a = self.index_cond(c.a, env, loc)
+            return None if a is None else pred_not(a)
+        raise _err(f"not a condition: {c!r}", loc)
+
+    def real_side(self, e: Expr | None, c: CondCmp, env: TypeEnv, loc: Loc | None) -> Expr:
+        loc = pick_loc(c.loc, loc)
+        if e is None:
+            raise _err("a comparison of values needs real expressions on both sides", loc)
+        v, t = self.expr(e, env, loc)
+        if not isinstance(t, TReal):
+            raise _err(f"a comparison in a condition compares reals, found {format_type(t)}",
+                       pick_loc(e.loc, loc))
+        return self.core(v, env)
+
+    def cond_value(self, c: Cond, env: TypeEnv, loc: Loc | None
+                   ) -> tuple[Expr, list[tuple[str, Expr]]]:
+        """The condition as a real 0/1 value (index parts are Iverson brackets `[p] * 1`),
+        with the `let`s that bind compared expressions used twice."""
+        lets: list[tuple[str, Expr]] = []
+
+        def shared(e: Expr) -> Expr:
+            if isinstance(e, (Var, Const)) or (isinstance(e, Access) and isinstance(e.e, Var)):
+                return e
+            name = self.fresh("c")
+            lets.append((name, e))
+            return Var(name)
+
+        def go(c: Cond) -> Expr:
+            cl = pick_loc(c.loc, loc)
+            p = self.index_cond(c, env, cl)
+            if p is not None:
+                return Iverson(p, Const(1.0), loc=cl)
+            if isinstance(c, CondCmp):
+                lhs, rhs = self.real_side(c.lhs, c, env, cl), self.real_side(c.rhs, c, env, cl)
+                if c.op in ("==", "!="):
+                    lhs, rhs = shared(lhs), shared(rhs)
+                    if c.op == "==":
+                        return Mul(Call("ge", (lhs, rhs), ()), Call("ge", (rhs, lhs), ()), loc=cl)
+                    return Add(Call("gt", (lhs, rhs), ()), Call("gt", (rhs, lhs), ()), loc=cl)
+                fn = "ge" if c.op in (">=", "<=") else "gt"
+                return Call(fn, (lhs, rhs) if c.op in (">=", ">") else (rhs, lhs), (), loc=cl)
+            if isinstance(c, CondAnd):
+                return Mul(go(c.a), go(c.b), loc=cl)
+            if isinstance(c, CondOr):
+                return Call("max", (go(c.a), go(c.b)), (), loc=cl)
+            if isinstance(c, CondNot):
+                return Call("gt", (Const(0.5), go(c.a)), (), loc=cl)
+            raise _err("a relation call or exists under 'not' needs an index predicate", cl)
+
+        return go(c), lets
 
     def access(self, e: Access, env: TypeEnv, loc: Loc | None) -> tuple[Operand, Type]:
         v, t = self.expr(e.e, env, loc)
+        if any(isinstance(a, QuasiAffine) for a in e.idx):
+            return self.quasi_access(e, v, t, env, loc)
         for a in e.idx:
             check_affine(a, env, loc)
         rt = access_result(t, len(e.idx), loc)
@@ -435,6 +560,53 @@ class _Elaborator:
         if isinstance(v, _EW):
             return self.index(v, e.idx, env, loc), rt
         return Access(v, e.idx, loc=e.loc), rt
+
+    def record(self, name: str, extent: Affine) -> None:
+        """An extent index array `name` indexes (its entries' range, when not declared)."""
+        self.index_extents.setdefault(name, []).append(extent)
+
+    def quasi_access(self, e: Access, v: Operand, t: Type, env: TypeEnv,
+                     loc: Loc | None) -> tuple[Operand, Type]:
+        """`x[.. i // 2 .., idx[j], ..]` (see `tensorlang.check.quasi`): a sum over the fresh
+        quotient / entry variables of the guarded affine access, under a `gen` over the
+        dimensions the access leaves."""
+        rt = access_result(t, len(e.idx), loc)
+        if not isinstance(scalar_of(t), TReal):
+            raise _err(f"a quasi-affine or index-array index needs a tensor of R, found "
+                       f"{format_type(t)}", loc)
+        for a in e.idx:
+            if isinstance(a, Affine):
+                check_affine(a, env, loc)
+        dims = shape_of(t)
+        cases = lower_indices(e.idx, env, self.fresh, self.record, loc, dims[:len(e.idx)])
+        lets: list[tuple[str, Expr]] = []
+        target = self.operand(v, len(dims), lets)
+        rest = dims[len(e.idx):]
+        names = tuple(self.fresh("i") for _ in rest)
+        outer = env
+        for n, size in zip(names, rest):
+            outer = outer.with_index(n, size)
+        tail = tuple(Affine.var(n) for n in names)
+
+        def read(values: tuple[Affine, ...], inner: TypeEnv) -> Expr:
+            full = values + tail
+            self.warn(access_warning(e.e, full, t, inner, loc))
+            if isinstance(target, _EW):
+                return self.index(target, full, inner, loc)
+            return _push(target, full, inner) if _pushable(target, len(full)) else \
+                Access(target, full, loc=e.loc)
+
+        body = lowered_access(read, cases, outer, loc)
+        for n, size in reversed(list(zip(names, rest))):
+            body = Gen(n, size, body, loc=loc)
+        return _wrap_lets(lets, body), rt
+
+    def pred(self, p: Pred, env: TypeEnv, loc: Loc | None) -> Pred:
+        """A checked predicate, quasi-affine comparisons lowered (`tensorlang.check.quasi`)."""
+        if is_quasi_pred(p):
+            p = lower_pred(p, env, self.fresh, self.record, loc)
+        check_pred(p, env, loc)
+        return p
 
     def call(self, fn: str, args: tuple[Expr, ...], params: tuple[float, ...], env: TypeEnv,
              loc: Loc | None) -> tuple[Operand, Type]:
@@ -594,6 +766,7 @@ def inline_call(el: _Elaborator, callee: Def, e: DefCall, env: TypeEnv,
     rels: dict[str, str] = {}
     typed: list[tuple[Param, Type, Loc | None]] = []
     values: list[tuple[Param, Expr]] = []
+    arrays: list[tuple[Param, str, TIndex, Loc | None]] = []
     for p, a in pairs:
         where = f"argument {position[p.name]} of {name} (parameter {p.name}: {format_type(p.type)})"
         aloc = pick_loc(a.loc, loc)
@@ -603,6 +776,13 @@ def inline_call(el: _Elaborator, callee: Def, e: DefCall, env: TypeEnv,
                 raise _err(f"{where} must be a size (affine in size variables)", aloc)
             check_size(aff, env, aloc, f"{where}:")
             sizes[p.name] = aff
+        elif isinstance(p.type, TIndex):  # unified on its shape; its range below
+            arr = env.rel_type(a.name) if isinstance(a, Var) else None
+            if not isinstance(arr, TIndex):
+                raise _err(f"{where} must be an index-array parameter (Z[...])", aloc)
+            rels[p.name] = a.name  # type: ignore[union-attr]
+            arrays.append((p, a.name, arr, aloc))  # type: ignore[union-attr]
+            typed.append((Param(p.name, tensor(p.type.shape)), tensor(arr.shape), aloc))
         elif isinstance(p.type, TRel):
             rel = env.rel_type(a.name) if isinstance(a, Var) else None
             if rel is None:
@@ -621,6 +801,19 @@ def inline_call(el: _Elaborator, callee: Def, e: DefCall, env: TypeEnv,
         if not _same_structure(p.type, t):
             raise _err(f"argument {position[p.name]} of {name} (parameter {p.name}): expected "
                        f"{format_type(_subst_type(p.type, sizes))}, found {format_type(t)}", aloc)
+    for p, _, arr, _ in arrays:  # a range no other argument fixes: the array's own
+        v = p.type.sizes[-1].as_var()
+        if v in unknown and v not in sizes:
+            sizes[v] = arr.sizes[-1]
+    for p, arg, arr, aloc in arrays:
+        want_bound = p.type.sizes[-1].subst(sizes)
+        if want_bound.vars() & (unknown - sizes.keys()):
+            continue  # reported below
+        el.record(arg, want_bound)
+        if arr.sizes[-1] is not want_bound and not (arr.sizes[-1].vars() & el.placeholders):
+            raise _err(f"argument {position[p.name]} of {name} (parameter {p.name}): entries "
+                       f"in 0 <= {arg}[...] < {format_affine(arr.sizes[-1])}, but {name} "
+                       f"indexes with them below {format_affine(want_bound)}", aloc)
     for p in params:
         if p.name in unknown and p.name not in sizes:
             raise _err(f"cannot infer the size {p.name} of {name} from its arguments; pass the "
@@ -657,11 +850,56 @@ def elaborate_def(d: Def, earlier: Mapping[str, Def] | None = None, *,
 
     `ret` of the result is the declared type, or the inferred one when none was declared
     (`typecheck.check_def` compares them).  Bounds warnings are appended to `warnings`."""
+    d = _with_index_bounds(d, earlier or {}, later, derived or {}, derive)
     env = param_env(d)
     el = _Elaborator(d, earlier or {}, later, derived or {}, warnings, derive)
     v, t = el.expr(d.body, env, d.loc)
     body = el.core(v, env)
     return Def(d.name, d.params, d.ret if d.ret is not None else t, body, loc=d.loc)
+
+
+def _with_index_bounds(d: Def, earlier: Mapping[str, Def], later: Iterable[str],
+                       derived: Mapping[str, DerivedDef], derive: DeriveCore | None) -> Def:
+    """`d` with the range of every index array written `Z[...]` without `in m` inferred from
+    its uses (`tensorlang.check.quasi`): one elaboration with a placeholder size per such
+    array collects the extents they index."""
+    open_params = [p for p in d.params if isinstance(p.type, TIndex) and p.type.unbounded]
+    if not open_params:
+        return d
+    avoid = _all_names(d)
+    holders: dict[str, str] = {}
+    for p in open_params:
+        holders[p.name] = fresh(p.name + "_range", avoid | set(holders.values()),
+                                itertools.count())
+    scratch_params = [Param(p.name, TIndex(p.type.sizes + (Affine.var(holders[p.name]),)),
+                            loc=p.loc) if p.name in holders else p for p in d.params]
+    scratch_params += [Param(h, TSize()) for h in holders.values()]
+    scratch = Def(d.name, scratch_params, d.ret, d.body, d.requires, loc=d.loc)
+    el = _Elaborator(scratch, earlier, later, derived, [], derive)
+    placeholders = set(holders.values())
+    el.placeholders = placeholders
+    el.expr(d.body, param_env(scratch), d.loc)
+    params = []
+    for p in d.params:
+        if p.name not in holders:
+            params.append(p)
+            continue
+        extents = []
+        for x in el.index_extents.get(p.name, []):
+            if not (x.vars() & placeholders) and x not in extents:
+                extents.append(x)
+        where = pick_loc(p.loc, d.loc)
+        shape = ", ".join(format_affine(n) for n in p.type.sizes)
+        if not extents:
+            raise _err(f"cannot infer the range of the entries of index array {p.name}: use it "
+                       f"as a whole index (x[{p.name}[i]]) or declare it ({p.name}: "
+                       f"Z[{shape}] in M)", where)
+        if len(extents) > 1:
+            shown = " and ".join(format_affine(x) for x in extents)
+            raise _err(f"index array {p.name} indexes dimensions of different extents ({shown}): "
+                       f"declare the range of its entries ({p.name}: Z[{shape}] in M)", where)
+        params.append(Param(p.name, TIndex(p.type.sizes + (extents[0],)), loc=p.loc))
+    return Def(d.name, params, d.ret, d.body, d.requires, loc=d.loc)
 
 
 def elaborate_expr(e: Expr, env: TypeEnv, earlier: Mapping[str, Def] | None = None, *,

@@ -53,6 +53,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 from tensorlang.ir.ast import (
     BUILTINS, DERIVED_KINDS, REAL, Access, Add, Affine, And, Box, Call, Cmp, Const, Def, DefCall,
     DerivedDef, Exists, Expr, Gen, Iverson, Let, Mul, Node, Or, Pair, Param, PFalse, Pred,
+    Extremum,
     Proj, PTrue, RelCall, Sum, TArr, TPair, TReal, TRel, TSize, Type, Var, children, fresh,
     free_names,
     scalar_of, shape_of, subst, tensor,
@@ -476,13 +477,13 @@ def _type_rule(e: Expr, env: TypeEnv, loc: Loc | None) -> Type:
         if e.k not in (0, 1):
             raise _err(f"projection .{e.k}: pairs have components .0 and .1", loc)
         return tensor(dims, inner.a if e.k == 0 else inner.b)
-    if isinstance(e, (Gen, Sum)):
-        word = "gen" if isinstance(e, Gen) else "sum"
+    if isinstance(e, (Gen, Sum, Extremum)):
+        word = "gen" if isinstance(e, Gen) else "sum" if isinstance(e, Sum) else e.op
         check_size(e.size, env, loc, f"range of {word} {e.idx}")
         body = _type(e.body, env.with_index(e.idx, e.size), loc)
         if isinstance(e, Gen):
             return TArr(e.size, body)
-        _expect_real(body, f"body of sum {e.idx}", pick_loc(e.body.loc, loc))
+        _expect_real(body, f"body of {word} {e.idx}", pick_loc(e.body.loc, loc))
         return REAL
     if isinstance(e, Access):
         t = _type(e.e, env, loc)
@@ -725,7 +726,7 @@ def bounds_warnings(d: Def) -> list[TLWarning]:
 
     def go(e: Node, env: TypeEnv, loc: Loc | None) -> None:
         loc = pick_loc(e.loc, loc)
-        if isinstance(e, (Gen, Sum)):
+        if isinstance(e, (Gen, Sum, Extremum)):
             go(e.body, env.with_index(e.idx, e.size), loc)
         elif isinstance(e, Let):
             go(e.value, env, loc)
@@ -786,10 +787,11 @@ def check_names(d: Def) -> None:
 
 def _names_in(e: Node, scope: Mapping[str, str], loc: Loc | None) -> None:
     loc = pick_loc(e.loc, loc)
-    if isinstance(e, (Gen, Sum, Exists)):
+    if isinstance(e, (Gen, Sum, Exists, Extremum)):
         role = scope.get(e.idx)
         if role is not None and role != INDEX:
-            word = {Gen: "gen", Sum: "sum", Exists: "exists"}[type(e)]
+            word = e.op if isinstance(e, Extremum) else \
+                {Gen: "gen", Sum: "sum", Exists: "exists"}[type(e)]
             raise _binder_error(f"{word} index", e.idx, role, loc)
         _names_in(e.body, {**scope, e.idx: INDEX}, loc)
     elif isinstance(e, Let):
@@ -875,7 +877,7 @@ def _check_def(d: Def, earlier: Mapping[str, Def] | None, later: Iterable[str],
     warnings: list[TLWarning] = []
     core = elaborate_def(d, earlier or {}, later=later, derived=derived, warnings=warnings,
                          derive=derive)
-    t = type_of(core.body, env)
+    t = type_of(core.body, env if core.params == d.params else param_env(core))
     if d.ret is not None and t is not d.ret:
         raise _err(f"{d.name} is declared to return {format_type(d.ret)}, but its body has "
                    f"type {format_type(t)}", _return_loc(d))

@@ -173,6 +173,96 @@ def _as_affine(x: "Affine | int") -> Affine:
 
 
 # ---------------------------------------------------------------------------------------------
+# Quasi-affine index expressions (surface only, SPEC 12): `e // c`, `e % c` and reads of integer
+# index arrays `idx[i]`.  The parser builds them inside indices and comparisons;
+# `tensorlang.check.quasi` lowers them to affine indices over fresh summation (or `exists`)
+# variables, so no later stage sees them.  `semantics/grid.quasi_value` evaluates them.
+
+
+class IndexDiv(Node):
+    """`num // den` (op "//") or `num % den` (op "%"); `den` a positive constant or a size."""
+
+    __slots__ = ("op", "num", "den")
+    _fields = ("op", "num", "den")
+    op: str
+    num: "Affine | QuasiAffine"
+    den: Affine
+    OPS: ClassVar[tuple[str, ...]] = ("//", "%")
+
+    @classmethod
+    def _norm(cls, op: str, num: "Affine | QuasiAffine", den: Affine) -> tuple:
+        if op not in cls.OPS:
+            raise ValueError(f"bad index operator {op!r}")
+        return (op, _as_index(num), _as_affine(den))
+
+
+class IndexRead(Node):
+    """`idx[a1, ..., ak]`: an entry of the integer index-array parameter `name`."""
+
+    __slots__ = ("name", "args")
+    _fields = ("name", "args")
+    name: str
+    args: tuple["Affine | QuasiAffine", ...]
+
+    @classmethod
+    def _norm(cls, name: str, args: Iterable["Affine | QuasiAffine"]) -> tuple:
+        return (name, tuple(_as_index(a) for a in args))
+
+
+class QuasiAffine(Node):
+    """`base + sum(coeffs[k] * terms[k])` with `terms` `IndexDiv`s or `IndexRead`s; built by
+    `quasi_add`/`quasi_scale`, which return a plain `Affine` when no term is left."""
+
+    __slots__ = ("base", "terms", "coeffs")
+    _fields = ("base", "terms", "coeffs")
+    base: Affine
+    terms: tuple["IndexDiv | IndexRead", ...]
+    coeffs: tuple[int, ...]
+
+    @classmethod
+    def _norm(cls, base: Affine, terms: Iterable[Node], coeffs: Iterable[int]) -> tuple:
+        acc: dict[Node, int] = {}
+        order: list[Node] = []
+        for t, c in zip(terms, coeffs):
+            if t not in acc:
+                order.append(t)
+                acc[t] = 0
+            acc[t] += int(c)
+        kept = [t for t in order if acc[t] != 0]
+        return (_as_affine(base), tuple(kept), tuple(acc[t] for t in kept))
+
+
+def _as_index(x: Any) -> "Affine | QuasiAffine":
+    return x if isinstance(x, QuasiAffine) else _as_affine(x)
+
+
+def quasi_term(t: "IndexDiv | IndexRead") -> QuasiAffine:
+    return QuasiAffine(Affine.lit(0), (t,), (1,))
+
+
+def quasi_parts(a: "Affine | QuasiAffine") -> tuple[Affine, tuple[Node, ...], tuple[int, ...]]:
+    if isinstance(a, QuasiAffine):
+        return a.base, a.terms, a.coeffs
+    return a, (), ()
+
+
+def _quasi(base: Affine, terms: Iterable[Node], coeffs: Iterable[int]) -> "Affine | QuasiAffine":
+    q = QuasiAffine(base, terms, coeffs)
+    return q.base if not q.terms else q
+
+
+def quasi_add(a: "Affine | QuasiAffine", b: "Affine | QuasiAffine") -> "Affine | QuasiAffine":
+    ba, ta, ca = quasi_parts(a)
+    bb, tb, cb = quasi_parts(b)
+    return _quasi(ba + bb, ta + tb, ca + cb)
+
+
+def quasi_scale(a: "Affine | QuasiAffine", k: int) -> "Affine | QuasiAffine":
+    base, terms, coeffs = quasi_parts(a)
+    return _quasi(base.scale(k), terms, tuple(c * k for c in coeffs))
+
+
+# ---------------------------------------------------------------------------------------------
 # Predicates
 
 
@@ -202,7 +292,7 @@ class Cmp(Pred):
     def _norm(cls, op: str, lhs: Affine, rhs: Affine) -> tuple:
         if op not in cls.OPS:
             raise ValueError(f"bad comparison {op!r}")
-        return (op, _as_affine(lhs), _as_affine(rhs))
+        return (op, _as_index(lhs), _as_index(rhs))  # quasi-affine sides: surface only
 
 
 class RelCall(Pred):
@@ -278,6 +368,37 @@ class TRel(Type):
     __slots__ = ("sizes",)
     _fields = ("sizes",)
     sizes: tuple[Affine, ...]
+
+
+class TIndex(TRel):
+    """`Z[n1, ..., nk] in m`: an integer index array whose entries lie in `0 <= v < m` (SPEC 12).
+
+    It is the relation `{(i1, ..., ik, v) : idx[i1, ..., ik] == v}` of shape `sizes =
+    (n1, ..., nk, m)`, so every stage treats it as a relation parameter; only the argument
+    (an integer array, converted to the relation's coordinates at call time) differs.  Before
+    elaboration `bound` may be unknown (`Z[N]` written without `in m`): then `sizes` holds the
+    shape only and `unbounded` is true; `tensorlang.check.quasi` infers the bound from the uses.
+    """
+
+    __slots__ = ("unbounded",)
+    _fields = ("sizes", "unbounded")
+    unbounded: bool
+
+    def __new__(cls, sizes: Iterable[Affine], unbounded: bool = False, *,
+                loc: Loc | None = None) -> Any:
+        return super().__new__(cls, sizes, unbounded, loc=loc)
+
+    @classmethod
+    def _norm(cls, sizes: Iterable[Affine], unbounded: bool = False) -> tuple:
+        return (tuple(_as_affine(n) for n in sizes), bool(unbounded))
+
+    @property
+    def shape(self) -> tuple[Affine, ...]:
+        return self.sizes if self.unbounded else self.sizes[:-1]
+
+    @property
+    def bound(self) -> Affine | None:
+        return None if self.unbounded else self.sizes[-1]
 
 
 REAL = TReal()
@@ -399,7 +520,7 @@ class Access(Expr):
 
     @classmethod
     def _norm(cls, e: Expr, idx: Iterable[Affine]) -> tuple:
-        return (e, tuple(_as_affine(a) for a in idx))
+        return (e, tuple(_as_index(a) for a in idx))  # quasi-affine indices: surface only
 
 
 class Iverson(Expr):
@@ -471,7 +592,99 @@ def split_dims(ranks: Iterable[int], dims: Sequence[Affine]) -> list[tuple[Affin
     return out
 
 
-BINDERS = (Gen, Sum)
+class Extremum(Expr):
+    """`max idx:size. body` / `min idx:size. body` (SPEC 12): the largest (smallest) value of
+    the scalar body over the range; -inf (+inf) when the range is empty.  `Max` and `Min` share
+    the field layout of `Sum`, so binder-generic code rebuilds them with `type(e)(idx, size,
+    body)`."""
+
+    __slots__ = ("idx", "size", "body")
+    _fields = ("idx", "size", "body")
+    idx: str
+    size: Affine
+    body: Expr
+    op: ClassVar[str] = ""
+    EMPTY: ClassVar[float] = 0.0
+
+
+class Max(Extremum):
+    __slots__ = ()
+    op = "max"
+    EMPTY = float("-inf")
+
+
+class Min(Extremum):
+    __slots__ = ()
+    op = "min"
+    EMPTY = float("inf")
+
+
+EXTREMA: dict[str, type] = {"max": Max, "min": Min}
+
+# -- surface-only selection (SPEC 12): `if c then e1 else e2` and `where(c, e1, e2)`.  The
+# parser cannot tell `i < j` (an index predicate) from `a < b` (a comparison of reals), so a
+# condition keeps both readings of each comparison; `tensorlang.check.elaborate` decides with
+# the roles of the names and lowers `IfThen` to Iverson brackets or to a `sel_ge` call.
+
+
+class Cond(Expr):
+    """Base of the surface conditions of `IfThen`."""
+
+    __slots__ = ()
+
+
+class CondCmp(Cond):
+    """`lhs op rhs` (op one of < <= > >= == !=), each side as a value expression and, where
+    it parses as one, as an affine index expression (`None` where it does not)."""
+
+    __slots__ = ("op", "lhs", "rhs", "alhs", "arhs")
+    _fields = ("op", "lhs", "rhs", "alhs", "arhs")
+    op: str
+    lhs: Expr | None
+    rhs: Expr | None
+    alhs: Affine | None
+    arhs: Affine | None
+
+
+class CondPred(Cond):
+    """An index predicate in a condition: `true`, `false`, a relation call, `exists`."""
+
+    __slots__ = ("pred",)
+    _fields = ("pred",)
+    pred: Pred
+
+
+class CondAnd(Cond):
+    __slots__ = ("a", "b")
+    _fields = ("a", "b")
+    a: Cond
+    b: Cond
+
+
+class CondOr(Cond):
+    __slots__ = ("a", "b")
+    _fields = ("a", "b")
+    a: Cond
+    b: Cond
+
+
+class CondNot(Cond):
+    __slots__ = ("a",)
+    _fields = ("a",)
+    a: Cond
+
+
+class IfThen(Expr):
+    """Surface only: `if cond then a else b` (also `where(cond, a, b)`)."""
+
+    __slots__ = ("cond", "a", "b")
+    _fields = ("cond", "a", "b")
+    cond: Cond
+    a: Expr
+    b: Expr
+
+
+BINDERS = (Gen, Sum, Extremum)
 
 # The linear-algebra boxes (SPEC 13; their meaning, cost and rules: semantics/boxes.py).
 BOX_NAMES = frozenset({"cholesky", "cholesky_inverse", "trisolve", "trisolve_t", "lq", "eigh"})
@@ -619,7 +832,7 @@ def walk(e: Node) -> Iterator[Node]:
 
 def binder_name(e: Node) -> str | None:
     """The name a node binds in (some of) its children, if any."""
-    if isinstance(e, (Gen, Sum, Exists)):
+    if isinstance(e, (Gen, Sum, Exists, Extremum)):
         return e.idx
     if isinstance(e, Let):
         return e.name
@@ -645,9 +858,11 @@ def _free_names(e: Node, memo: Any) -> frozenset[str]:
         out = e.vars()
     elif isinstance(e, RelCall):
         out = frozenset((e.name,)).union(*(a.vars() for a in e.args))
+    elif isinstance(e, IndexRead):
+        out = frozenset((e.name,)).union(*(_free_names(a, memo) for a in e.args))
     elif isinstance(e, DefCall):
         out = frozenset().union(*(_free_names(a, memo) for a in e.args))
-    elif isinstance(e, (Gen, Sum, Exists)):
+    elif isinstance(e, (Gen, Sum, Exists, Extremum)):
         out = e.size.vars() | (_free_names(e.body, memo) - {e.idx})
     elif isinstance(e, Let):
         out = _free_names(e.value, memo) | (_free_names(e.body, memo) - {e.name})
@@ -729,7 +944,7 @@ def _subst(e: Node, m: dict[str, Any], fv: frozenset[str], memo: dict[int, Node]
         name = m.get(e.name, e.name)
         out = RelCall(name if isinstance(name, str) else e.name,
                       tuple(_subst(a, m, fv, memo) for a in e.args), loc=e.loc)
-    elif isinstance(e, (Gen, Sum, Exists, Let)):
+    elif isinstance(e, (Gen, Sum, Exists, Extremum, Let)):
         out = _subst_binder(e, m, fv)
     else:
         out = map_fields(e, lambda c: _subst(c, m, fv, memo))
@@ -781,6 +996,38 @@ def pred_or(*ps: Pred) -> Pred:
             continue
         out = p if out is None else Or(out, p)
     return out if out is not None else PFalse()
+
+
+def cmp_pred(op: str, a: Affine, b: Affine, loc: Loc | None = None) -> Pred:
+    """`a op b` for any of `< <= == > >= !=` (the last three are sugar)."""
+    if op in ("<", "<=", "=="):
+        return Cmp(op, a, b, loc=loc)
+    if op in (">", ">="):
+        return Cmp("<" if op == ">" else "<=", b, a, loc=loc)
+    if op == "!=":
+        return Or(Cmp("<", a, b, loc=loc), Cmp("<", b, a, loc=loc), loc=loc)
+    raise ValueError(f"bad comparison {op!r}")
+
+
+def pred_not(p: Pred) -> Pred | None:
+    """The negation of an index predicate, or None where the grammar cannot say it (a
+    relation call or `exists` under `not`)."""
+    if isinstance(p, PTrue):
+        return PFalse()
+    if isinstance(p, PFalse):
+        return PTrue()
+    if isinstance(p, Cmp):
+        if p.op == "<":
+            return Cmp("<=", p.rhs, p.lhs)
+        if p.op == "<=":
+            return Cmp("<", p.rhs, p.lhs)
+        return Or(Cmp("<", p.lhs, p.rhs), Cmp("<", p.rhs, p.lhs))
+    if isinstance(p, (And, Or)):
+        a, b = pred_not(p.a), pred_not(p.b)
+        if a is None or b is None:
+            return None
+        return Or(a, b) if isinstance(p, And) else And(a, b)
+    return None
 
 
 def in_range(a: Affine, n: Affine) -> Pred:

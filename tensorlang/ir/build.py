@@ -9,7 +9,8 @@ from typing import Iterable, Mapping, Sequence, Union
 
 from tensorlang.ir import ast
 from tensorlang.ir.ast import Affine, Param, Pred, PTrue, Type
-from tensorlang.ir.tssa import (IX, AddRhs, BoxRhs, AffineLike, ConstRhs, ContractRhs, Input, MapRhs,
+from tensorlang.ir.tssa import (IX, AddRhs, AffineLike, BoxRhs, ConstRhs, ContractRhs, ExtremeRhs,
+                                Input, MapRhs,
                                 Operand, Out, Program, ReduceRhs, Rhs, Stmt, aff, choose_ix,
                                 dce, index_prefixes, input_name, is_real_tensor, leaf_paths,
                                 out_leaves, project_type, renumber, var_prefix)
@@ -78,6 +79,16 @@ def make_contract(gen: IndexList, sums: IndexList, a: OperandLike, b: OperandLik
     ix = index_prefixes(ix)
     ren, dims, sdims = _canon_names(ix, gen, sums)
     return ContractRhs(ix, dims, sdims, _ren_pred(ren, pred), coeff, _ren_ops(ren, (a, b)))
+
+
+def make_extreme(gen: IndexList, size: AffineLike, op: str, a: OperandLike,
+                 pred: Pred = PTrue(), ix: Iterable[str] = IX, sum_name: str = "") -> ExtremeRhs:
+    """`gen I. [pred] * op j:size. a` (op "max" / "min"); `sum_name` is the reduced index's
+    name in `a` (default: the canonical one)."""
+    ix = index_prefixes(ix)
+    sums = [(sum_name or f"{ix[1]}0", size)]
+    ren, dims, sdims = _canon_names(ix, gen, sums)
+    return ExtremeRhs(ix, dims, sdims, _ren_pred(ren, pred), op, _ren_ops(ren, [a]))
 
 
 def make_reduce(gen: IndexList, sums: IndexList, a: OperandLike, pred: Pred = PTrue(),
@@ -211,6 +222,10 @@ class Builder:
         return self.emit(BoxRhs(fn, part, tuple(dims), label, tuple(len(s) for s in shapes),
                                 tuple(d for s in shapes for d in s),
                                 tuple(Operand(a, ()) for a in args)))
+
+    def extreme(self, gen: IndexList, size: AffineLike, op: str, a: OperandLike,
+                pred: Pred = PTrue(), sum_name: str = "") -> str:
+        return self.emit(make_extreme(gen, size, op, a, pred, self.ix, sum_name))
 
     def program(self, output: Out, name: str = "f", ret: Type | None = None, *,
                 prune: bool = True, canonical_names: bool = True) -> Program:

@@ -12,6 +12,7 @@ indices J, with a predicate P over I and J and affine accesses A:
     contract  v = gen I. sum J. [P] * c * u1[A1] * u2[A2]          `ContractRhs`
     reduce    v = gen I. sum J. [P] * c * u1[A1]                   `ReduceRhs`
     box       v = fn(u1, ...).part  (SPEC 13: cholesky, trisolve..)  `BoxRhs`
+    extreme   v = gen I. [P] * max j. u1[A1]   (or min)            `ExtremeRhs`
 
 Canonical conventions (enforced by the node constructors, so that structurally equal
 statements are the same interned node and CSE is a dictionary lookup):
@@ -326,8 +327,33 @@ class BoxRhs(Rhs):
         return ast.split_dims(self.ranks, self.arg_dims)
 
 
+class ExtremeRhs(Rhs):
+    """`v = gen I. [P] * max j:n. u1[A1]` (`op` "max" or "min", SPEC 12): one reduced index,
+    a mask over I only (every j takes part: the operand's zeros are values), -inf (+inf)
+    where n = 0.  Costs max(0, n - 1) calls per output point where P holds."""
+
+    __slots__ = ("ix", "dims", "sdims", "pred", "op", "operands")
+    _fields = ("ix", "dims", "sdims", "pred", "op", "operands")
+    kind = "extreme"
+    op: str
+
+    @classmethod
+    def _norm(cls, ix: Iterable[str], dims: Iterable[AffineLike], sdims: Iterable[AffineLike],
+              pred: Pred, op: str, operands: Iterable[Operand]) -> tuple:
+        ix = index_prefixes(ix)
+        dims, sdims = tuple(aff(d) for d in dims), tuple(aff(d) for d in sdims)
+        ops = tuple(operands)
+        if len(sdims) != 1 or len(ops) != 1 or op not in ast.EXTREMA:
+            raise ValueError(f"bad extreme: {op} over {len(sdims)} indices of {len(ops)} "
+                             "operands")
+        pred = canon_pred(pred, _ranges(ix, dims), ix[2])
+        if f"{ix[1]}0" in ast.free_names(pred):
+            raise ValueError("the mask of a max/min reduction ranges over I only")
+        return (ix, dims, sdims, pred, str(op), ops)
+
+
 KINDS: dict[str, type] = {c.kind: c for c in (Input, ConstRhs, AddRhs, MapRhs, ContractRhs,
-                                              ReduceRhs, BoxRhs)}
+                                              ReduceRhs, ExtremeRhs, BoxRhs)}
 
 
 class Stmt(Node):
@@ -593,6 +619,9 @@ def rhs_to_expr(rhs: Rhs) -> ast.Expr:
     elif isinstance(rhs, SumRhs):
         body = _wrap(ast.Sum, rhs.sum_names(), rhs.sdims,
                      _iv(rhs.pred, _product(rhs.coeff, rhs.operands)))
+    elif isinstance(rhs, ExtremeRhs):
+        body = _iv(rhs.pred, ast.EXTREMA[rhs.op](rhs.sum_names()[0], rhs.sdims[0],
+                                                 _read(rhs.operands[0])))
     else:
         raise TypeError(f"not a right-hand side: {rhs!r}")
     return _wrap(ast.Gen, rhs.gen_names(), rhs.dims, body)

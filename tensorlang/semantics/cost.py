@@ -9,6 +9,8 @@
     C(sum i1..ik. e) = sum over (i1..ik) of C(e) + max(0, m - 1)       (additions)
         the maximal nest of directly nested sums is costed jointly; m = number of index
         tuples at which e is not Z
+    C(max i:n. e)   = sum over i of C(e) + max(0, n - 1)               (calls; also min,
+        SPEC 12: every point takes part, structural zeros included)
     C(e[a]) = C(e);  C((e1, e2)) = C(e1) + C(e2);  C(e.k) = C(e)
     C(let x = e1 in e2) = C(e1) + C(e2)
     Z(e): e is [p]*e' with p false or Z(e'), or the constant 0, or let ... in e'' with
@@ -139,6 +141,11 @@ def _cost(e: ast.Expr, env: Box) -> np.ndarray:
             inner = inner.bind_index(idx, grid.extent(size, inner))
         adds = grid.sum_additions(~zmask(body, inner), inner, d)
         return grid.reduce_axes(_cost(body, inner), inner, d) + adds[..., None] * _unit(_ADD, d)
+    if isinstance(e, ast.Extremum):
+        n = grid.extent(e.size, env)
+        inner = env.bind_index(e.idx, n)
+        return grid.reduce_axes(_cost(e.body, inner), inner, d) + \
+            max(0, n - 1) * _unit(_CALL, d)
     if isinstance(e, ast.Iverson):
         mask = grid.pred(e.pred, env)
         if not mask.any():
@@ -229,6 +236,9 @@ def prim_cost(rhs: tssa.Rhs, env: Box) -> tuple[int, int, int]:
         return (grid.total(grid.count(live, box), box), 0, 0)
     if isinstance(rhs, tssa.MapRhs):
         return (0, 0, grid.total(grid.count(rhs.pred, box), box))
+    if isinstance(rhs, tssa.ExtremeRhs):
+        n = grid.extent(rhs.sdims[0], box)
+        return (0, 0, grid.total(grid.count(rhs.pred, box), box) * max(0, n - 1))
     first = box.depth
     box = box.bind_indices(zip(rhs.sum_names(), (grid.extent(d, box) for d in rhs.sdims)))
     live = grid.pred(rhs.pred, box)

@@ -434,7 +434,7 @@ def program_bounds(d: ast.Def) -> ProgramBounds:
         stack: list[tuple[ast.Node, frozenset[str], int]] = [(e, indices, depth)]
         while stack:
             n, idx, dep = stack.pop()
-            if isinstance(n, (ast.Gen, ast.Sum)):
+            if isinstance(n, (ast.Gen, ast.Sum, ast.Extremum)):
                 affine(n.size, idx, True)
                 dep += 0 if n.size.is_const() else 1
                 state["degree"] = max(state["degree"], dep)

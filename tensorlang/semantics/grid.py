@@ -82,6 +82,34 @@ def affine(a: ast.Affine, box: Box) -> int | np.ndarray:
     return out
 
 
+def quasi_value(a: "ast.Affine | ast.QuasiAffine", env: Mapping[str, int],
+                arrays: Mapping[str, np.ndarray]) -> int | None:
+    """A surface index expression of SPEC 12 at one point: `e // c` and `e % c` as Python's
+    floor division and remainder (`-1 // 2 == -1`, `-1 % 2 == 1`), `idx[a]` an entry of the
+    integer array `arrays[idx]`.  None where it has no value: a divisor <= 0, a read of an
+    index array outside its shape (an access at such an index reads 0).  The reference the
+    lowering (`tensorlang.check.quasi`) is checked against."""
+    if isinstance(a, ast.Affine):
+        return int(a.evaluate(env))
+    out = int(a.base.evaluate(env))
+    for term, coeff in zip(a.terms, a.coeffs):
+        if isinstance(term, ast.IndexDiv):
+            num = quasi_value(term.num, env, arrays)
+            den = int(term.den.evaluate(env))
+            if num is None or den <= 0:
+                return None
+            v = num // den if term.op == "//" else num % den
+        else:
+            args = [quasi_value(x, env, arrays) for x in term.args]
+            arr = arrays[term.name]
+            if any(x is None for x in args) or not all(
+                    0 <= x < n for x, n in zip(args, arr.shape)):  # type: ignore[operator]
+                return None
+            v = int(arr[tuple(args)])
+        out += coeff * v
+    return out
+
+
 def batch(x: Any, depth: int) -> np.ndarray:
     """A scalar or batch-rank array as an array with exactly `depth` (batch) axes."""
     x = np.asarray(x)

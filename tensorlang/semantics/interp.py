@@ -141,6 +141,16 @@ def _ev(e: ast.Expr, env: Env) -> Value:
         if isinstance(body, tuple) or body.ndim != d + 1:
             raise TLError("sum needs scalar operands (tensor arithmetic must be elaborated)")
         return _reduce_sum(body, n, d)
+    if isinstance(e, ast.Extremum):
+        n = extent(e.size, env)
+        if n <= 0:
+            return np.full((1,) * d, e.EMPTY)
+        body = _ev(e.body, env.bind_index(e.idx, n))
+        if isinstance(body, tuple) or body.ndim != d + 1:
+            raise TLError(f"{e.op} needs scalar operands (tensor arithmetic must be elaborated)")
+        full = np.broadcast_to(body, body.shape[:d] + (n,) + body.shape[d + 1:])
+        # NaN propagates (as numpy's and JAX's max do); the backends do the same.
+        return np.asarray((np.max if e.op == "max" else np.min)(full, axis=d))
     if isinstance(e, ast.Access):
         idx = [eval_affine(a, env) for a in e.idx]
         v = _ev(e.e, env)
@@ -185,7 +195,7 @@ def _zero(e: ast.Expr, env: Env) -> Value:
         if v is None:
             raise TLError(f"unbound variable {e.name!r}")
         return _map(lambda x: np.zeros((1,) * d + x.shape[d0:]), v)
-    if isinstance(e, (ast.Const, ast.Add, ast.Mul, ast.Call, ast.Sum)):
+    if isinstance(e, (ast.Const, ast.Add, ast.Mul, ast.Call, ast.Sum, ast.Extremum)):
         return np.zeros((1,) * d)
     if isinstance(e, ast.Pair):
         return (_zero(e.a, env), _zero(e.b, env))
@@ -287,6 +297,42 @@ def relation_mask(name: str, v: Any, shape: tuple[int, ...]) -> np.ndarray:
         raise ShapeError(f"relation {name!r}: {err.message}") from None
 
 
+def index_array_coordinates(name: str, v: Any, shape: tuple[int, ...], bound: int,
+                            what: str | None = None) -> np.ndarray:
+    """An index-array argument (`idx: Z[n...] in m`, SPEC 12) as the `(k, arity)` coordinates
+    of its relation `{(i..., idx[i...])}`; `ShapeError` naming the parameter and the first
+    entry outside `0 <= idx[i...] < m`."""
+    what = what or f"index array {name!r}"
+    arr = np.asarray(v)
+    if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or (
+            np.issubdtype(arr.dtype, np.floating) and np.all(np.isfinite(arr))
+            and np.all(arr == np.round(arr)))):
+        raise ShapeError(f"{what}: expected integers of shape {shape}, got {arr.dtype} array")
+    if arr.shape != shape:
+        raise ShapeError(f"{what}: expected shape {shape}, got shape {arr.shape}")
+    arr = arr.astype(np.int64)
+    outside = (arr < 0) | (arr >= bound)
+    if outside.any():
+        at = tuple(int(k) for k in np.argwhere(outside)[0])
+        where = ", ".join(str(k) for k in at)
+        raise ShapeError(f"{what}: entry {name}[{where}] = {int(arr[at])} is outside the "
+                         f"range it indexes, 0 <= {name}[...] < {bound}")
+    grid = np.indices(shape, dtype=np.int64).reshape(len(shape), -1)
+    return np.ascontiguousarray(np.vstack([grid, arr.reshape(1, -1)]).T)
+
+
+def index_array_relation(name: str, t: ast.Type, v: Any, shape: tuple[int, ...]) -> Any:
+    """An index array's argument as its relation: the user's integer array (exactly the
+    array's shape, `shape[:-1]`) is turned into coordinates, entries checked; a relation
+    (mask or coordinates, what the API passes on) is returned as it is."""
+    if not isinstance(t, ast.TIndex):
+        return v
+    arr = np.asarray(v)
+    if arr.dtype != bool and arr.shape == shape[:-1] and np.issubdtype(arr.dtype, np.integer):
+        return index_array_coordinates(name, arr, shape[:-1], shape[-1])
+    return v
+
+
 def _size_arg(name: str, v: Any) -> int:
     try:
         if isinstance(v, bool):
@@ -328,7 +374,8 @@ def bind_args(d: ast.Def | tssa.Program, args: Mapping[str, Any], values: bool =
             if isinstance(p.type, ast.TRel):
                 env = Env(sizes=sizes)
                 shape = tuple(extent(n, env) for n in p.type.sizes)
-                rels[p.name] = relation_mask(p.name, args[p.name], shape)
+                rels[p.name] = relation_mask(p.name, index_array_relation(
+                    p.name, p.type, args[p.name], shape), shape)
             else:
                 vals[p.name] = (_check_value(p.name, soa_type(p.type), args[p.name], sizes), 0)
         except ShapeError as err:
@@ -350,4 +397,5 @@ def evaluate_program(p: tssa.Program, args: Mapping[str, Any]) -> Any:
 
 
 __all__ = ["Env", "interpret", "evaluate_program", "eval_expr", "eval_pred", "eval_affine",
-           "extent", "bind_args", "relation_mask", "soa_type"]
+           "extent", "bind_args", "relation_mask", "soa_type", "index_array_coordinates",
+           "index_array_relation"]

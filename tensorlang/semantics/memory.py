@@ -182,7 +182,7 @@ def _temporaries(d: ast.Def, sizes: Mapping[str, int]) -> tuple[tuple[Temporary,
             continue
         seen.add(key)
         where = own_loc(getattr(node, "loc", None), d) or where
-        if isinstance(node, (ast.Gen, ast.Sum)):
+        if isinstance(node, (ast.Gen, ast.Sum, ast.Extremum)):   # max/min: like a sum
             inner = binders + ((node.idx, _extent(node.size, sizes), isinstance(node, ast.Gen)),)
             if isinstance(node, ast.Gen):    # materialised in full under the enclosing gens
                 entries = math.prod(n for _, n, is_gen in inner if is_gen)

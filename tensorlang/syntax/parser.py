@@ -30,6 +30,7 @@ Decisions where SPEC 2.3 is silent:
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import threading
 from pathlib import Path
@@ -41,9 +42,13 @@ from lark.lark import PostLex
 
 from tensorlang.ir import ast
 from tensorlang.ir.ast import (
-    BUILTINS, DERIVED_KINDS, Access, Add, Affine, And, Call, Cmp, Const, Contract, Def, DefCall,
-    DerivedDef, Exists, Expr, Gen, Iverson, Let, Mul, Or, Pair, Param, PFalse, Pred, Proj,
-    PTrue, RelCall, Sum, TPair, TRel, TSize, Type, Var,
+    BUILTINS, DERIVED_KINDS, Access, Add, Affine, And, Call, Cmp, Cond, CondAnd, CondCmp,
+    CondNot, CondOr, CondPred, Const, Contract, Def, DefCall, DerivedDef, Exists, Expr, Gen,
+    IfThen, Iverson, Let, Max, Min, Mul, Or, Pair, Param, PFalse, Pred, Proj, PTrue, RelCall,
+    Sum, TPair, TRel, TSize, Type, Var, pred_not,
+)
+from tensorlang.ir.ast import (
+    IndexDiv, IndexRead, QuasiAffine, TIndex, quasi_add, quasi_scale, quasi_term,
 )
 from tensorlang.syntax.errors import LimitError, Loc, ParseError, Source
 from tensorlang.syntax import limits
@@ -55,7 +60,8 @@ __all__ = ["parse_module", "parse_expr", "parse_type", "parse_pred", "parse_affi
            "parse_contract", "KEYWORDS"]
 
 KEYWORDS = frozenset(
-    "def return gen sum let in and or exists true false size rel".split())
+    "def return gen sum let in and or not exists true false size rel max min if then else"
+    .split())
 
 AFFINE_MSG = ("expected an affine index expression: integer combination of index and size "
               "variables")
@@ -64,6 +70,7 @@ _GRAMMAR = Path(__file__).with_name("grammar.lark")
 _WORD_CHAR = re.compile(r"[A-Za-z0-9_]")
 
 Item = Tree | Token
+T = TypeVar("T")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -440,6 +447,12 @@ class _Converter:
 
     e_div = e_mul
 
+    def e_floordiv(self, t: Tree) -> Expr:
+        self.fail("`//` and `%` are index operators: use them inside an index (`x[i // 2]`) "
+                  "or a comparison (`[i % 2 == 0]`)", t)
+
+    e_mod = e_floordiv
+
     def chain(self, t: Tree) -> Expr:
         """A product chain: a bare `[p]` guards the product of everything to its right."""
         items: list[tuple[str, Item]] = []
@@ -481,8 +494,20 @@ class _Converter:
 
     def e_pow(self, t: Tree) -> Expr:
         base, exponent = t.children
-        c = self.constant(exponent, "the exponent of ** must be a numeric constant")
-        return Call("pow", (self.expr(base),), (c,), loc=self.loc(t))
+        return self.power(self.expr(base), exponent, self.loc(t))
+
+    def power(self, base: Expr, exponent: Item, loc: Loc | None) -> Expr:
+        """`x ** c` for a constant c is the builtin `pow`; with a real exponent y (SPEC 12)
+        it is `exp(y * log(x))`, defined for x > 0 (docs/tutorial.md), whose derivative is
+        `y x^(y-1) dx + log(x) x^y dy`."""
+        try:
+            x = self.expr(exponent)
+        except ParseError:
+            x = None
+        if isinstance(x, Const):
+            return Call("pow", (base,), (x.value,), loc=loc)
+        y = self.expr(exponent)
+        return Call("exp", (Mul(y, Call("log", (base,), (), loc=loc), loc=loc),), (), loc=loc)
 
     def constant(self, t: Item, message: str) -> float:
         try:
@@ -496,7 +521,7 @@ class _Converter:
     def e_access(self, t: Tree) -> Expr:
         e, idx = t.children
         assert isinstance(idx, Tree)
-        return Access(self.expr(e), tuple(self.affine(a) for a in idx.children),
+        return Access(self.expr(e), tuple(self.index(a) for a in idx.children),
                       loc=self.loc(t))
 
     def e_proj(self, t: Tree) -> Expr:
@@ -511,8 +536,29 @@ class _Converter:
         fn = self.name(fn_tok)
         raw = list(arg_list.children) if isinstance(arg_list, Tree) else []
         loc = self.loc(t)
+        if fn == "where":
+            if len(raw) != 3:
+                self.fail(f"where() takes 3 arguments (condition, then, else), got {len(raw)}",
+                          t)
+            return IfThen(self.cond(raw[0]), self.expr(raw[1]), self.expr(raw[2]), loc=loc)
+        if fn == "pow" and len(raw) == 2:
+            return self.power(self.expr(raw[0]), raw[1], loc)
         if fn not in BUILTINS:
             return DefCall(fn, tuple(self.expr(a) for a in raw), loc=loc)
+        return self.builtin_call(fn, raw, t)
+
+    def e_max_call(self, t: Tree) -> Expr:
+        return self.builtin_call("max", self.args(t.children[0]), t)
+
+    def e_min_call(self, t: Tree) -> Expr:
+        return self.builtin_call("min", self.args(t.children[0]), t)
+
+    @staticmethod
+    def args(arg_list: Item) -> list[Item]:
+        return list(arg_list.children) if isinstance(arg_list, Tree) else []
+
+    def builtin_call(self, fn: str, raw: list[Item], t: Tree) -> Expr:
+        loc = self.loc(t)
         n_args, n_params = BUILTINS[fn]
         if len(raw) != n_args + n_params:
             want = n_args + n_params
@@ -535,6 +581,62 @@ class _Converter:
     def e_bracket(self, t: Tree) -> Expr:
         loc = self.loc(t)
         return Iverson(self.pred(t.children[0]), Const(1.0, loc=loc), loc=loc)
+
+    def e_literal(self, t: Tree) -> Expr:
+        """`[e0, ..., en-1]` (SPEC 12) is `gen k:n. [k == 0] * e0 + ... + [k == n-1] * en-1`
+        (the additions have disjoint supports, so they cost nothing)."""
+        elems = [self.expr(c) for c in t.children]
+        loc = self.loc(t)
+        avoid = set().union(*(ast.free_names(e) for e in elems))
+        k = ast.fresh("lit", avoid, itertools.count())
+        body: Expr | None = None
+        for m, e in reversed(list(enumerate(elems))):
+            term = Iverson(Cmp("==", Affine.var(k), Affine.lit(m)), e, loc=loc)
+            body = term if body is None else Add(term, body, loc=loc)
+        assert body is not None
+        return Gen(k, Affine.lit(len(elems)), body, loc=loc)
+
+    def e_max_red(self, t: Tree) -> Expr:
+        return self.binder(Max, t, self.expr)
+
+    def e_min_red(self, t: Tree) -> Expr:
+        return self.binder(Min, t, self.expr)
+
+    def e_if_(self, t: Tree) -> Expr:
+        c, a, b = t.children
+        return IfThen(self.cond(c), self.expr(a), self.expr(b), loc=self.loc(t))
+
+    # -- condition mode (`if` and `where`) -------------------------------------------------
+
+    def cond(self, t: Item) -> Cond:
+        t = _unparen(t)
+        assert isinstance(t, Tree)
+        loc = self.loc(t)
+        if t.data in ("and_", "or_"):
+            a, b = (self.cond(c) for c in t.children)
+            return (CondAnd if t.data == "and_" else CondOr)(a, b, loc=loc)
+        if t.data == "not_":
+            return CondNot(self.cond(t.children[0]), loc=loc)
+        if t.data == "cmp":
+            a_t, op, b_t = t.children
+            e1, e2 = self.maybe(self.expr, a_t), self.maybe(self.expr, b_t)
+            a1, a2 = self.maybe(self.affine, a_t), self.maybe(self.affine, b_t)
+            for e, a, side in ((e1, a1, a_t), (e2, a2, b_t)):
+                if e is None and a is None:
+                    self.expr(side)   # raises its error
+            return CondCmp(str(op), e1, e2, a1, a2, loc=loc)
+        if t.data in ("true", "false", "exists") or (
+                t.data == "call" and str(t.children[0]) not in BUILTINS):
+            return CondPred(self.pred(t), loc=loc)
+        self.fail("expected a condition: comparisons (< <= > >= == !=) of indices or of real "
+                  "values, relation calls, true, false, exists, combined with and, or, not", t)
+
+    @staticmethod
+    def maybe(convert: Callable[[Item], T], t: Item) -> T | None:
+        try:
+            return convert(t)
+        except ParseError:
+            return None
 
     def e_gen(self, t: Tree) -> Expr:
         return self.binder(Gen, t, self.expr)
@@ -579,19 +681,20 @@ class _Converter:
         a, b = t.children
         return And(self.pred(a), self.pred(b), loc=self.loc(t))
 
+    def p_not_(self, t: Tree) -> Pred:
+        p = pred_not(self.pred(t.children[0]))
+        if p is None:
+            self.fail("'not' of a relation call or of exists cannot be written as an index "
+                      "predicate (use if ... then ... else)", t)
+        return p
+
     def p_or_(self, t: Tree) -> Pred:
         a, b = t.children
         return Or(self.pred(a), self.pred(b), loc=self.loc(t))
 
     def p_cmp(self, t: Tree) -> Pred:
         a_t, op, b_t = t.children
-        a, b = self.affine(a_t), self.affine(b_t)
-        loc = self.loc(t)
-        if op in ("<", "<=", "=="):
-            return Cmp(str(op), a, b, loc=loc)
-        if op in (">", ">="):
-            return Cmp("<" if op == ">" else "<=", b, a, loc=loc)
-        return Or(Cmp("<", a, b, loc=loc), Cmp("<", b, a, loc=loc), loc=loc)  # !=
+        return ast.cmp_pred(str(op), self.index(a_t), self.index(b_t), self.loc(t))
 
     def p_call(self, t: Tree) -> Pred:
         name, arg_list = t.children
@@ -604,40 +707,64 @@ class _Converter:
     # -- affine mode -----------------------------------------------------------------------
 
     def affine(self, t: Item) -> Affine:
+        out = self.index(t)
+        if not isinstance(out, Affine):
+            self.fail(AFFINE_MSG + " (`//`, `%` and index arrays are allowed only in the "
+                      "indices of an access and in comparisons)", t)
+        return out
+
+    def index(self, t: Item) -> Affine | QuasiAffine:
+        """An index expression: affine, or quasi-affine (`e // c`, `e % c`, `idx[i]`, SPEC 12)
+        where the caller allows it (accesses and comparisons)."""
         t = _unparen(t)
         assert isinstance(t, Tree)
         kind = t.data
+        out: Affine | QuasiAffine
         if kind == "name":
             out = Affine.var(self.name(t.children[0]))
         elif kind == "int":
             out = Affine.lit(self.integer(t.children[0]))
         elif kind in ("add", "sub"):
-            out = self.affine_sum(t)
+            out = self.index_sum(t)
         elif kind == "neg":
-            out = -self.affine(t.children[0])
+            out = quasi_scale(self.index(t.children[0]), -1)
         elif kind == "mul":
-            a, b = (self.affine(c) for c in t.children)
-            if a.is_const():
-                out = b.scale(a.const)
-            elif b.is_const():
-                out = a.scale(b.const)
+            a, b = (self.index(c) for c in t.children)
+            if isinstance(a, Affine) and a.is_const():
+                out = quasi_scale(b, a.const)
+            elif isinstance(b, Affine) and b.is_const():
+                out = quasi_scale(a, b.const)
             else:
                 self.fail(AFFINE_MSG + " (a product needs an integer constant factor)", t)
+        elif kind in ("floordiv", "mod"):
+            num = self.index(t.children[0])
+            den = self.affine(t.children[1])
+            if den.is_const() and den.const <= 0:
+                self.fail(f"the divisor of {'//' if kind == 'floordiv' else '%'} must be a "
+                          "positive integer constant or a size", t.children[1])
+            out = quasi_term(IndexDiv("//" if kind == "floordiv" else "%", num, den,
+                                      loc=self.loc(t)))
+        elif kind == "access" and _is(_unparen(t.children[0]), "name"):
+            target, args = t.children
+            assert isinstance(args, Tree)
+            name = self.name(_unparen(target).children[0])  # type: ignore[union-attr]
+            out = quasi_term(IndexRead(name, tuple(self.index(a) for a in args.children),
+                                       loc=self.loc(t)))
         else:
             self.fail(AFFINE_MSG, t)
         return out.with_loc(self.loc(t))
 
-    def affine_sum(self, t: Tree) -> Affine:
+    def index_sum(self, t: Tree) -> Affine | QuasiAffine:
         spine: list[Tree] = []
         node: Item = t
         while _is(node, "add", "sub"):
             assert isinstance(node, Tree)
             spine.append(node)
             node = node.children[0]
-        acc = self.affine(node)
+        acc = self.index(node)
         for n in reversed(spine):
-            rhs = self.affine(n.children[1])
-            acc = acc + rhs if n.data == "add" else acc - rhs
+            rhs = self.index(n.children[1])
+            acc = quasi_add(acc, rhs if n.data == "add" else quasi_scale(rhs, -1))
         return acc
 
     def integer(self, tok: Item) -> int:
@@ -668,6 +795,11 @@ class _Converter:
             return TSize(loc=loc)
         if kind == "t_rel":
             return TRel(tuple(self.sizes(ch[0])) if ch[0] is not None else (), loc=loc)
+        if kind == "t_index":  # `Z[N]` (entries' range inferred from the uses) or `Z[N] in V`
+            shape = tuple(self.sizes(ch[0]))
+            if ch[1] is None:
+                return TIndex(shape, True, loc=loc)
+            return TIndex(shape + (self.affine(ch[1]),), loc=loc)
         self.fail("expected a type", t)
 
     def sizes(self, t: Item) -> list[Affine]:

@@ -19,10 +19,12 @@ import math
 from typing import Any
 
 from tensorlang.ir.ast import (
-    PAIR_BOXES, Access, Add, Affine, And, Box, Call, Cmp, Const, Contract, Def, DefCall, DerivedDef, Exists, Gen,
+    PAIR_BOXES, Access, Add, Affine, And, Box, Call, Cmp, Const, Contract, Def, DefCall,
+    DerivedDef, Exists, Gen, CondAnd, CondCmp, CondNot, CondOr, CondPred, Extremum, IfThen,
     Iverson, Let, Mul, Node, Or, Pair, Param, PFalse, Pred, Proj, PTrue, RelCall, Sum, TArr,
-    TPair, TReal, TRel, TSize, Var,
+    TIndex, TPair, TReal, TRel, TSize, Var,
 )
+from tensorlang.ir.ast import IndexDiv, QuasiAffine
 
 __all__ = ["to_tl", "to_unicode"]
 
@@ -31,9 +33,11 @@ LOWEST, OR, AND, CMP, ADD, MUL, UNARY, POW, POSTFIX, ATOM = range(10)
 BINDER = -1  # gen / sum / let / exists: bare only in a tail position accepting a unary
 INDENT = "    "
 
-_TL = {"gen": "gen", "sum": "sum", "exists": "exists", "mul": " * ", "guard": " * ",
+_TL = {"max": "max", "min": "min",
+       "gen": "gen", "sum": "sum", "exists": "exists", "mul": " * ", "guard": " * ",
        "<": "<", "<=": "<=", "==": "==", "!=": "!=", "and": "and", "or": "or", "pow": " ** "}
-_UNICODE = {"gen": "⊞", "sum": "Σ", "exists": "∃", "mul": "·", "guard": "·",
+_UNICODE = {"max": "max", "min": "min",
+            "gen": "⊞", "sum": "Σ", "exists": "∃", "mul": "·", "guard": "·",
             "<": "<", "<=": "≤", "==": "=", "!=": "≠", "and": "∧", "or": "∨", "pow": "^"}
 
 
@@ -113,7 +117,7 @@ class _Printer:
 
     def prec(self, e: Node) -> int:
         """The precedence of e's printed form (BINDER for gen/sum/let)."""
-        if isinstance(e, (Gen, Sum, Let)):
+        if isinstance(e, (Gen, Sum, Let, Extremum, IfThen)):
             return BINDER
         if isinstance(e, Add):
             return ADD
@@ -179,12 +183,35 @@ class _Printer:
             if not e.idx:
                 return base  # `e[]` has no syntax; an empty access is e itself
             return f"{base}[{', '.join(self.affine(a) for a in e.idx)}]"
-        if isinstance(e, (Gen, Sum)):
+        if isinstance(e, (Gen, Sum, Extremum)):
             return self.binder(e, tail)
         if isinstance(e, Let):
             value = self.expr(e.value, LOWEST, True)
             return f"let {e.name} = {value} in {self.expr(e.body, LOWEST, tail)}"
+        if isinstance(e, IfThen):   # surface only (SPEC 12); `where(c, a, b)` prints as this
+            return (f"if {self.cond(e.cond, LOWEST)} then {self.expr(e.a, LOWEST, True)} "
+                    f"else {self.expr(e.b, LOWEST, tail)}")
         raise TypeError(f"cannot print {type(e).__name__}")
+
+    def cond(self, c: Node, need: int) -> str:
+        """A condition of `if` (surface): or < and < not, comparisons of values or indices."""
+        own = OR if isinstance(c, CondOr) else AND if isinstance(c, CondAnd) else CMP
+        if isinstance(c, CondOr):
+            text = f"{self.cond(c.a, OR)} or {self.cond(c.b, AND)}"
+        elif isinstance(c, CondAnd):
+            text = f"{self.cond(c.a, AND)} and {self.cond(c.b, CMP)}"
+        elif isinstance(c, CondNot):
+            text = f"not {self.cond(c.a, CMP)}"
+        elif isinstance(c, CondCmp):
+            # the affine reading where there is one: it re-parses to both readings
+            sides = [self.affine(a) if a is not None else self.expr(e, ADD, False)
+                     for e, a in ((c.lhs, c.alhs), (c.rhs, c.arhs))]
+            text = f"{sides[0]} {c.op} {sides[1]}"
+        elif isinstance(c, CondPred):
+            text = self.pred(c.pred, CMP, False)
+        else:
+            raise TypeError(f"cannot print {type(c).__name__} as a condition")
+        return f"({text})" if own < need else text
 
     @staticmethod
     def tuple_items(e: Pair) -> list[Node]:
@@ -328,8 +355,11 @@ class _Printer:
 
     # -- affine expressions and types ------------------------------------------------------
 
-    def affine(self, a: Affine) -> str:
-        """`i + 2*j - 1` (terms in the canonical order of `Affine`)."""
+    def affine(self, a: Affine | QuasiAffine) -> str:
+        """`i + 2*j - 1` (terms in the canonical order of `Affine`); a surface quasi-affine
+        index (SPEC 12) as its base then its terms: `i + 1 + (i % 2) - 2 * P[i]`."""
+        if isinstance(a, QuasiAffine):
+            return self.quasi(a)
         parts: list[str] = []
         for name, c in a.terms:
             mag = name if abs(c) == 1 else f"{abs(c)}*{name}"
@@ -342,6 +372,28 @@ class _Printer:
                 parts.append(str(a.const))
             else:
                 parts.append(f" + {a.const}" if a.const > 0 else f" - {-a.const}")
+        return "".join(parts)
+
+    def quasi(self, a: QuasiAffine) -> str:
+        parts = [self.affine(a.base)] if (a.base.terms or a.base.const) else []
+        for term, c in zip(a.terms, a.coeffs):
+            if isinstance(term, IndexDiv):
+                den = self.affine(term.den)
+                if not (term.den.is_const() or term.den.as_var() is not None):
+                    den = f"({den})"
+                num = self.affine(term.num)
+                if not (isinstance(term.num, Affine) and (term.num.is_const() and
+                                                          term.num.const >= 0
+                                                          or term.num.as_var() is not None)):
+                    num = f"({num})"
+                text = f"({num} {term.op} {den})"
+            else:
+                text = f"{term.name}[{', '.join(self.affine(x) for x in term.args)}]"
+            mag = text if abs(c) == 1 else f"{abs(c)} * {text}"
+            if not parts:
+                parts.append(mag if c > 0 else f"-{mag}")
+            else:
+                parts.append(f" + {mag}" if c > 0 else f" - {mag}")
         return "".join(parts)
 
     def type(self, t: Node) -> str:
@@ -366,6 +418,9 @@ class _Printer:
             return "(" + ", ".join(self.type(i) for i in items) + ")"
         if isinstance(t, TSize):
             return "size"
+        if isinstance(t, TIndex):  # an index array (SPEC 12)
+            shape = ', '.join(self.affine(a) for a in t.shape)
+            return f"Z[{shape}]" if t.bound is None else f"Z[{shape}] in {self.affine(t.bound)}"
         if isinstance(t, TRel):
             return f"rel({', '.join(self.affine(a) for a in t.sizes)})"
         raise TypeError(f"cannot print {type(t).__name__} as a type")

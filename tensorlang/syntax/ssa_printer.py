@@ -5,11 +5,11 @@ from __future__ import annotations
 import functools
 
 from tensorlang.ir import ast
-from tensorlang.ir.ast import (PAIR_BOXES, Affine, And, Cmp, Exists, Or, PFalse, Pred, PTrue, RelCall, TArr,
-                               TPair, TReal, TRel, TSize, Type)
+from tensorlang.ir.ast import (PAIR_BOXES, Affine, And, Cmp, Exists, Or, PFalse, Pred, PTrue,
+                               RelCall, TArr, TIndex, TPair, TReal, TRel, TSize, Type)
 from tensorlang.ir.canon import conjuncts, disjuncts
-from tensorlang.ir.tssa import (AddRhs, BoxRhs, ConstRhs, Input, MapRhs, Operand, Out, Program, Rhs,
-                                Stmt, SumRhs, soa_type)
+from tensorlang.ir.tssa import (AddRhs, BoxRhs, ConstRhs, ExtremeRhs, Input, MapRhs, Operand, Out,
+                                Program, Rhs, Stmt, SumRhs, soa_type)
 from tensorlang.syntax.printer import to_tl
 
 
@@ -53,6 +53,9 @@ def fmt_type(t: Type) -> str:
         return "R"
     if isinstance(t, TSize):
         return "size"
+    if isinstance(t, TIndex):  # an index array (SPEC 12)
+        shape = ', '.join(fmt_affine(a) for a in t.shape)
+        return f"Z[{shape}]" if t.bound is None else f"Z[{shape}] in {fmt_affine(t.bound)}"
     if isinstance(t, TRel):
         return f"rel({', '.join(fmt_affine(s) for s in t.sizes)})"
     if isinstance(t, TPair):
@@ -94,6 +97,9 @@ def fmt_rhs(rhs: Rhs, unicode: bool = False) -> str:
     if isinstance(rhs, MapRhs):
         args = [fmt_operand(o) for o in rhs.operands] + [_fmt_num(c) for c in rhs.params]
         return f"{g(rhs.pred)}{rhs.fn}({', '.join(args)})"
+    if isinstance(rhs, ExtremeRhs):
+        (j,), (n,) = rhs.sum_names(), rhs.sdims
+        return f"{g(rhs.pred)}{rhs.op} {j}:{fmt_affine(n)}. {fmt_operand(rhs.operands[0])}"
     if isinstance(rhs, SumRhs):
         factors = ([] if rhs.coeff == 1.0 else [_fmt_num(rhs.coeff)]) + \
                   [fmt_operand(o) for o in rhs.operands]
