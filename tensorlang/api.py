@@ -463,6 +463,10 @@ def _converter(t: Type, sizes: Mapping[str, int], arrayed: bool = False
                ) -> Callable[[Any], Any]:
     """How a plan converts a value of type `t` (the checks were made by the first call); a
     tensor of pairs is a pair of tensors."""
+    if isinstance(t, TIndex):   # an integer array: its entries checked on every call
+        shape = tuple(int(d.evaluate(sizes)) for d in t.sizes)
+        return lambda v: relation.from_value(
+            interp.index_array_coordinates("", v, shape[:-1], shape[-1]), shape)
     if isinstance(t, TRel):
         shape = tuple(int(d.evaluate(sizes)) for d in t.sizes)
         return lambda v: relation.from_value(v, shape)

@@ -434,3 +434,22 @@ def test_calls_bind_once_per_shape(m, rng, monkeypatch):
         m.masked(E=np.array([[3, 0], [0, 0], [1, 1]]), A=A)   # the planned shape, bad data
     with pytest.raises(tl.ShapeError, match="must hold real numbers"):
         f(x=x.astype(complex), A=A)
+
+
+def test_index_arrays_take_the_binding_plan_with_their_entries_checked():
+    """A call like an earlier one runs its plan: an index array is still turned into its
+    relation's coordinates (an (N, 3) integer array is not read as coordinates) and its
+    entries are checked on every call."""
+    m = tl.parse("def f(N: size, M: size, idx: Z[N, 3] in M, x: R[M]) -> R[N]:\n"
+                 "    return gen i:N. sum k:3. x[idx[i, k]]\n")
+    x = np.arange(6.0)
+    rng = np.random.default_rng(0)
+    for backend in ("numba", "interp"):
+        f = m.f.compile(backend)
+        for _ in range(3):
+            idx = rng.integers(0, 3, size=(4, 3))   # (also valid coordinates of the box)
+            np.testing.assert_allclose(f(idx=idx, x=x), x[idx].sum(axis=1))
+        bad = idx.copy()
+        bad[2, 1] = 6
+        with pytest.raises(tl.ShapeError, match=r"idx\[2, 1\] = 6"):
+            f(idx=bad, x=x)
