@@ -245,8 +245,11 @@ class CompiledProgram:
         env = interp.bind_args(self._sig, given)
         bound: dict[str, Any] = {k: v for k, (v, _) in env.vals.items()}
         bound.update(env.sizes)
-        bound.update({name: relation.from_value(given[name], tuple(mask.shape))
-                      for name, mask in env.rels.items()})
+        types = {q.name: q.type for q in self.program.params}
+        for name, mask in env.rels.items():   # (an index array's value: its integer array)
+            shape = tuple(mask.shape)
+            bound[name] = relation.from_value(
+                interp.index_array_relation(name, types[name], given[name], shape), shape)
         return bound
 
     def call_bound(self, bound: Mapping[str, Any]) -> Any:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import tensorlang as tl
 from examples_util import assert_same, to_program
-from tensorlang.semantics import relation
+from tensorlang.semantics import interp, relation
 from tensorlang.semantics.interp import interpret
 from tensorlang.syntax.errors import ShapeError
 from tensorlang.testing import programs
@@ -140,7 +140,8 @@ def test_random_programs_agree_whichever_way_relations_are_given(case, how):
     for p in d.params:
         if isinstance(p.type, tl.api.TRel):
             shape = tuple(int(a.evaluate(sizes)) for a in p.type.sizes)
-            rel = relation.from_value(args[p.name], shape)
+            rel = relation.from_value(   # (an index array's argument is its integer array)
+                interp.index_array_relation(p.name, p.type, args[p.name], shape), shape)
             given_args[p.name] = {"mask": rel.mask().copy(), "coords": rel.coords().copy(),
                                   "relation": rel}[how]
     c = numba_cpu.compile_program(to_program(d), jit=False)
