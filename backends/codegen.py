@@ -30,8 +30,8 @@ from typing import Mapping, Sequence
 from tensorlang.ir import ast
 from tensorlang.ir import tssa
 from tensorlang.ir.ast import Affine, Cmp, PFalse, Pred, PTrue, TRel, TSize
-from tensorlang.ir.tssa import (AddRhs, ConstRhs, ContractRhs, Input, MapRhs, Operand, Program,
-                             ReduceRhs, Rhs)
+from tensorlang.ir.tssa import (AddRhs, ConstRhs, ContractRhs, ExtremeRhs, Input, MapRhs,
+                                Operand, Program, ReduceRhs, Rhs)
 
 from .codegen_nest import Facts, Part, RelNames, in_bounds, plan_alternatives, pred_code
 
@@ -354,7 +354,10 @@ def _loop_plan(var: str, rhs: Rhs, scalar: bool, sizes: list[str],
     snames = {n for n, _ in sums}
     oconj = [c for c in conj if not (ast.free_names(c) & snames)]
     iconj = [c for c in conj if ast.free_names(c) & snames]
-    outer = plan_alternatives(gens, oconj, rel_dims, sizes, use_relations, facts=around)
+    # An empty sum is 0, so a sum's mask may lean on its reduced index being in range; an
+    # empty max/min is -inf/+inf, so its mask (over I only) must be tested as it stands.
+    ofacts = Facts.of(dict(gens), sizes) if isinstance(rhs, ExtremeRhs) else around
+    outer = plan_alternatives(gens, oconj, rel_dims, sizes, use_relations, facts=ofacts)
     inner = plan_alternatives(sums, iconj, rel_dims, sizes, use_relations,
                               facts=around.add(oconj))
     return StmtPlan(var, rhs, "loops", scalar, outer=outer, inner=inner, facts=facts)

@@ -211,6 +211,19 @@ def test_empty_reductions_are_infinite():
     assert f.interpret(x=np.zeros(0)) == np.inf
 
 
+def test_a_false_mask_around_an_empty_reduction_gives_zero():
+    """`[0 < N] * max i:N. e` at N = 0 is 0: the mask is tested even where it coincides with
+    the reduced range being non-empty (a sum may skip that test, a max may not)."""
+    f = tl.parse("def f(N: size, x: R[N]) -> (R, R[2]):\n"
+                 "    return ([0 < N] * (max i:N. x[i]), gen k:2. [k < N] * (min i:N. x[i]))\n").f
+    for be in ("interp", "numba", "jax"):
+        for n in (0, 1, 3):
+            got = f.compile(be)(x=np.arange(float(n)))
+            want = (0.0 if n == 0 else n - 1.0, [0.0 if k >= n else 0.0 for k in range(2)])
+            assert_same(np.asarray(got[0]), np.asarray(want[0]))
+            np.testing.assert_array_equal(np.asarray(got[1]), want[1])
+
+
 def test_nan_propagates_in_every_backend():
     x = np.array([1.0, np.nan, 3.0, 0.5])
     for be in ("interp", "numba", "jax"):
