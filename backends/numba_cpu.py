@@ -28,16 +28,17 @@ m*n*k); `CompiledProgram.last_counts` reports them after each call.
 """
 from __future__ import annotations
 
+import ast as pyast
 import hashlib
 import os
 import threading
 import types
-from typing import Any, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
 from tensorlang.ir import ast
-from tensorlang.semantics import interp
+from tensorlang.semantics import interp, relation
 from tensorlang.ir import tssa
 from tensorlang.syntax import ssa_printer
 from tensorlang.syntax.errors import TLError
@@ -144,8 +145,22 @@ class CompiledProgram:
         self.last_engine: str | None = None
         self._sig = ast.Def(program.name, program.params, program.ret, ast.Const(0.0))
         self._inputs = program.inputs()
-        self._rel_shapes = {q.name: q.type.sizes for q in program.params
-                            if isinstance(q.type, ast.TRel)}
+        self._rel_names = [q.name for q in program.params if isinstance(q.type, ast.TRel)]
+        self._size_names = [q.name for q in program.params if isinstance(q.type, ast.TSize)]
+        # per kernel argument, how it is taken from the bound arguments (made on the first
+        # call, from the module's text: a mask the kernel never reads is not built)
+        self._getters: list[Callable[[Mapping[str, Any]], Any]] | None = None
+        self._counts_at = next((k for k, (kind, _) in enumerate(self._args)
+                                if kind == "counts"), -1)
+        self._blas = header.blas
+        # (a plain-Python module, `jit=False`, has no threads to set)
+        self._threaded = bool(module_key) and (header.parallel or header.blas)
+        self._rt: Any = None   # numba_rt (thread policy), imported before the first JIT call
+        # per sizes: the thread count, negative when BLAS is to be capped at it
+        self._threads: dict[tuple[int, ...], int] = {}
+        leaves = program.output_vars()
+        self._copy_leaf = [v in leaves[:k] or v in self._inputs for k, v in enumerate(leaves)]
+        self._one_leaf = isinstance(program.output, str) and not self._copy_leaf[0]
         self.last_counts: dict[str, int] | None = None
         self._lock = threading.Lock()
         self._sealed = not module_key   # Numba's files are recorded after the first call
@@ -171,25 +186,35 @@ class CompiledProgram:
 
     def engine_for(self, args: Mapping[str, Any] | None = None, /, **kwargs: Any) -> str:
         """The engine a call with these arguments runs on: "jit" or "aot"."""
-        env = interp.bind_args(self._sig, dict(args or {}, **kwargs))
-        return self._choose(env)
+        return self._choose(self._bound(dict(args or {}, **kwargs)))
 
-    def _choose(self, env: interp.Env) -> str:
+    def _choose(self, bound: Mapping[str, Any]) -> str:
         if self.engine != "auto":
             return self.engine
         if self._jit_only:
             return "jit"
         if self._aot_same:
             return "aot"
-        sizes = tuple(int(env.sizes[n]) for n in sorted(env.sizes))
-        work = self._work.get(sizes) if not self._rel_shapes else None
+        sizes = tuple([int(bound[n]) for n in self._size_names])
+        work = self._work.get(sizes)
         if work is None:
-            from tensorlang.semantics.cost import cost_program
-
-            work = cost_program(self.program, {**env.sizes, **env.rels}).total
-            if not self._rel_shapes:
-                self._work[sizes] = work
+            if len(self._work) > 64:
+                self._work.clear()
+            named = {n: int(bound[n]) for n in self._size_names}
+            # with relations, first a bound from the sizes alone: no mask is built for a
+            # call that is small however many entries its relations have
+            work = self._work[sizes] = cost_bound(self.program, named) if self._rel_names \
+                else self._cost(named)
+        if self._rel_names and work > AOT_MAX_WORK:
+            work = self._cost({**{n: int(bound[n]) for n in self._size_names},
+                               **{n: bound[n].mask() for n in self._rel_names}})
         return "aot" if work <= AOT_MAX_WORK else "jit"
+
+    def _cost(self, args: Mapping[str, Any]) -> int:
+        """The exact SPEC 3 cost of a call at these sizes and relation masks."""
+        from tensorlang.semantics.cost import cost_program
+
+        return cost_program(self.program, args).total
 
     def _image(self, kargs: list[Any]) -> Any:
         """The AOT image's kernel for arguments of these types (loaded, or built here)."""
@@ -213,70 +238,102 @@ class CompiledProgram:
 
     def __call__(self, args: Mapping[str, Any] | None = None, /, **kwargs: Any) -> Any:
         given = dict(args or {}, **kwargs)
+        return self.call_bound(self._bound(given))
+
+    def _bound(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """The arguments checked (`interp.bind_args`) and converted as `call_bound` takes them."""
         env = interp.bind_args(self._sig, given)
-        kargs, counts = self._marshal(env)
-        engine = self._choose(env)
-        self.last_engine = engine
-        if engine == "aot":
+        bound: dict[str, Any] = {k: v for k, (v, _) in env.vals.items()}
+        bound.update(env.sizes)
+        types = {q.name: q.type for q in self.program.params}
+        for name, mask in env.rels.items():   # (an index array's value: its integer array)
+            shape = tuple(mask.shape)
+            bound[name] = relation.from_value(
+                interp.index_array_relation(name, types[name], given[name], shape), shape)
+        return bound
+
+    def call_bound(self, bound: Mapping[str, Any]) -> Any:
+        """Run on arguments already checked and converted (sizes as ints, float64 arrays,
+        floats, pairs as tuples, relations as `Relation`s): the API's call path, whose
+        binder checks each argument once (`__call__` checks a dict of arguments first)."""
+        getters = self._getters or self._make_getters()
+        kargs = [get(bound) for get in getters]
+        counts = None
+        if self.instrument:
+            counts = kargs[self._counts_at] = np.zeros(len(self._counted), dtype=np.int64)
+        engine = self.last_engine = self._choose(bound)
+        if engine == "aot":   # the image is serial: no thread policy
             out = self._image(kargs)(*kargs)
         else:
-            out = self.kernel(*kargs)
+            out = self._run_jit(bound, kargs)
             if not self._sealed:
                 self._seal()
         if counts is not None:
             self.last_counts = {v: int(c) for v, c in zip(self._counted, counts)}
         return self._result(out)
 
-    def _marshal(self, env: interp.Env) -> tuple[list[Any], np.ndarray | None]:
-        values: list[Any] = []
-        counts: np.ndarray | None = None
-        pats: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
-        for kind, key in self._args:
-            if kind == "size":
-                values.append(int(env.sizes[key]))
-            elif kind == "input":
-                values.append(self._input(env, key))
-            elif kind == "mask":
-                values.append(np.ascontiguousarray(env.rels[key], dtype=np.bool_))
-            elif kind in ("coords", "ptr"):
-                if key not in pats:
-                    pats[key] = pattern_arrays(env.rels[key[0]], tuple(key[1]), key[2])
-                values.append(pats[key][0 if kind == "coords" else 1])
-            elif kind == "consts":
-                values.append(self.constants)
-            else:
-                counts = np.zeros(len(self._counted), dtype=np.int64)
-                values.append(counts)
-        return values, counts
+    def _make_getters(self) -> list[Callable[[Mapping[str, Any]], Any]]:
+        used = _mask_reads(self.source, self._args)
+        self._getters = [self._getter(kind, key, u) for (kind, key), u in zip(self._args, used)]
+        return self._getters
 
-    def _input(self, env: interp.Env, var: str) -> Any:
-        rhs = self._inputs[var]
-        v = env.vals[rhs.param][0]
-        for k in rhs.path:
-            v = v[k]
-        arr = np.asarray(v, dtype=np.float64)
-        if arr.ndim == 0:
-            return float(arr)
-        return np.ascontiguousarray(arr)
+    def _run_jit(self, bound: Mapping[str, Any], kargs: list[Any]) -> Any:
+        """The JIT kernel on `kargs`, on the threads its work at these sizes is worth."""
+        if not self._threaded:
+            return self.kernel(*kargs)
+        if self._rt is None:
+            # imported before the first parallel kernel runs: it sets how Numba's workers wait
+            from . import numba_rt
+
+            self._rt = numba_rt
+        key = tuple([bound[name] for name in self._size_names])
+        threads = self._threads.get(key, 0)
+        if not threads:
+            if len(self._threads) > 64:
+                self._threads.clear()
+            threads = self._threads[key] = self._rt.threads_for(
+                kernel_work(self.program, {n: int(bound[n]) for n in self._size_names}),
+                self._blas)
+        # BLAS owns the threads where it runs: Numba's loops of such a kernel use one
+        self._rt.use_threads(1 if self._blas else abs(threads))
+        if threads < 0:    # a BLAS call to keep on fewer threads than BLAS would take
+            with self._rt.BlasThreads(-threads):
+                return self.kernel(*kargs)
+        return self.kernel(*kargs)
+
+    def _getter(self, kind: str, key: Any, used: bool) -> Callable[[Mapping[str, Any]], Any]:
+        """How kernel argument (`kind`, `key`) is taken from the bound arguments."""
+        if kind == "size":
+            return lambda bound: int(bound[key])
+        if kind == "input":
+            rhs = self._inputs[key]
+            return lambda bound: _leaf(bound[rhs.param], rhs.path)
+        if kind == "mask":
+            # a mask the kernel never reads is not built (coordinates stay coordinates)
+            return (lambda bound: bound[key].mask()) if used else \
+                (lambda bound: _no_mask(bound[key].arity))
+        if kind in ("coords", "ptr"):
+            name, order, nbound, part = key[0], tuple(key[1]), key[2], int(kind == "ptr")
+            return lambda bound: bound[name].pattern(order, nbound)[part]
+        if kind == "consts":
+            return lambda bound: self.constants
+        assert kind == "counts"
+        return lambda bound: None   # made per call (`call_bound`)
 
     def _result(self, out: tuple) -> Any:
-        leaves = self.program.output_vars()
-        seen: set[str] = set()
-        vals: dict[int, Any] = {}
-        for k, (v, x) in enumerate(zip(leaves, out)):
+        """The kernel's outputs in the shape of the program's output.  Built without a
+        closure that refers to itself: such a cycle would keep every output alive until the
+        garbage collector runs, so each call would write fresh, page-faulting memory."""
+        if self._one_leaf:   # (the usual case: one scalar or array, no copy needed)
+            x = out[0]
+            return x if isinstance(x, np.ndarray) else float(x)
+        vals: list[Any] = []
+        for x, copy in zip(out, self._copy_leaf):
             if isinstance(x, np.ndarray):
-                if v in seen or v in self._inputs:
-                    x = x.copy()   # results never alias an argument or each other
-                vals[k] = x
+                vals.append(x.copy() if copy else x)  # never alias an argument or each other
             else:
-                vals[k] = float(x)
-            seen.add(v)
-        pos = iter(range(len(leaves)))
-
-        def build(o: tssa.Out) -> Any:
-            return vals[next(pos)] if isinstance(o, str) else tuple(build(c) for c in o)
-
-        return build(self.program.output)
+                vals.append(float(x))
+        return _assemble(self.program.output, iter(vals))
 
     def _seal(self) -> None:
         """After the first call: when Numba compiled the kernel here (and so wrote its cache
@@ -298,24 +355,82 @@ class CompiledProgram:
 
 
 def pattern_arrays(mask: np.ndarray, order: tuple[int, ...], nbound: int
-                    ) -> tuple[np.ndarray, np.ndarray]:
-    """The coordinates of a relation, columns in `order`, sorted lexicographically, and the
-    CSR row pointer over the first `nbound` columns (their flattened index)."""
-    coords = np.argwhere(mask).astype(np.int64)
-    cols = np.ascontiguousarray(coords[:, list(order)]) if coords.size else \
-        np.zeros((0, len(order)), dtype=np.int64)
-    if list(order) != sorted(order) and len(cols):
-        idx = np.lexsort(cols.T[::-1])
-        cols = np.ascontiguousarray(cols[idx])
-    if not nbound:
-        return cols, np.zeros(1, dtype=np.int64)
-    dims = tuple(mask.shape[k] for k in order[:nbound])
-    nrows = int(np.prod(dims, dtype=np.int64))
-    keys = np.ravel_multi_index(tuple(cols[:, t] for t in range(nbound)), dims) \
-        if len(cols) else np.zeros(0, dtype=np.int64)
-    ptr = np.zeros(nrows + 1, dtype=np.int64)
-    np.cumsum(np.bincount(keys, minlength=nrows), out=ptr[1:])
-    return cols, ptr
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """The coordinates of the relation `mask`, columns in `order`, sorted lexicographically,
+    and the CSR row pointer over the first `nbound` columns (`Relation.pattern`)."""
+    return relation.from_value(mask, tuple(mask.shape)).pattern(tuple(order), nbound)
+
+
+def cost_bound(p: Program, sizes: Mapping[str, int]) -> int:
+    """An upper bound of `p`'s SPEC 3 cost at `sizes` whatever its relations hold: per
+    statement, every point of its box live (a contraction: its multiplications and one
+    addition per point).  A box statement counts as unbounded."""
+    work = 0
+    for s in p.stmts:
+        if isinstance(s.rhs, (tssa.Input, tssa.ConstRhs)):
+            continue
+        if isinstance(s.rhs, tssa.BoxRhs):
+            return 1 << 62
+        points = 1
+        for d in (*s.rhs.dims, *s.rhs.sdims):
+            points *= max(0, int(d.evaluate(sizes)))
+        work += points * (len(s.rhs.operands) + 1 if isinstance(s.rhs, tssa.SumRhs) else 1)
+    return work
+
+
+def kernel_work(p: Program, sizes: Mapping[str, int]) -> int:
+    """About how many element operations a call of `p`'s kernel does at `sizes`: per
+    statement, the points of its box (output times summed extents; masks and relations not
+    counted, so an upper bound).  What the parallel grain is decided on."""
+    work = 0
+    for s in p.stmts:
+        if isinstance(s.rhs, tssa.Input):
+            continue
+        points = 1
+        for d in (*s.rhs.dims, *s.rhs.sdims):
+            points *= max(0, int(d.evaluate(sizes)))
+        work += points
+    return work
+
+
+def _leaf(v: Any, path: tuple[int, ...]) -> Any:
+    """The value at `path` of an argument, as the kernel takes it: a float or a C-contiguous
+    float64 array."""
+    for k in path:
+        v = v[k]
+    if type(v) is float:
+        return v
+    if type(v) is np.ndarray and v.ndim and v.dtype == np.float64 and v.flags.c_contiguous:
+        return v
+    arr = np.asarray(v, dtype=np.float64)
+    return float(arr) if arr.ndim == 0 else np.ascontiguousarray(arr)
+
+
+def _assemble(o: tssa.Out, leaves: Iterator[Any]) -> Any:
+    return next(leaves) if isinstance(o, str) else tuple(_assemble(c, leaves) for c in o)
+
+
+def _mask_reads(source: str, args: tuple[tuple[str, Any], ...]) -> list[bool]:
+    """Per kernel argument: False for a relation mask the kernel's code never reads (read from
+    the module's text, so that neither engine needs Numba to know)."""
+    tree = pyast.parse(source)
+    kernel = next(node for node in tree.body
+                  if isinstance(node, pyast.FunctionDef) and node.name == KERNEL)
+    names = [a.arg for a in kernel.args.args]
+    loads = {node.id for stmt in kernel.body for node in pyast.walk(stmt)
+             if isinstance(node, pyast.Name) and isinstance(node.ctx, pyast.Load)}
+    return [kind != "mask" or names[i] in loads for i, (kind, _) in enumerate(args)]
+
+
+def _no_mask(arity: int) -> np.ndarray:
+    """A stand-in for a mask no kernel code reads (the same Numba type as a mask)."""
+    hit = _NO_MASK.get(arity)
+    if hit is None:
+        hit = _NO_MASK[arity] = relation.frozen_array(np.zeros((0,) * arity, dtype=np.bool_))
+    return hit
+
+
+_NO_MASK: dict[int, np.ndarray] = {}
 
 
 _COMPILED: dict[tuple[str, str], CompiledProgram] = {}
@@ -383,7 +498,9 @@ def _type_key(kargs: list[Any]) -> str:
     parts = []
     for a in kargs:
         if isinstance(a, np.ndarray):
-            parts.append(f"{a.dtype.str}{a.ndim}{'C' if a.flags.c_contiguous else 'A'}")
+            # read-only arrays (relations: semantics/relation.py) are their own Numba type
+            parts.append(f"{a.dtype.str}{a.ndim}{'C' if a.flags.c_contiguous else 'A'}"
+                         f"{'' if a.flags.writeable else 'R'}")
         else:
             parts.append("i" if isinstance(a, (int, np.integer)) else "f")
     return "s" + hashlib.sha256(",".join(parts).encode()).hexdigest()[:12]

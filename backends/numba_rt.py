@@ -5,8 +5,20 @@ Numba, and use `error_model="numpy"` like the kernels (1/0 is inf, not an except
 """
 from __future__ import annotations
 
-import numpy as np
-from numba import njit
+import ctypes
+import os
+import threading
+from typing import Callable
+
+# Idle OpenMP workers sleep instead of spinning (read when Numba starts its pool, on the first
+# parallel kernel; a value the user set is kept): a spinning worker takes the core that BLAS,
+# the calling thread or another process needs, which made a kernel 10-100x slower whenever
+# another process kept one core busy (docs/backends.md, "Threads").
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numba  # noqa: E402
+import numpy as np  # noqa: E402
+from numba import njit  # noqa: E402
 
 from .scalar_builtins import FUNCS
 
@@ -23,7 +35,103 @@ def tl_matmul(a, b):  # type: ignore[no-untyped-def]
     return np.dot(a, b)
 
 
-__all__ = [f"tl_{name}" for name in FUNCS] + ["tl_matmul", "tl_matmul_loops"]
+__all__ = [f"tl_{name}" for name in FUNCS] + ["tl_matmul", "tl_matmul_loops", "threads_for",
+                                                "use_threads", "BlasThreads", "PARALLEL_GRAIN"]
+
+
+# -- threads: the parallel grain (issue 14) ---------------------------------------------------
+
+# Element operations per thread below which a kernel runs on the calling thread alone.  A
+# parallel loop or a threaded BLAS call waits for its slowest thread: microseconds on an idle
+# machine, but a whole scheduler time slice (milliseconds) when another process keeps a
+# worker's core busy.  With at least this much work per thread (about 2 ms), that wait costs
+# at most in proportion to the work.
+PARALLEL_GRAIN = 1 << 21
+
+
+def most_threads() -> int:
+    """The threads a kernel may use: Numba's pool, at most the cores this process may run on."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(numba.config.NUMBA_NUM_THREADS, cores))
+
+
+def threads_for(work: int, blas: bool = False) -> int:
+    """The threads for a kernel call doing about `work` element operations: one per
+    `PARALLEL_GRAIN`, at most `most_threads()`.  For a kernel calling BLAS (`blas`), minus
+    that count when BLAS must be held to it (`BlasThreads`, which costs microseconds: not
+    for calls too small for BLAS to start its threads anyway).  The results never depend
+    on it (chunked reductions: docs/backends.md)."""
+    threads = max(1, min(_MOST, work // PARALLEL_GRAIN))
+    if blas and work >= BLAS_THREADED and BlasThreads.default() > threads:
+        return -threads
+    return threads
+
+
+# BLAS (OpenBLAS) runs a call this small on one thread by itself
+BLAS_THREADED = 1 << 15
+
+
+_MOST = most_threads()
+_SET = threading.local()   # the count last set in this thread (Numba's setting is per thread)
+
+
+def use_threads(n: int) -> None:
+    """Run this thread's next parallel loops on `n` threads (`numba.set_num_threads`, which
+    costs microseconds: called only when the count changes)."""
+    if getattr(_SET, "n", None) != n:
+        numba.set_num_threads(n)
+        _SET.n = n
+
+
+def blas_threads() -> tuple[Callable[[int], None], int] | None:
+    """(`set_num_threads`, its thread count now) of the BLAS that Numba's `np.dot` calls
+    (scipy's), or None when it is not one we know (it then keeps its own threads)."""
+    try:
+        from scipy.linalg import cython_blas
+
+        lib = ctypes.CDLL(cython_blas.__file__)
+    except (ImportError, OSError):
+        return None
+    for prefix, suffix in (("scipy_openblas", ""), ("openblas", ""), ("scipy_openblas", "64_"),
+                           ("openblas", "64_")):
+        put = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
+        get = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
+        if put is not None and get is not None:
+            put.argtypes, put.restype, get.restype = [ctypes.c_int], None, ctypes.c_int
+            return put, max(1, int(get()))
+    return None
+
+
+class BlasThreads:
+    """`with BlasThreads(n):` the BLAS calls of a kernel run on at most `n` threads (BLAS owns
+    the threads where it runs; Numba's loops of that kernel run on one).  BLAS's own count is
+    put back after, so other code in the process is not affected; nothing is set when `n` is
+    not below it."""
+
+    _blas: tuple[Callable[[int], None], int] | None = None
+    _looked = False
+
+    @staticmethod
+    def default() -> int:
+        """BLAS's own thread count (0 when it is not a BLAS we can set)."""
+        if not BlasThreads._looked:
+            BlasThreads._blas, BlasThreads._looked = blas_threads(), True
+        return BlasThreads._blas[1] if BlasThreads._blas is not None else 0
+
+    def __init__(self, n: int) -> None:
+        self.n = n if n < BlasThreads.default() else 0
+
+    def __enter__(self) -> None:
+        if self.n:
+            BlasThreads._blas[0](self.n)  # type: ignore[index]
+
+    def __exit__(self, *exc: object) -> None:
+        if self.n:
+            put, default = BlasThreads._blas  # type: ignore[misc]
+            put(default)
 
 
 # -- plain-Python stand-ins (`compile_program(p, jit=False)`) ---------------------------------

@@ -82,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-memory", action="store_true", help="skip peak-memory measurement")
     p.add_argument("--startup", action="store_true",
                    help="also time the whole pipeline + cached kernel load in fresh processes")
+    p.add_argument("--overhead", action="store_true",
+                   help="also time the per-call overhead at N = 1 against JAX jit "
+                        "(bench/overhead.py)")
     p.add_argument("--checking", action="store_true",
                    help="only time checking against program size (1,000 to 10,000 "
                         "statements and terms; bench/checking.py) and print the table")
@@ -92,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--doc", nargs="?", const=os.path.join(os.path.dirname(HERE), "docs",
                                                            "performance.md"),
                    default=None, metavar="PATH",
-                   help="regenerate docs/performance.md (implies --startup)")
+                   help="regenerate docs/performance.md (implies --startup and --overhead)")
     return p
 
 

@@ -122,6 +122,13 @@ def run(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
         data["startup_cache"] = startup_cache.run(progress=progress)
         progress(startup_cache.describe(data["startup_cache"]))
+    if ns.overhead or ns.doc:
+        from . import overhead   # the per-call cost at N = 1 against JAX jit (issue 14)
+
+        try:
+            data["overhead"] = overhead.run(progress=progress)
+        except ImportError as err:
+            progress(f"overhead: not run ({err})")
     data["elapsed_s"] = time.perf_counter() - t0
     runner.write_json(data, out_json)
     print(table.render(data))

@@ -158,6 +158,19 @@ def startup_rows(data: dict[str, Any]) -> list[list[str]]:
 
 # -- the page ----------------------------------------------------------------------------------
 
+def overhead_text(data: dict[str, Any]) -> str:
+    """The overhead row (bench/overhead.py) as a table, or why there is none."""
+    rec = data.get("overhead")
+    if not rec:
+        return "Not measured in this run (`--overhead` or `--doc`)."
+    rows = [[r["case"], f"{r['tensorlang_us']:.1f}", f"{r['jax_us']:.1f}", f"{r['ratio']:.2f}",
+             _status_word(r["ratio"] <= rec["target"])] for r in rec["rows"]]
+    return (f"Through the API (binding, memory check, kernel, result) against `jax.jit`, best "
+            f"of {rec['rounds']} interleaved rounds of {rec['calls']} calls (load average "
+            f"{rec.get('load_average')}).\n\n"
+            + md_table(["case", "tensorlang us", "jax jit us", "ratio", "status"], rows))
+
+
 def md_table(head: list[str], rows: Iterable[list[str]]) -> str:
     rows = list(rows)
     if not rows:
@@ -275,6 +288,7 @@ def render(data: dict[str, Any], doc_path: str, plots: list[str]) -> str:
         "",
         "Options: `--systems numpy,tensorlang,jax,torch`, `--backend interp|numba|cuda`, "
         "`--budget S` (timing seconds per measurement), `--max-n`, `--no-memory`, `--startup`, "
+        "`--overhead` (per-call cost at N = 1 against JAX jit, `bench/overhead.py`), "
         "`--out DIR`, `--no-plots`. JAX, PyTorch and matplotlib are optional "
         "(`pip install -e .[bench]`; PyTorch CPU: `pip install torch==2.13.0`): a system that "
         "does not import is left out and named on stderr and under the machine below. "
@@ -336,6 +350,10 @@ def render(data: dict[str, Any], doc_path: str, plots: list[str]) -> str:
         "",
         md_table(["workload", "import tensorlang (lazy)", "pipeline + calls", "total", "cold total", "wall",
                   "status; functions"], s_rows) if s_rows else "",
+        "",
+        "### 5. Per-call overhead at N = 1 <= 2x JAX jit",
+        "",
+        overhead_text(data),
         "",
         "## Results",
         "",

@@ -62,14 +62,32 @@ class System:
         names = [p.name for p in fn.params]
         return lambda args: compiled(**{n: args[n] for n in names})
 
+    @staticmethod
+    def _relations(fns: list[Any], args: dict[str, Any]) -> dict[str, Any]:
+        """`args` with every relation a `tl.Relation` (what binding makes of a mask), made once
+        per measurement as the JAX column puts its inputs on the device once: the calls then
+        reuse its coordinate forms instead of converting the mask each time."""
+        import tensorlang as tl
+        from tensorlang.ir.ast import TRel
+
+        out = dict(args)
+        for fn in fns:
+            rels = [p.name for p in fn.params if isinstance(p.type, TRel)]
+            if any(not isinstance(out.get(n), tl.Relation) for n in rels):
+                bound = fn.bind(**{p.name: out[p.name] for p in fn.params if p.name in out})
+                out.update({n: bound[n] for n in rels})
+        return out
+
     def forward(self, task: Any, args: dict[str, Any]) -> Callable[[], Any]:
-        run = self._call(self.function(task))
+        fn = self.function(task)
+        run, args = self._call(fn), self._relations([fn], args)
         return lambda: run(args)
 
     def derivative(self, task: Any, d: Any, args: dict[str, Any]) -> Callable[[], Any]:
-        parts = [self._call(p) for p in self.parts(task, d)]
-        if d.kind != "jtjv":
-            run = parts[0]
+        fns = self.parts(task, d)
+        parts = [self._call(p) for p in fns]
+        if d.kind != "jtjv":   # (no relation in the J^T J v workloads)
+            run, args = parts[0], self._relations(fns, args)
             return lambda: run(args)
         jvp, vjp = parts
 

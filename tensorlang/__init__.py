@@ -14,7 +14,7 @@ from tensorlang.syntax.errors import (NotYetSupported, ParseError, ResourceError
 # The user-facing API (SPEC 9), imported on first use: `import tensorlang.ir.ast` from inside the
 # compiler must not pull in the API (and its imports) or create import cycles.
 _API = ("load", "parse", "from_def", "Module", "Function", "grad", "jvp", "vjp", "hvp",
-        "hessian", "jacobian", "default_backend")
+        "hessian", "jacobian", "default_backend", "Relation")
 _SUBMODULES = ("dsl", "api", "pipeline")
 
 __all__ = ["TLError", "ParseError", "TypeCheckError", "ShapeError", "NotYetSupported",

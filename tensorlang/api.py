@@ -28,8 +28,9 @@ import numpy as np
 
 from tensorlang import cache, pipeline
 from tensorlang.check import typecheck
-from tensorlang.semantics import interp, memory
+from tensorlang.semantics import interp, memory, relation
 from tensorlang.semantics.bounds import jvp_bound, type_size, vjp_bound
+from tensorlang.semantics.relation import Relation
 from tensorlang.syntax import limits
 from tensorlang.ir.ast import (
     Affine, Def, DerivedDef, Param, TArr, TIndex, TPair, TReal, TRel, TSize, Type,
@@ -39,7 +40,7 @@ from tensorlang.syntax.errors import Loc, ResourceError, ShapeError, TLError
 __all__ = [
     "load", "parse", "from_def", "Module", "Function", "DerivedFunction", "Compiled",
     "grad", "jvp", "vjp", "hvp", "hessian", "jacobian", "format_type", "format_affine",
-    "signature", "bind_args", "infer_sizes", "BACKENDS",
+    "signature", "bind_args", "infer_sizes", "BACKENDS", "Relation", "CallBinder",
 ]
 
 BACKENDS: tuple[str, ...] = ("interp", "numba", "cuda", "jax")
@@ -199,13 +200,18 @@ class _Binder:
         self._expect_shape(p, path, tuple(dims), arr.shape)
         return np.ascontiguousarray(arr)
 
-    def _relation(self, p: Param, value: Any) -> np.ndarray:
+    def _relation(self, p: Param, value: Any) -> Any:
+        """A `Relation` (checked against the type's sizes), or the mask or coordinates given,
+        checked in form: they become a `Relation` once the sizes are known (`relations`)."""
         assert isinstance(p.type, TRel)
+        if isinstance(value, relation.Relation):
+            self._expect_shape(p, p.name, p.type.sizes, value.shape)
+            return value
         arity = len(p.type.sizes)
         arr = np.asarray(value)
         if arr.dtype == np.bool_:
             self._expect_shape(p, p.name, p.type.sizes, arr.shape)
-            return np.ascontiguousarray(arr)
+            return value if isinstance(value, np.ndarray) else arr
         # Otherwise a coordinate list: one row of `arity` integers per member.
         if arr.size == 0:
             return np.zeros((0, arity), dtype=np.int64)
@@ -216,7 +222,19 @@ class _Binder:
                 f"relation {p.name} of {self.fname}: expected a boolean mask of shape "
                 f"{self._expected_str(p.type.sizes)} or a (k, {arity}) integer coordinate "
                 f"array, got {_describe(value)}", self.loc(p))
-        return np.ascontiguousarray(arr, dtype=np.int64)
+        return value if isinstance(value, np.ndarray) else arr
+
+    def relations(self, out: dict[str, Any]) -> None:
+        """Make the relations in `out` `Relation`s of the shapes the sizes give (the
+        coordinates are checked against them here)."""
+        for p in self.params:
+            if isinstance(p.type, TRel) and p.name in out:
+                shape = tuple(int(d.evaluate(self.sizes)) for d in p.type.sizes)
+                try:
+                    out[p.name] = relation.from_value(out[p.name], shape)
+                except ShapeError as err:
+                    raise ShapeError(f"relation {p.name} of {self.fname}: {err.message}",
+                                     self.loc(p)) from None
 
     def _expect_shape(self, p: Param, path: str, dims: tuple[Affine, ...],
                       shape: tuple[int, ...]) -> None:
@@ -305,20 +323,9 @@ def bind_args(fname: str, params: Sequence[Param], args: Sequence[Any],
     parameters in the source, for errors.
     """
     locs = locs or {}
-    _check_names(fname, params, kwargs)
+    targets = positional_targets(fname, params, len(args), tuple(kwargs))
     given: dict[str, Any] = dict(kwargs)
-    if args:
-        rest = [p for p in params if p.name not in given]
-        values = [p for p in rest if not _is_size(p)]
-        if len(args) == len(rest):
-            targets = rest
-        elif len(args) == len(values):
-            targets = values
-        else:
-            raise TLError(f"{fname} takes {len(rest)} positional arguments "
-                          f"({', '.join(p.name for p in rest)}) or {len(values)} without the "
-                          f"sizes; got {len(args)}")
-        given.update({p.name: v for p, v in zip(targets, args)})
+    given.update({p.name: v for p, v in zip(targets, args)})
     out, binder = _convert_all(fname, params, given, locs)
     # values to be passed must have a shape; the cost model counts without them
     binder.check_extents(p.name for p in params if need_values or p.name in given)
@@ -334,7 +341,147 @@ def bind_args(fname: str, params: Sequence[Param], args: Sequence[Any],
                       f"from the arguments: pass {', '.join(p.name + '=...' for p in unknown)}",
                       locs.get(unknown[0].name))
     out.update({p.name: binder.sizes[p.name] for p in params if _is_size(p)})
+    binder.relations(out)
     return {p.name: out[p.name] for p in params if p.name in out}
+
+
+def positional_targets(fname: str, params: Sequence[Param], nargs: int,
+                       keywords: tuple[str, ...]) -> tuple[Param, ...]:
+    """The parameters `nargs` positional arguments go to when `keywords` are given by name:
+    those not given by keyword, in order, either all of them or only the non-size ones."""
+    _check_names(fname, params, keywords)
+    if not nargs:
+        return ()
+    rest = [p for p in params if p.name not in keywords]
+    values = [p for p in rest if not _is_size(p)]
+    if nargs == len(rest):
+        return tuple(rest)
+    if nargs == len(values):
+        return tuple(values)
+    raise TLError(f"{fname} takes {len(rest)} positional arguments "
+                  f"({', '.join(p.name for p in rest)}) or {len(values)} without the "
+                  f"sizes; got {nargs}")
+
+
+class CallBinder:
+    """`bind_args` for one function, compiled for its calls.
+
+    A call's arguments are described by their form (how many positional, which keywords)
+    and, per value, its shape and dtype (a size's value itself).  The first call of a
+    description binds through `bind_args` (every check, sizes solved from the affine
+    constraints); what it found is kept as a plan: the sizes, and per parameter the
+    conversion left to do (none for a float64 C-contiguous array).  Later calls with the
+    same description run the plan: nothing is solved or checked twice.  Relations are
+    converted on every call unless given as a `Relation` or a read-only array
+    (semantics/relation.py); values whose description is not cheap (lists, other objects)
+    always take the full path."""
+
+    MAX_PLANS = 64
+
+    def __init__(self, fname: str, params: Sequence[Param],
+                 locs: Callable[[], Mapping[str, Loc]]) -> None:
+        self.fname = fname
+        self.params = tuple(params)
+        self.locs = locs
+        self.plans: dict[tuple[Any, ...], _Plan] = {}
+        self.forms: dict[tuple[int, tuple[str, ...]],
+                         tuple[tuple[Param, ...], tuple[Callable[[Any], Any], ...]]] = {}
+
+    def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        return self.bind_keyed(args, kwargs)[1]
+
+    def bind_keyed(self, args: Sequence[Any], kwargs: Mapping[str, Any]
+                   ) -> tuple[tuple[Any, ...] | None, dict[str, Any]]:
+        """(the call's description, or None when it has none; the bound arguments): what
+        the bound arguments' sizes and bytes are a function of."""
+        form = (len(args), tuple(kwargs))
+        shape = self.forms.get(form)
+        if shape is None:
+            targets = positional_targets(self.fname, self.params, *form)
+            targets += tuple(next(p for p in self.params if p.name == k) for k in kwargs)
+            shape = (targets, tuple(_size_key if _is_size(p) else _value_key for p in targets))
+            if len(self.forms) < self.MAX_PLANS:
+                self.forms[form] = shape
+        targets, keyers = shape
+        values = (*args, *kwargs.values()) if kwargs else args
+        key = (form, *[keyer(v) for keyer, v in zip(keyers, values)])
+        plan = self.plans.get(key) if None not in key else None
+        if plan is not None:
+            try:
+                return key, {name: conv(values[at]) if at >= 0 else conv
+                             for name, at, conv in plan}
+            except ShapeError:
+                pass   # (coordinates outside the box) reported, located, by the full path
+        bound = bind_args(self.fname, self.params, args, kwargs, locs=self.locs())
+        if None not in key:
+            if len(self.plans) >= self.MAX_PLANS:
+                self.plans.clear()
+            self.plans[key] = _plan(targets, bound)
+            return key, bound
+        return None, bound
+
+
+# a call plan: per bound parameter in order, (name, the position of its value among the
+# call's values and its conversion; or -1 and its value, for a size)
+_Plan = tuple[tuple[str, int, Any], ...]
+
+
+def _plan(targets: tuple[Param, ...], bound: Mapping[str, Any]) -> _Plan:
+    sizes = {name: v for name, v in bound.items() if isinstance(v, int)}
+    at = {p.name: k for k, p in enumerate(targets)}
+    out = []
+    for name in bound:
+        p = next(q for q in targets if q.name == name) if name in at else None
+        if p is None or _is_size(p):
+            out.append((name, -1, bound[name]))
+        else:
+            out.append((name, at[name], _converter(p.type, sizes)))
+    return tuple(out)
+
+
+def _size_key(v: Any) -> Any:
+    """What binding a size depends on: its value (None: not a number, the full path)."""
+    return (type(v), v) if isinstance(v, (int, float, np.integer, np.floating)) else None
+
+
+def _value_key(v: Any) -> Any:
+    """What binding a value depends on: its shape and dtype; None when that is not cheap to
+    tell (the call takes the full path)."""
+    if type(v) is np.ndarray:
+        return (v.shape, v.dtype)
+    if type(v) is relation.Relation:
+        return ("rel", v.shape, v.nbytes)
+    if isinstance(v, (float, int, np.floating, np.integer)):
+        return type(v)
+    if type(v) is tuple and len(v) == 2:
+        a, b = _value_key(v[0]), _value_key(v[1])
+        return None if a is None or b is None else ("pair", a, b)
+    return None
+
+
+def _converter(t: Type, sizes: Mapping[str, int], arrayed: bool = False
+               ) -> Callable[[Any], Any]:
+    """How a plan converts a value of type `t` (the checks were made by the first call); a
+    tensor of pairs is a pair of tensors."""
+    if isinstance(t, TIndex):   # an integer array: its entries checked on every call
+        shape = tuple(int(d.evaluate(sizes)) for d in t.sizes)
+        return lambda v: relation.from_value(
+            interp.index_array_coordinates("", v, shape[:-1], shape[-1]), shape)
+    if isinstance(t, TRel):
+        shape = tuple(int(d.evaluate(sizes)) for d in t.sizes)
+        return lambda v: relation.from_value(v, shape)
+    if isinstance(t, TArr):
+        return _converter(t.elem, sizes, True)
+    if isinstance(t, TPair):
+        first, second = _converter(t.a, sizes, arrayed), _converter(t.b, sizes, arrayed)
+        return lambda v: (first(v[0]), second(v[1]))
+    return _as_array if arrayed else float
+
+
+def _as_array(v: Any) -> np.ndarray:
+    if type(v) is np.ndarray and v.dtype == np.float64 and v.flags.c_contiguous:
+        return v
+    return np.ascontiguousarray(v, dtype=np.float64)
 
 
 def infer_sizes(fname: str, params: Sequence[Param], given: Mapping[str, Any],
@@ -347,7 +494,7 @@ def infer_sizes(fname: str, params: Sequence[Param], given: Mapping[str, Any],
             if _is_size(p) and p.name in binder.sizes}
 
 
-def _check_names(fname: str, params: Sequence[Param], given: Mapping[str, Any]) -> None:
+def _check_names(fname: str, params: Sequence[Param], given: Iterable[str]) -> None:
     names = {p.name for p in params}
     for name in given:
         if name not in names:
@@ -493,6 +640,8 @@ class Function:
     inferred from shapes.  `interpret`, `cost`, `show` and `compile` expose the pipeline.
     """
 
+    _binder: "CallBinder | None" = None   # made on the first call
+
     def __init__(self, d: Def, ret_type: Type | None = None,
                  module: "Module | None" = None) -> None:
         self._def = d
@@ -533,8 +682,14 @@ class Function:
     # -- running ---------------------------------------------------------------------------
 
     def bind(self, /, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """The complete argument dict (sizes inferred) the interpreter and backends take."""
-        return bind_args(self.name, self.params, args, kwargs, locs=self.param_locs())
+        """The complete argument dict (sizes inferred) the interpreter and backends take
+        (a `CallBinder`: a call like an earlier one in shapes runs its plan)."""
+        return self.call_binder().bind(args, kwargs)
+
+    def call_binder(self) -> "CallBinder":
+        if self._binder is None:
+            self._binder = CallBinder(self.name, self.params, self.param_locs)
+        return self._binder
 
     def param_locs(self) -> dict[str, Loc]:
         """Where the parameters are declared (for errors about arguments)."""
@@ -556,7 +711,8 @@ class Function:
         return found
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
-        return self.compile(default_backend())(*args, **kwargs)
+        run = self._compiled.get(default_backend()) or self.compile(default_backend())
+        return run(*args, **kwargs)
 
     @limits.entry(_at_def)
     def interpret(self, /, *args: Any, **kwargs: Any) -> Any:
@@ -676,20 +832,38 @@ class Compiled:
         self.function = fn
         self.backend = backend
         self._run = run
+        # the numba backend runs arguments checked once, by the binder, without a second check
+        self._run_bound = getattr(run, "call_bound", run)
+        self._binder = fn.call_binder()
+        self._memory_def: Def | None = None
+        # per call description: the memory estimate and its total
+        self._estimates: dict[Any, tuple[memory.Estimate, int]] = {}
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
-        bound = self.function.bind(*args, **kwargs)
-        memory.check(self._estimated(), bound, self.function.name)  # before any allocation
+        key, bound = self._binder.bind_keyed(args, kwargs)
+        hit = self._estimates.get(key) if key is not None else None
+        if hit is None:
+            est = memory.estimate(self._estimated(), bound)
+            hit = (est, est.total)
+            if key is not None:
+                if len(self._estimates) >= CallBinder.MAX_PLANS:
+                    self._estimates.clear()
+                self._estimates[key] = hit
+        cap = memory.limit()
+        if cap is not None and hit[1] > cap:
+            memory.check_estimate(hit[0], self.function.name)  # raises, before any allocation
         if self.backend == "interp":  # the interpreter recurses over the program
             return to_python(limits.run(self._run, bound, where=_at_def(self.function)))
-        return to_python(self._run(bound))
+        return to_python(self._run_bound(bound))
 
     def _estimated(self) -> Def:
-        found = getattr(self, "_estimate_program", None)  # kept: no worker per call
-        if found is None:
-            found = self._estimate_program = limits.run(
-                memory_program, self.function, self.backend, where=_at_def(self.function))
-        return found
+        if self._memory_def is None:  # kept: no worker per call
+            self._memory_def = limits.run(memory_program, self.function, self.backend,
+                                          where=_at_def(self.function))
+        return self._memory_def
+
+    def __repr__(self) -> str:
+        return f"<{self.function.name} compiled for {self.backend}>"
 
 
 def memory_program(fn: Function, backend: str) -> Def:
@@ -699,9 +873,6 @@ def memory_program(fn: Function, backend: str) -> Def:
     if backend == "interp" or not fn.is_derived:
         return fn.core()
     return pipeline.as_core(final_program(fn))
-
-    def __repr__(self) -> str:
-        return f"<{self.function.name} compiled for {self.backend}>"
 
 
 def default_backend() -> str:

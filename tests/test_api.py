@@ -370,3 +370,86 @@ def test_dsl_functions():
     assert q(xs, As) == pytest.approx(xs @ As @ xs)
     twice = dsl.function("twice", [N, x, A], 2.0 * dsl.call(d, N, x, A))
     assert tl.from_def(twice, earlier=[q])(xs, As) == pytest.approx(2 * xs @ As @ xs)
+
+
+# -- the call path (issue 14) ------------------------------------------------------------------
+
+
+def test_results_are_freed_without_the_garbage_collector(m, rng):
+    """No reference cycle holds a result: dropping the last reference frees it at once."""
+    import gc
+    import weakref
+
+    x, A = rng.standard_normal(4), rng.standard_normal((4, 4))
+    calls = [lambda: m.qform_grad(x=x, A=A), lambda: m.stats(x=x)[1],
+             lambda: m.stats.compile("interp")(x=x)[1]]
+    for call in calls:
+        call()                                   # compiled and warm
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for call in calls:
+            out = call()
+            assert isinstance(out, np.ndarray)
+            ref = weakref.ref(out)
+            del out
+            assert ref() is None
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def test_calls_bind_once_per_shape(m, rng, monkeypatch):
+    """A call shaped like an earlier one runs its binding plan: no size is solved and no
+    argument checked again (by the binder or the backend); errors are still found."""
+    from tensorlang.semantics import interp
+
+    x, A = rng.standard_normal(3), rng.standard_normal((3, 3))
+    m = tl.parse(SOURCE, "prog.tl")      # no plans from earlier tests
+    f = m.qform
+    f(x=x, A=A)
+    full, backend = [], []
+    real_bind, real_interp = api.bind_args, interp.bind_args
+    monkeypatch.setattr(api, "bind_args", lambda *a, **k: full.append(1) or real_bind(*a, **k))
+    monkeypatch.setattr(interp, "bind_args",
+                        lambda *a, **k: backend.append(1) or real_interp(*a, **k))
+    for _ in range(3):
+        assert f(x=x, A=A) == pytest.approx(float(x @ A @ x), rel=1e-12)
+    assert f(x, A) == pytest.approx(float(x @ A @ x), rel=1e-12)        # positional form
+    assert len(full) == 1 and not backend
+    x4, A4 = rng.standard_normal(4), rng.standard_normal((4, 4))
+    assert f(x=x4, A=A4) == pytest.approx(float(x4 @ A4 @ x4), rel=1e-12)   # new shapes
+    assert f(x=x4.astype(np.float32), A=A4) == pytest.approx(
+        float(x4.astype(np.float32) @ A4 @ x4.astype(np.float32)), rel=1e-6)
+    assert f(x=A4[:, 0], A=A4) == pytest.approx(float(A4[:, 0] @ A4 @ A4[:, 0]), rel=1e-12)
+    assert len(full) == 3
+    with pytest.raises(tl.ShapeError, match=r"argument A of qform: expected shape \(4, 4\)"):
+        f(x=x4, A=A)                      # a planned shape, wrong in combination
+    with pytest.raises(tl.ShapeError, match="argument A of qform"):
+        f(N=4, x=x4, A=A)
+    mask = np.eye(3, dtype=bool)
+    coords = np.argwhere(mask)
+    assert m.masked(E=coords, A=A) == 0.0
+    with pytest.raises(tl.ShapeError, match=r"relation E of masked: coordinate \(3, 0\)"):
+        m.masked(E=np.array([[3, 0], [0, 0], [1, 1]]), A=A)   # the planned shape, bad data
+    with pytest.raises(tl.ShapeError, match="must hold real numbers"):
+        f(x=x.astype(complex), A=A)
+
+
+def test_index_arrays_take_the_binding_plan_with_their_entries_checked():
+    """A call like an earlier one runs its plan: an index array is still turned into its
+    relation's coordinates (an (N, 3) integer array is not read as coordinates) and its
+    entries are checked on every call."""
+    m = tl.parse("def f(N: size, M: size, idx: Z[N, 3] in M, x: R[M]) -> R[N]:\n"
+                 "    return gen i:N. sum k:3. x[idx[i, k]]\n")
+    x = np.arange(6.0)
+    rng = np.random.default_rng(0)
+    for backend in ("numba", "interp"):
+        f = m.f.compile(backend)
+        for _ in range(3):
+            idx = rng.integers(0, 3, size=(4, 3))   # (also valid coordinates of the box)
+            np.testing.assert_allclose(f(idx=idx, x=x), x[idx].sum(axis=1))
+        bad = idx.copy()
+        bad[2, 1] = 6
+        with pytest.raises(tl.ShapeError, match=r"idx\[2, 1\] = 6"):
+            f(idx=bad, x=x)

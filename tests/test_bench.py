@@ -128,6 +128,21 @@ def test_report_renders(tmp_path):
         assert heading in text
 
 
+def test_overhead_row_measures_and_renders():
+    """The per-call overhead row (bench/overhead.py): both systems agree on every case, the
+    record has a ratio per case, and the report shows it."""
+    pytest.importorskip("jax")
+    from bench import overhead, report
+
+    rec = overhead.run(rounds=1, calls=3)
+    assert [r["case"] for r in rec["rows"]] == ["qform f", "qform grad", "masked f"]
+    assert all(r["tensorlang_us"] > 0 and r["jax_us"] > 0 and r["ratio"] > 0
+               for r in rec["rows"])
+    text = report.overhead_text({"overhead": rec})
+    assert "| qform grad |" in text and "jax jit us" in text
+    assert "Not measured" in report.overhead_text({})
+
+
 # -- the numpy column: hand-derived derivatives against finite differences ------------------
 
 def _fd_directional(f, args: dict, name: str, direction: np.ndarray, eps: float = 1e-6):

@@ -28,7 +28,7 @@ from examples_util import (ATOL, EXAMPLES, ROOT, RTOL, WORKLOADS, assert_same,
 from tensorlang.ir import ast
 from tensorlang.ir import tssa
 from tensorlang.ir.build import Builder
-from tensorlang.semantics.cost import cost_def
+from tensorlang.semantics.cost import cost_def, cost_program
 from tensorlang.syntax.errors import ShapeError, TLError
 from tensorlang.semantics.interp import interpret
 from tensorlang.testing import differentiable_programs, programs, random_args
@@ -501,3 +501,53 @@ def test_cache_dir_falls_back_when_not_writable(tmp_path, monkeypatch):
     assert oct(root.stat().st_mode & 0o777) == oct(0o700)
     monkeypatch.setenv("TENSORLANG_CACHE_DIR", str(tmp_path / "mine"))
     assert cache.root() == tmp_path / "mine"
+
+
+# ---------------------------------------------------------------------------------------------
+# Threads (issue 14): the parallel grain and BLAS's threads
+
+
+@given(programs())
+def test_cost_bound_bounds_the_exact_cost(case):
+    """The engine choice's bound from the sizes alone ("auto" runs a call under it on the
+    image without building relation masks) is at least the exact SPEC 3 cost, whatever the
+    relations hold (random programs; relations full as well as random)."""
+    d, args = case
+    p = to_program(d)
+    sizes = {q.name: int(args[q.name]) for q in p.params if isinstance(q.type, ast.TSize)}
+    bound = numba_cpu.cost_bound(p, sizes)
+    assert bound >= cost_program(p, args).total
+    full = {**args, **{q.name: np.ones(tuple(int(a.evaluate(sizes)) for a in q.type.sizes),
+                                       dtype=bool)
+                       for q in p.params if isinstance(q.type, ast.TRel)}}
+    assert bound >= cost_program(p, full).total
+
+
+def test_thread_policy_follows_the_work():
+    from tensorlang.backends import numba_rt
+
+    grain = numba_rt.PARALLEL_GRAIN
+    assert numba_rt.threads_for(0) == 1 and numba_rt.threads_for(2 * grain - 1) == 1
+    assert numba_rt.threads_for(100 * grain) == numba_rt.most_threads()
+    _, p = example("qform")
+    assert numba_cpu.kernel_work(p, {"N": 10}) == 10 * 10 + 10     # gemv, then a dot
+    blas = numba_rt.blas_threads()
+    if blas is not None:                 # BLAS's own count is back after a kernel
+        _, default = blas
+        with numba_rt.BlasThreads(1):
+            pass
+        assert numba_rt.blas_threads()[1] == default
+
+
+def test_results_do_not_depend_on_the_threads():
+    """A kernel over the grain runs on several threads, below it on one: the same bits."""
+    from tensorlang.backends import numba_rt
+
+    fn = tl.parse("def s(N: size, x: R[N]) -> R:\n    return sum i:N. x[i] * x[i]\n")["s"]
+    c = compile_program(fn.final_program())
+    x = np.random.default_rng(0).standard_normal(2 * numba_rt.PARALLEL_GRAIN + 7)
+    big = c({"N": len(x), "x": x})
+    assert [kind for kind, _ in c.module.TL_ARGS] == ["size", "input", "consts"]
+    numba_rt.use_threads(1)
+    one = c.kernel(len(x), x, c.constants)[0]
+    assert big == one and big == pytest.approx(float(x @ x), rel=1e-12)

@@ -38,6 +38,7 @@ from tensorlang.ir.tssa import soa_type
 from tensorlang.semantics import boxes
 from tensorlang.semantics import builtins
 from tensorlang.semantics import grid
+from tensorlang.semantics import relation
 from tensorlang.syntax.errors import ShapeError, TLError
 
 Value = Any   # np.ndarray leaf, or a tuple of Values (pair)
@@ -288,29 +289,12 @@ def _check_value(name: str, t: ast.Type, v: Any, sizes: Mapping[str, int]) -> Va
 
 
 def relation_mask(name: str, v: Any, shape: tuple[int, ...]) -> np.ndarray:
-    """A relation argument (boolean mask, or `(k, arity)` integer coordinates) as a mask."""
-    arr = np.asarray(v)
-    if arr.dtype == bool:
-        if arr.shape != shape:
-            raise ShapeError(f"relation {name!r}: expected a boolean mask of shape {shape}, "
-                             f"got shape {arr.shape}")
-        return arr
-    arity = len(shape)
-    if arr.size == 0:
-        arr = arr.reshape(0, arity)
-    if arity == 1 and arr.ndim == 1:
-        arr = arr.reshape(-1, 1)
-    if not np.issubdtype(arr.dtype, np.integer) or arr.ndim != 2 or arr.shape[1] != arity:
-        raise ShapeError(f"relation {name!r}: expected a boolean mask of shape {shape} or a "
-                         f"(k, {arity}) integer coordinate array, got {arr.dtype} array of "
-                         f"shape {arr.shape}")
-    inside = np.all((arr >= 0) & (arr < np.array(shape, dtype=np.int64)), axis=1)
-    if not inside.all():
-        bad = tuple(int(c) for c in arr[~inside][0])
-        raise ShapeError(f"relation {name!r}: coordinate {bad} is outside shape {shape}")
-    mask = np.zeros(shape, dtype=bool)
-    mask[tuple(arr.T)] = True
-    return mask
+    """A relation argument (a `Relation`, boolean mask, or `(k, arity)` integer coordinates)
+    as a mask (semantics/relation.py)."""
+    try:
+        return relation.from_value(v, shape).mask()
+    except ShapeError as err:
+        raise ShapeError(f"relation {name!r}: {err.message}") from None
 
 
 def index_array_coordinates(name: str, v: Any, shape: tuple[int, ...], bound: int,

@@ -74,6 +74,7 @@ class Estimate:
 # The limit
 
 
+@functools.lru_cache(maxsize=8)   # `limit()` reads the environment on every call
 def parse_amount(text: str) -> int:
     """Bytes from `123`, `512M`, `4G`, `1.5GiB` (powers of 1024); a `TLError` otherwise."""
     m = _AMOUNT.fullmatch(text)
@@ -123,9 +124,7 @@ def format_bytes(n: float) -> str:
 def _value_bytes(v: Any) -> int:
     if isinstance(v, (tuple, list)):
         return sum(_value_bytes(x) for x in v)
-    if isinstance(v, np.ndarray):
-        return int(v.nbytes)
-    return 0
+    return int(getattr(v, "nbytes", 0))   # arrays, and relations (semantics/relation.py)
 
 
 def _param_bytes(t: ast.Type, sizes: Mapping[str, int]) -> int:
@@ -254,7 +253,12 @@ def _extent(a: ast.Affine, sizes: Mapping[str, int]) -> int:
 def check(d: ast.Def, args: Mapping[str, Any], what: str) -> Estimate:
     """The estimate of running `d` on `args`; a `ResourceError` naming the largest statement
     when it is above `limit()`.  `what`: the function's name, for the message."""
-    est = estimate(d, args)
+    return check_estimate(estimate(d, args), what)
+
+
+def check_estimate(est: Estimate, what: str) -> Estimate:
+    """`est`, or a `ResourceError` naming its largest statement when it is above `limit()`
+    (`check` without the estimate: callers that keep estimates per argument shape)."""
     cap = limit()
     if cap is None or est.total <= cap:
         return est
@@ -272,6 +276,7 @@ def check(d: ast.Def, args: Mapping[str, Any], what: str) -> Estimate:
         big.loc if big is not None else None)
 
 
-__all__ = ["ResourceError", "Estimate", "Temporary", "estimate", "check", "limit", "own_loc",
+__all__ = ["ResourceError", "Estimate", "Temporary", "estimate", "check", "check_estimate",
+           "limit", "own_loc",
            "set_limit", "parse_amount", "physical_memory", "format_bytes", "ENV_VAR",
            "statement_loc"]

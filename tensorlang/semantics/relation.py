@@ -1,0 +1,226 @@
+"""Relation values (SPEC 2.3): a set of index tuples inside a box of a given shape.
+
+A relation argument may be given as a boolean mask, as a `(k, arity)` integer coordinate
+array, or as a `Relation` made from either.  A `Relation` is immutable and keeps every form
+a backend has asked of it, built on first use:
+
+  * `coords()`: the distinct members, sorted lexicographically, `(nnz, arity)` int64;
+  * `mask()`: the boolean mask (made only when a program tests single points);
+  * `pattern(order, nbound)`: the coordinates with columns in `order`, sorted, and the CSR
+    row pointer over the first `nbound` columns (what a compiled relation loop iterates).
+
+Coordinates given are kept as given (checked, and sorted and deduplicated only when they
+are not already): nothing is densified.  Pass the same `Relation` to every call to convert
+it once.  A plain numpy array is converted again on every call, except a read-only one
+(`arr.flags.writeable` False, and so every array it is a view of): its `Relation` is kept,
+keyed on the array object itself, for as long as the array lives (`from_value`).
+"""
+from __future__ import annotations
+
+import math
+import weakref
+from typing import Any
+
+import numpy as np
+
+from tensorlang.syntax.errors import ShapeError
+
+__all__ = ["Relation", "from_value", "is_immutable", "frozen_array"]
+
+
+def frozen_array(arr: np.ndarray) -> np.ndarray:
+    """`arr`, made read-only."""
+    arr.flags.writeable = False
+    return arr
+
+
+class Relation:
+    """An immutable relation of `shape` (see the module docstring); `nbytes`: the bytes of
+    the form it was given in (what a memory estimate counts as its input)."""
+
+    __slots__ = ("shape", "nbytes", "_mask", "_coords", "_patterns", "__weakref__")
+
+    def __init__(self, value: Any, shape: tuple[int, ...] | None = None) -> None:
+        """`value`: a boolean mask (its shape, which `shape` must equal when given) or `(k,
+        arity)` integer coordinates (`shape` required; a 1-D array for arity 1)."""
+        if isinstance(value, Relation):
+            if shape is not None and tuple(shape) != value.shape:
+                raise ShapeError(f"relation of shape {value.shape} given where shape "
+                                 f"{tuple(shape)} is expected")
+            self.shape, self._mask, self._coords = value.shape, value._mask, value._coords
+            self._patterns, self.nbytes = value._patterns, value.nbytes
+            return
+        arr = np.asarray(value)
+        self._patterns: dict[tuple[tuple[int, ...], int], tuple[np.ndarray, np.ndarray]] = {}
+        if arr.dtype == np.bool_:
+            if shape is not None and tuple(shape) != arr.shape:
+                raise ShapeError(f"expected a boolean mask of shape {tuple(shape)}, got shape "
+                                 f"{arr.shape}")
+            self.shape = tuple(int(s) for s in arr.shape)
+            # a copy, even of a read-only array: the relation must not keep the array it
+            # is kept for (`from_value`) alive
+            self._mask = frozen_array(arr.copy())
+            self._coords: np.ndarray | None = None
+            self.nbytes = int(arr.nbytes)   # what was given: the memory estimate's input
+            return
+        if shape is None:
+            raise ShapeError("a relation given as coordinates needs its shape")
+        self.shape = tuple(int(s) for s in shape)
+        self._mask = None
+        self._coords = _canonical(_checked_coords(arr, self.shape))
+        self.nbytes = int(self._coords.nbytes)
+
+    # -- the forms ---------------------------------------------------------------------------
+
+    @property
+    def arity(self) -> int:
+        return len(self.shape)
+
+    def coords(self) -> np.ndarray:
+        """The distinct members, lexicographically sorted: `(nnz, arity)` int64, read-only."""
+        if self._coords is None:
+            assert self._mask is not None
+            # the flat positions, then their indices: faster than `np.argwhere`, C order
+            rest = np.flatnonzero(self._mask)
+            coords = np.empty((len(rest), self.arity), dtype=np.int64)
+            for k in range(self.arity - 1, 0, -1):
+                rest, coords[:, k] = np.divmod(rest, self.shape[k])
+            if self.arity:
+                coords[:, 0] = rest
+            self._coords = frozen_array(coords)
+        return self._coords
+
+    def mask(self) -> np.ndarray:
+        """The boolean mask of `shape`, read-only."""
+        if self._mask is None:
+            mask = np.zeros(self.shape, dtype=np.bool_)
+            mask[tuple(self.coords().T)] = True
+            self._mask = frozen_array(mask)
+        return self._mask
+
+    @property
+    def nnz(self) -> int:
+        return len(self.coords())
+
+    def pattern(self, order: tuple[int, ...], nbound: int) -> tuple[np.ndarray, np.ndarray]:
+        """The coordinates with columns in `order`, sorted lexicographically, and the CSR row
+        pointer over the first `nbound` columns (their flattened index; `[0]` when 0)."""
+        key = (tuple(order), nbound)
+        hit = self._patterns.get(key)
+        if hit is None:
+            hit = self._patterns[key] = _pattern(self.coords(), self.shape, *key)
+        return hit
+
+    def forms(self) -> list[str]:
+        """The forms built so far: "mask", "coords", "pattern(order, nbound)" (to see what
+        a run converted)."""
+        out = [name for name, a in (("mask", self._mask), ("coords", self._coords))
+               if a is not None]
+        return out + [f"pattern({order}, {nbound})" for order, nbound in self._patterns]
+
+    def __repr__(self) -> str:
+        return f"<Relation of shape {self.shape}, {self.nnz} members>"
+
+
+def _checked_coords(arr: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    arity = len(shape)
+    if arr.size == 0:
+        return np.zeros((0, arity), dtype=np.int64)
+    if arity == 1 and arr.ndim == 1:
+        arr = arr.reshape(-1, 1)
+    integral = np.issubdtype(arr.dtype, np.integer) or (
+        np.issubdtype(arr.dtype, np.floating) and bool(np.all(np.mod(arr, 1) == 0)))
+    if arr.ndim != 2 or arr.shape[1] != arity or not integral:
+        raise ShapeError(f"expected a boolean mask of shape {shape} or a (k, {arity}) integer "
+                         f"coordinate array, got {arr.dtype} array of shape {arr.shape}")
+    out = arr.astype(np.int64)   # a copy: the caller may change its array afterwards
+    inside = np.all((out >= 0) & (out < np.array(shape, dtype=np.int64)), axis=1)
+    if not inside.all():
+        bad = tuple(int(c) for c in out[~inside][0])
+        raise ShapeError(f"coordinate {bad} is outside shape {shape}")
+    return out
+
+
+def _canonical(coords: np.ndarray) -> np.ndarray:
+    """Sorted and distinct; coordinates that already are stay as given (an O(k) check)."""
+    if len(coords) > 1:
+        step = _row_compare(coords[1:], coords[:-1])
+        if not np.all(step > 0):
+            if np.any(step < 0):
+                coords = coords[np.lexsort(coords.T[::-1])]
+                step = _row_compare(coords[1:], coords[:-1])
+            coords = coords[np.r_[True, step != 0]]
+    return frozen_array(np.ascontiguousarray(coords))
+
+
+def _row_compare(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per row, the sign of `a - b` in lexicographic order."""
+    out = np.zeros(len(a), dtype=np.int64)
+    for col in range(a.shape[1] - 1, -1, -1):   # the first differing column decides
+        d = np.sign(a[:, col] - b[:, col])
+        out = np.where(d != 0, d, out)
+    return out
+
+
+def _pattern(coords: np.ndarray, shape: tuple[int, ...], order: tuple[int, ...],
+             nbound: int) -> tuple[np.ndarray, np.ndarray]:
+    if tuple(order) == tuple(range(coords.shape[1])):
+        cols = coords                     # the sorted coordinates themselves
+    elif len(coords):
+        cols = np.ascontiguousarray(coords[:, list(order)])
+    else:
+        cols = np.zeros((0, len(order)), dtype=np.int64)
+    if list(order) != sorted(order) and len(cols):
+        cols = np.ascontiguousarray(cols[np.lexsort(cols.T[::-1])])
+    if not nbound:
+        return frozen_array(cols), frozen_array(np.zeros(1, dtype=np.int64))
+    dims = tuple(shape[k] for k in order[:nbound])
+    nrows = math.prod(dims)
+    keys = np.ravel_multi_index(tuple(cols[:, t] for t in range(nbound)), dims) \
+        if len(cols) else np.zeros(0, dtype=np.int64)
+    ptr = np.zeros(nrows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(keys, minlength=nrows), out=ptr[1:])
+    return frozen_array(cols), frozen_array(ptr)
+
+
+# ---------------------------------------------------------------------------------------------
+# Arguments: conversion, kept for immutable arrays
+
+
+def is_immutable(arr: np.ndarray) -> bool:
+    """No one can change `arr`'s data through numpy: it and every array it views are
+    read-only (a read-only view of a writeable array is not)."""
+    base: Any = arr
+    while isinstance(base, np.ndarray):
+        if base.flags.writeable:
+            return False
+        base = base.base
+    return base is None or isinstance(base, bytes)
+
+
+# id(array) -> (weak reference to it, shape, its Relation); an entry leaves with its array
+_KEPT: dict[int, tuple[weakref.ref, tuple[int, ...], Relation]] = {}
+
+
+def from_value(value: Any, shape: tuple[int, ...]) -> Relation:
+    """`value` (a `Relation`, mask or coordinates) as a `Relation` of `shape`; a read-only
+    array's `Relation` is kept (see the module docstring).  A `ShapeError` when it does not
+    fit."""
+    if isinstance(value, Relation):
+        if value.shape != shape:
+            raise ShapeError(f"expected a relation of shape {shape}, got one of shape "
+                             f"{value.shape}")
+        return value
+    if not isinstance(value, np.ndarray) or not is_immutable(value):
+        return Relation(value, shape)
+    key = id(value)
+    hit = _KEPT.get(key)
+    if hit is not None and hit[0]() is value and hit[1] == shape:
+        return hit[2]
+    rel = Relation(value, shape)
+    try:
+        ref = weakref.ref(value, lambda _, key=key, kept=_KEPT: kept.pop(key, None))
+    except TypeError:
+        return rel
+    _KEPT[key] = (ref, shape, rel)
+    return rel
