@@ -31,15 +31,12 @@ class Node:
 
     __slots__ = ("loc", "__weakref__")
     _fields: ClassVar[tuple[str, ...]] = ()
-    # Declarations whose identity includes their location: errors about a declaration must
-    # point into the source being checked, not at an equal declaration parsed earlier.
-    _LOCATED: ClassVar[bool] = False
 
     def __new__(cls, *args: Any, loc: Loc | None = None) -> Any:
         if len(args) != len(cls._fields):
             raise TypeError(f"{cls.__name__} takes {len(cls._fields)} fields, got {len(args)}")
         args = cls._norm(*args)
-        key = (cls, *args, loc) if cls._LOCATED else (cls, *args)
+        key = (cls, *args)
         obj = _TABLE.get(key)
         if obj is None:
             obj = object.__new__(cls)
@@ -776,7 +773,6 @@ class DerivedDef(Node):
     fn: str
     wrt: tuple[str, ...]
     requires: Contract | None
-    _LOCATED = True
 
     def __new__(cls, name: str, kind: str, fn: str, wrt: Iterable[str],
                 requires: Contract | None = None, *, loc: Loc | None = None) -> Any:
