@@ -712,7 +712,10 @@ def test_text_derived_defs():
     assert str(m.derived_types["h"]) == "(N: size, x: R[N], A: R[N, N]) -> R[N, N]"
     assert str(m.derived_types["v"]) == \
         "(N: size, x: R[N], A: R[N, N], d_y: R) -> (R, R[N, N])"
-    err = error_of("def f(N: size, x: R[N]) -> R[N]:\n    return x\n\ndef g = grad(f, x)\n")
+    # Names of its own: an equal derived def parsed by another test keeps its first location
+    # while the checked-module cache holds it (hash-consing; the known limit in decisions.md).
+    err = error_of("def f(N: size, x: R[N]) -> R[N]:\n    return x\n\n"
+                   "def g_of_a_vector = grad(f, x)\n")
     assert err.loc.line == 4 and "needs f to return R" in err.message
 
 
