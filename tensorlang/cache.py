@@ -522,10 +522,23 @@ _CHECKED_CLASSES = frozenset({("tensorlang.check.typecheck", "CheckedModule"),
 
 
 def put_checked(key: str, checked: object) -> None:
-    """Store a checked module (`typecheck.CheckedModule`: IR nodes, locations, warnings)."""
+    """Store a checked module (`typecheck.CheckedModule`: IR nodes, locations, warnings).
+    Unlike a cached program its nodes keep their locations: errors and warnings raised on a
+    warm load must still point into the file."""
+    import io
     import pickle
 
-    put_blob(CHECKED, key, pickle.dumps(checked, protocol=5))
+    from tensorlang.ir.ast import Node
+
+    class Located(pickle.Pickler):
+        def reducer_override(self, obj: object) -> object:
+            if isinstance(obj, Node) and obj.loc is not None:
+                return obj.reduce_located()
+            return NotImplemented
+
+    out = io.BytesIO()
+    Located(out, protocol=5).dump(checked)
+    put_blob(CHECKED, key, out.getvalue())
 
 
 def get_checked(key: str) -> object | None:

@@ -314,6 +314,35 @@ def test_warm_process_neither_derives_nor_imports_egglog(cache_dir):
     np.testing.assert_allclose(warm["value"], 2 * np.eye(3))
 
 
+_LOCATED = """
+import sys, numpy as np, tensorlang as tl
+m = tl.load(sys.argv[1])
+try:
+    m.f(np.zeros(3), np.zeros((3, 4)))
+except tl.ShapeError as err:
+    print(err)
+"""
+
+
+def test_warm_checked_module_keeps_locations(cache_dir, tmp_path):
+    """A module loaded from the checked-module cache still locates its errors (a pickled node
+    used to drop its location, so a warm process reported unlocated shape errors)."""
+    src = tmp_path / "located.tl"
+    src.write_text("# a comment\ndef f(N: size, x: R[N],\n      A: R[N, N]) -> R:\n"
+                   "    return x[0] * A[0, 0]\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+
+    def run() -> str:
+        r = subprocess.run([sys.executable, "-c", _LOCATED, str(src)], env=env,
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip()
+
+    cold, warm = run(), run()
+    assert cold.startswith(f"{src}:3:7: shape error: argument A of f"), cold
+    assert warm == cold
+
+
 # ---------------------------------------------------------------------------------------------
 # Constants are kernel arguments
 

@@ -26,6 +26,11 @@ from tensorlang.syntax.errors import Loc
 _TABLE: "weakref.WeakValueDictionary[tuple, Node]" = weakref.WeakValueDictionary()
 
 
+def located(cls: type, fields: tuple, loc: Loc | None) -> Any:
+    """The node `cls(*fields)` located at `loc` (unpickles `Node.reduce_located`)."""
+    return cls(*fields, loc=loc)
+
+
 class Node:
     """Base of all interned nodes.  Subclasses list their fields in `_fields`."""
 
@@ -59,7 +64,11 @@ class Node:
         raise AttributeError(f"{type(self).__name__} is immutable")
 
     def __reduce__(self) -> tuple:
-        return (type(self), self.fields())
+        return (type(self), self.fields())  # no location: cached programs are file-neutral
+
+    def reduce_located(self) -> tuple:
+        """`__reduce__` keeping the location (the checked-module cache, keyed by file)."""
+        return (located, (type(self), self.fields(), self.loc))
 
     def __copy__(self) -> "Node":
         return self
