@@ -226,11 +226,20 @@ def test_cost(capsys, files):
 
 
 def test_prove(capsys, monkeypatch):
+    """The command's tables and exit codes, on a few real rules and one real pass (the whole
+    catalogue runs in tests/test_catalogue.py and in CI's `tl prove`)."""
+    from tensorlang.proofs import catalogue
+
+    real_rules, real_passes = catalogue.check_all, catalogue.check_passes
+    monkeypatch.setattr(catalogue, "check_all",
+                        lambda k: real_rules(k, ["L1", "P8", "G4", "SSA-contract"]))
+    monkeypatch.setattr(catalogue, "check_passes", lambda k: real_passes(k, ["letlift"]))
+    monkeypatch.setattr(catalogue, "check_theorems", lambda k: [
+        catalogue.TheoremRow("6.1 jvp bound", "rules", "random", k, True, 0.5, None)])
     code, out, _ = run_main(capsys, "prove", "--examples", "2")
     assert code == 0
-    for word in ("L1", "P8", "G4", "SSA-contract", "letlift", "worst cost ratio"):
+    for word in ("L1", "P8", "G4", "SSA-contract", "letlift", "worst cost ratio", "6.1 jvp"):
         assert word in out
-    from tensorlang.proofs import catalogue
 
     bad = catalogue.RuleReport("L1", "letlift", 2, True, False, 2.0, None)
     monkeypatch.setattr(catalogue, "check_all", lambda k: [bad])

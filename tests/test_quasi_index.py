@@ -40,6 +40,20 @@ def test_the_q_rules_hold_with_instances() -> None:
     assert all(r.instances == 8 for r in reports)
 
 
+@pytest.mark.parametrize("n", range(6))
+def test_nested_floor_division_of_a_negative_numerator(n: int) -> None:
+    """A `tl prove` draw once reported zeros here: the outer quotient's range and shift
+    come from the inner quotient variable's range, which the lowering must know."""
+    from tensorlang.proofs import rules_quasi
+
+    text = ("def f(N: size, x: R[N + 2]) -> R[N + 1, 2]:\n"
+            "    return gen i:N + 1, j:2. x[(((-1 * i + 2) // 4) // 2)]\n")
+    x = np.random.default_rng(n).uniform(-1, 1, size=n + 2)
+    verdict = rules_quasi.check_lowering({"text": text, "sizes": {"N": n},
+                                          "args": {"N": n, "x": x}})
+    assert verdict.meaning and verdict.cost, verdict.why
+
+
 def test_a_wrong_lowering_is_caught(monkeypatch) -> None:
     from tensorlang.check import quasi
 
