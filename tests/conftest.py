@@ -1,9 +1,11 @@
 """Shared test configuration: hypothesis profiles (CI is bounded so the suite stays fast);
-the simplifier in strict mode (a failure raises instead of returning its input)."""
+the simplifier in strict mode (a failure raises instead of returning its input); the
+`cache_dir` fixture."""
 import os
 
 os.environ.setdefault("TENSORLANG_STRICT", "1")
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -16,3 +18,34 @@ settings.register_profile(
     "thorough", max_examples=1000, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+def forget_in_process() -> None:
+    """Drop this process's memos of checked modules, final programs and kernels, so that the
+    next use reads the disk cache (or builds) as a fresh process would."""
+    from tensorlang import api
+    from tensorlang.backends import kernel_cache, numba_cpu
+
+    api._CHECKED.clear()  # noqa: SLF001 - a fresh process's view of the cache
+    api._FINAL_PROGRAMS.clear()  # noqa: SLF001
+    numba_cpu._COMPILED.clear()  # noqa: SLF001
+    kernel_cache._MODULES.clear()  # noqa: SLF001
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """A fresh, empty cache folder for this test, and no in-process memos before or after.
+
+    Every test that patches the compiler (a deliberately wrong lowering, a broken stage, other
+    kernel split settings) uses it: what it builds must never reach the shared cache, where a
+    later test or `tl prove` would load it as the real compiler's output."""
+    from tensorlang import cache
+    from tensorlang.backends.numba_cpu import ENV_ENGINE
+
+    path = tmp_path / "cache"
+    monkeypatch.setenv(cache.ENV_DIR, str(path))
+    monkeypatch.delenv(cache.ENV_MAX_MB, raising=False)
+    monkeypatch.delenv(ENV_ENGINE, raising=False)
+    forget_in_process()
+    yield path
+    forget_in_process()

@@ -20,28 +20,11 @@ from tensorlang import cache
 from tensorlang.semantics.interp import interpret
 from tensorlang.testing import programs
 
+from conftest import forget_in_process
+
 numba_cpu = pytest.importorskip("tensorlang.backends.numba_cpu")
 
 QFORM = EXAMPLES / "qform.tl"
-
-
-def _forget_in_process() -> None:
-    from tensorlang import api
-    from tensorlang.backends import kernel_cache
-
-    api._FINAL_PROGRAMS.clear()  # noqa: SLF001 - a fresh process's view of the cache
-    numba_cpu._COMPILED.clear()  # noqa: SLF001
-    kernel_cache._MODULES.clear()  # noqa: SLF001
-
-
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    path = tmp_path / "cache"
-    monkeypatch.setenv(cache.ENV_DIR, str(path))
-    monkeypatch.delenv(numba_cpu.ENV_ENGINE, raising=False)
-    _forget_in_process()
-    yield path
-    _forget_in_process()
 
 
 def _images(cache_dir: pathlib.Path) -> list[pathlib.Path]:
@@ -152,7 +135,7 @@ def test_damaged_image_is_rebuilt(cache_dir, damage):
         tl.load(str(QFORM)).qform_grad(x=x, A=a)
         other = next(f for f in _images(cache_dir) if f != image)
         cache.atomic_write(image, other.read_bytes())
-    _forget_in_process()
+    forget_in_process()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         c = numba_cpu.compile_program(p)

@@ -21,20 +21,10 @@ import pytest
 import tensorlang as tl
 from tensorlang import cache, cli
 from tensorlang.backends.numba_cpu import ENV_ENGINE
+from conftest import forget_in_process
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 QFORM = ROOT / "examples" / "qform.tl"
-
-
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    path = tmp_path / "cache"
-    monkeypatch.setenv(cache.ENV_DIR, str(path))
-    monkeypatch.delenv(cache.ENV_MAX_MB, raising=False)
-    monkeypatch.delenv(ENV_ENGINE, raising=False)
-    _forget_in_process()
-    yield path
-    _forget_in_process()
 
 
 def _qform_hess_expected(x: np.ndarray, a: np.ndarray) -> np.ndarray:
@@ -47,16 +37,6 @@ def _fresh_hessian():
     rng = np.random.default_rng(3)
     x, a = rng.normal(size=4), rng.normal(size=(4, 4))
     return m.qform_hess, x, a
-
-
-def _forget_in_process() -> None:
-    """Drop this process's memos so that the next compile reads the disk cache."""
-    from tensorlang import api
-    from tensorlang.backends import kernel_cache, numba_cpu
-
-    api._FINAL_PROGRAMS.clear()  # noqa: SLF001 - the test needs a cold process without starting one
-    numba_cpu._COMPILED.clear()  # noqa: SLF001
-    kernel_cache._MODULES.clear()  # noqa: SLF001
 
 
 def _run_hessian() -> np.ndarray:
@@ -102,7 +82,7 @@ def test_folder_owned_by_another_user_is_refused(cache_dir):
     # The attack of the issue: someone else owns the folder and planted a kernel in it.
     cache_dir.mkdir(mode=0o700)
     _run_hessian()                                 # fill it as ourselves ...
-    _forget_in_process()
+    forget_in_process()
     for path in _kernel_files(cache_dir):          # ... then plant a wrong kernel
         path.write_text(path.read_text().replace("return ", "return 0 * "))
     for sub in [cache_dir, *cache_dir.rglob("*")]:
@@ -151,7 +131,7 @@ def test_damaged_kernel_is_rebuilt(cache_dir, damage):
         kernel.write_text("")
     else:
         kernel.write_text(good[: len(good) // 2])
-    _forget_in_process()
+    forget_in_process()
     with pytest.warns(cache.CacheWarning, match="damaged cache entry"):
         _run_hessian()
     assert kernel.read_text() == good
@@ -170,7 +150,7 @@ def test_damaged_program_is_rebuilt(cache_dir, damage):
         payload = pickle.dumps(os.system)
         blob.write_bytes(b"tensorlang-cache 1 " + cache.sha256(payload).encode() + b"\n" +
                          payload)
-    _forget_in_process()
+    forget_in_process()
     with pytest.warns(cache.CacheWarning, match="damaged cache entry"):
         _run_hessian()
     assert blob.read_bytes() == data
@@ -190,7 +170,7 @@ def test_damaged_numba_files_are_recompiled(cache_dir, damage, monkeypatch):
     else:   # a file the meta data does not list (a process died before recording it)
         meta = next((cache_dir / "kernels" / "numba_cpu").glob("*.meta.json"))
         meta.write_text(json.dumps(dict(json.loads(meta.read_text()), numba={})))
-    _forget_in_process()
+    forget_in_process()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         _run_hessian()
@@ -237,7 +217,7 @@ def test_kernel_entry_is_evicted_with_its_numba_files(cache_dir, monkeypatch, en
     monkeypatch.setenv(cache.ENV_MAX_MB, "0")
     assert cache.evict() >= 2
     assert not [p for p in cache_dir.rglob("*") if p.is_file()]
-    _forget_in_process()
+    forget_in_process()
     monkeypatch.delenv(cache.ENV_MAX_MB)
     _run_hessian()                                     # rebuilt
 
@@ -253,7 +233,7 @@ def test_tl_cache_info_and_clear(cache_dir, capsys):
     assert not [p for p in cache_dir.rglob("*") if p.is_file()]
     assert cli.main(["cache"]) == 0
     assert "(empty)" in capsys.readouterr().out
-    _forget_in_process()
+    forget_in_process()
     _run_hessian()
 
 

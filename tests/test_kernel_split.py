@@ -17,7 +17,7 @@ from tensorlang.testing import programs, random_args
 
 
 @pytest.fixture
-def split_everything(monkeypatch):
+def split_everything(monkeypatch, cache_dir):
     monkeypatch.setattr(numba_cpu_source, "SPLIT_LINES", 0)
     monkeypatch.setattr(numba_cpu_source, "PART_LINES", 1)
 
@@ -102,7 +102,7 @@ def test_names_read_before_assignment_become_parameters():
     assert new_body[-1] == "    return (d,)"
 
 
-def test_kernels_with_many_parallel_loops_compile_serially(monkeypatch):
+def test_kernels_with_many_parallel_loops_compile_serially(monkeypatch, cache_dir):
     p = tl.load(EXAMPLES / "imgarap.tl").arap_vjp.final_program()
     parallel, _ = numba_cpu_source.abstract_source(p)
     assert "parallel=TL_PARALLEL" in parallel

@@ -54,7 +54,8 @@ def test_nested_floor_division_of_a_negative_numerator(n: int) -> None:
     assert verdict.meaning and verdict.cost, verdict.why
 
 
-def test_a_wrong_lowering_is_caught(monkeypatch) -> None:
+def test_a_wrong_lowering_is_caught(monkeypatch, cache_dir) -> None:
+    """(In its own cache: the wrong lowerings must not reach the shared one.)"""
     from tensorlang.check import quasi
 
     real = quasi._cover  # noqa: SLF001 -- the cover of the quotient, made one too small
