@@ -92,9 +92,20 @@ _temps = itertools.count()
 _bindings = itertools.count()
 
 
-def _temp() -> str:
-    """A placeholder binder name while a body is being built (never left in a result)."""
-    return f"{_TEMP_PREFIX}{next(_temps)}"
+_TEMP_NAME = re.compile(_TEMP_PREFIX + r"\d+_")
+
+
+def _temp(name: str) -> str:
+    """A placeholder binder name while a body is being built (never left in a result); it
+    ends with the binder's name, which messages show (`_show`)."""
+    return f"{_TEMP_PREFIX}{next(_temps)}_{name}"
+
+
+def _rename_index(node: ast.Node, old: str, new: str) -> ast.Node:
+    """Rename the index `old` to `new`, also where a condition reads it as a value (the
+    parser's `CondCmp` holds `i < 2` as values and as indices; `ast.subst` would put an
+    `Affine` where the value `Var` stands).  `new` must be unused in `node`."""
+    return ast.subst(ast.subst(node, {old: ast.Var(new)}), {old: Affine.var(new)})
 
 
 def _check_name(name: str, what: str) -> str:
@@ -333,7 +344,7 @@ def _compare(op: str, a: Affine | QuasiAffine, b: Affine | QuasiAffine) -> "Pred
     pred = ast.cmp_pred(op, a, b)
     if isinstance(a, Affine) and isinstance(b, Affine):
         return Pred(pred, ast.CondCmp(op, _affine_expr(a), _affine_expr(b), a, b))
-    return Pred(pred)
+    return Pred(pred, None)
 
 
 class Size(Index):
@@ -358,42 +369,43 @@ class Pred:
     """A predicate over indices (`i < j`, `E(i, j)`, `p & q`, `~p`, ...); `p * e` guards `e`.
 
     `cond` is the same predicate as the condition of a selection (`dsl.where`), as the parser
-    builds it from the same text (`i > j` stays a `>` there)."""
+    builds it from the same text (`i > j` stays a `>` there); None where the `.tl` condition
+    has no such form (a comparison with `//`, `%` or an index-array read)."""
 
     __slots__ = ("node", "cond")
     __array_ufunc__ = None
 
-    def __init__(self, node: ast.Pred, cond: ast.Cond | None = None):
+    def __init__(self, node: ast.Pred, cond: ast.Cond | None | bool = True):
         self.node = node
-        self.cond = cond if cond is not None else ast.CondPred(node)
+        self.cond: ast.Cond | None = ast.CondPred(node) if cond is True else cond or None
 
     def __and__(self, o: Any) -> Any:
         if isinstance(o, Condition):
-            return Condition(ast.CondAnd(self.cond, o.node), o.deps)
+            return _cond(self) & o
         q = _pred(o)
-        return Pred(ast.And(self.node, q.node), ast.CondAnd(self.cond, q.cond))
+        return Pred(ast.And(self.node, q.node), _cond_join(ast.CondAnd, self.cond, q.cond))
 
     def __or__(self, o: Any) -> Any:
         if isinstance(o, Condition):
-            return Condition(ast.CondOr(self.cond, o.node), o.deps)
+            return _cond(self) | o
         q = _pred(o)
-        return Pred(ast.Or(self.node, q.node), ast.CondOr(self.cond, q.cond))
+        return Pred(ast.Or(self.node, q.node), _cond_join(ast.CondOr, self.cond, q.cond))
 
     def __rand__(self, o: Any) -> "Pred":
         q = _pred(o)
-        return Pred(ast.And(q.node, self.node), ast.CondAnd(q.cond, self.cond))
+        return Pred(ast.And(q.node, self.node), _cond_join(ast.CondAnd, q.cond, self.cond))
 
     def __ror__(self, o: Any) -> "Pred":
         q = _pred(o)
-        return Pred(ast.Or(q.node, self.node), ast.CondOr(q.cond, self.cond))
+        return Pred(ast.Or(q.node, self.node), _cond_join(ast.CondOr, q.cond, self.cond))
 
     def __invert__(self) -> Any:
         """`not p`: a predicate where its negation is one (comparisons, and/or of them);
         `~E(i, j)` and `~exists(...)` are only conditions of `dsl.where`, as in `.tl`."""
         neg = ast.pred_not(self.node)
         if neg is None:
-            return Condition(ast.CondNot(self.cond))
-        return Pred(neg, ast.CondNot(self.cond))
+            return ~_cond(self)
+        return Pred(neg, None if self.cond is None else ast.CondNot(self.cond))
 
     def __mul__(self, o: Any) -> Any:
         if isinstance(o, Pred):
@@ -474,7 +486,14 @@ class Condition:
                        "dsl.where(c, a, b)")
 
     def __repr__(self) -> str:
-        return _show(self.node)
+        text = _show(ast.IfThen(self.node, ast.Const(1.0), ast.Const(0.0)))
+        head, tail = "if ", " then 1.0 else 0.0"
+        return text[len(head):-len(tail)] if text.startswith(head) and text.endswith(
+            tail) else text
+
+
+def _cond_join(cls: type, a: ast.Cond | None, b: ast.Cond | None) -> ast.Cond | None:
+    return None if a is None or b is None else cls(a, b)
 
 
 def _cond(c: Any) -> Condition:
@@ -482,7 +501,12 @@ def _cond(c: Any) -> Condition:
     if isinstance(c, Condition):
         return c
     if isinstance(c, (Pred, bool)):
-        return Condition(_pred(c).cond)
+        cond = _pred(c).cond
+        if cond is None:
+            raise DSLError(f"the predicate {c!r} uses //, % or an index array: it can guard "
+                           "an Iverson bracket but not select in dsl.where (nor in a .tl "
+                           "`if`); write p * a + (~p) * b")
+        return Condition(cond)
     raise DSLError(f"expected a condition (a comparison of values or of indices, a "
                    f"predicate), not {_describe(c)}")
 
@@ -522,18 +546,13 @@ class Relation:
         return self.name
 
 
-class IndexArray:
+class IndexArray(Relation):
     """An index-array parameter (`dsl.param("idx", dsl.Z[N])`, SPEC 12): `idx[i]` is an
-    index (`x[idx[i]]`, `[idx[i] == j]`), not a value."""
+    index (`x[idx[i]]`, `[idx[i] == j]`), not a value.  It is also the relation
+    `{(i, v) : idx[i] == v}`: with its range declared (`dsl.index_array(N, V)`), `idx(i, v)`
+    is a predicate, as in `.tl`."""
 
-    __slots__ = ("param",)
-
-    def __init__(self, p: Param):
-        self.param = p
-
-    @property
-    def name(self) -> str:
-        return self.param.name
+    __slots__ = ()
 
     def __getitem__(self, idx: Any) -> Index:
         assert isinstance(self.param.type, ast.TIndex)
@@ -548,12 +567,17 @@ class IndexArray:
         return Index(ast.quasi_term(ast.IndexRead(self.name, tuple(
             _index(k, f"an index of {self.name}") for k in items))))
 
+    def __call__(self, *idx: Any) -> Pred:
+        assert isinstance(self.param.type, ast.TIndex)
+        if self.param.type.unbounded:
+            raise DSLError(f"index array {self.name}: the relation {self.name}(i, v) needs "
+                           f"its declared range (dsl.index_array(shape, bound)); or compare "
+                           f"its entries: {self.name}[i] == v")
+        return super().__call__(*idx)
+
     def __iter__(self) -> Any:
         raise DSLError(f"the index array {self.name} is not iterable (index it: "
                        f"{self.name}[i])")
-
-    def __repr__(self) -> str:
-        return self.name
 
 
 # ---------------------------------------------------------------------------------------------
@@ -775,7 +799,9 @@ def _negate(e: Expr, literal: bool) -> Expr:
 def _show(node: ast.Node) -> str:
     try:
         from tensorlang.syntax.printer import to_tl
-        return to_tl(node)
+        if isinstance(node, QuasiAffine):  # printed as the index of an access: `_[i // 2]`
+            return _TEMP_NAME.sub("", to_tl(ast.Access(ast.Var("_"), (node,))))[2:-1]
+        return _TEMP_NAME.sub("", to_tl(node))
     except Exception:  # the printer is optional here; never fail in a repr
         return repr(node)
 
@@ -901,7 +927,7 @@ def min(*args: Any) -> Expr:  # noqa: A001
 
 
 def _extremum(op: str, args: tuple) -> Expr:
-    if args and callable(args[-1]) and not isinstance(args[-1], (Expr, Relation, IndexArray)):
+    if args and callable(args[-1]) and not isinstance(args[-1], (Expr, Relation)):
         node, deps = _bind_indices(op, args)
         return Expr(node, deps)
     if len(args) != 2:
@@ -960,7 +986,7 @@ def _binder_args(args: tuple, what: str) -> tuple[list[Affine], Callable]:
 def _bind_indices(what: str, args: tuple) -> tuple[ast.Node, frozenset[_Binding]]:
     sizes, fn = _binder_args(args, what)
     names = _lambda_names(fn, len(sizes), _INDEX_NAMES, what)
-    temps = [_temp() for _ in sizes]
+    temps = [_temp(n) for n in names]
     result = fn(*(Index(Affine.var(t)) for t in temps))
     node: ast.Node
     if what == "exists":
@@ -974,7 +1000,7 @@ def _bind_indices(what: str, args: tuple) -> tuple[ast.Node, frozenset[_Binding]
         if what != "exists":
             node, deps = _close(node, deps, temps[k])
         name = _fresh_for(names[k], node)
-        node = cls(name, sizes[k], ast.subst(node, {temps[k]: Affine.var(name)}))
+        node = cls(name, sizes[k], _rename_index(node, temps[k], name))
     return node, deps
 
 
@@ -1003,7 +1029,7 @@ def let(*args: Any) -> Expr:
     *values, fn = args
     vs = [_lift(v) for v in values]
     names = _lambda_names(fn, len(vs), ["v"] * len(vs), "let")
-    temps = [_temp() for _ in vs]
+    temps = [_temp(n) for n in names]
     body = _lift(fn(*(Expr(ast.Var(t)) for t in temps)))
     node, deps = body.node, body.deps
     for k in reversed(range(len(vs))):
@@ -1027,7 +1053,7 @@ def call(f: ast.Def | str, *args: Any) -> Expr:
     nodes: list[ast.Expr] = []
     deps: frozenset[_Binding] = frozenset()
     for a in args:
-        if isinstance(a, (Relation, IndexArray)):
+        if isinstance(a, Relation):      # also an index array
             nodes.append(ast.Var(a.name))
         elif isinstance(a, Index) or (isinstance(a, int) and not isinstance(a, bool)):
             nodes.append(_affine_expr(_affine(a)))
@@ -1151,7 +1177,7 @@ def param(name: str, t: Any) -> Any:
 
 
 def _as_param(p: Any) -> Param:
-    if isinstance(p, (Size, Variable, Relation, IndexArray)):
+    if isinstance(p, (Size, Variable, Relation)):
         return p.param
     if isinstance(p, Param):
         return p
@@ -1175,7 +1201,7 @@ def _rename_clashes(node: ast.Node, reserved: set[str], taken: set[str]) -> ast.
             if isinstance(out, ast.Let):
                 out = ast.Let(new, out.value, ast.subst(out.body, {name: ast.Var(new)}))
             else:
-                out = type(out)(new, out.size, ast.subst(out.body, {name: Affine.var(new)}))
+                out = type(out)(new, out.size, _rename_index(out.body, name, new))
         memo[id(e)] = out
         return out
 
