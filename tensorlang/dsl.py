@@ -17,30 +17,47 @@ def qform(N: size, x: R[N], A: R[N, N]) -> R:
 
 Pieces:
 * types: `dsl.R`, `dsl.R[N, M + 1]`, Python tuples `(t1, t2)` for pair types,
-  `dsl.array(shape, elem)` for tensors of other element types, `dsl.rel(N, N)`;
+  `dsl.array(shape, elem)` for tensors of other element types, `dsl.rel(N, N)`, index arrays
+  `dsl.Z[B, K]` (`Z[B, K]`) and `dsl.index_array(M, V)` (`Z[M] in V`);
 * parameters: `dsl.size("N")` (also an index expression), `dsl.param(name, type)` (an
-  expression; a relation parameter is callable: `E(i, j)` is a predicate);
-* expressions (`Expr`): `+ - * /`, unary `-`, `e ** c` (c a number), `abs(e)`, numbers,
-  indexing `e[i, j + 1]` (full or partial), `e.fst`/`e.snd`/`dsl.proj(e, k)`, `dsl.pair`,
-  the builtins (`dsl.exp(e)`, `dsl.pow(e, c)`, `dsl.max(a, b)`, ... and `dsl.builtin(name,
-  ...)` for any other), `dsl.gen`, `dsl.sum`, `dsl.let`, `dsl.call(f, ...)` (an earlier def);
-* index expressions (`Index`): binder indices and sizes, with `+ -`, `* int` and
-  comparisons `< <= > >= == !=` giving predicates;
-* predicates (`Pred`): `p & q`, `p | q`, `dsl.exists`, `dsl.true`, `dsl.false`; `p * e` (or
-  `e * p`, or `dsl.iverson(p, e)`) is the Iverson bracket `[p] * e`; elsewhere in arithmetic
-  a predicate is `[p]` = `[p] * 1`.  `p * q` is `p & q`.  Python's `&` binds tighter than
-  comparisons: write `E(i, j) & (i != j)`.  A predicate has no truth value (`if p:` and
-  `p and q` raise).
+  expression; a relation parameter is callable: `E(i, j)` is a predicate; an index-array
+  parameter `P` gives indices `P[i]`, and with a declared range is a relation too);
+* expressions (`Expr`): `+ - * /`, unary `-`, `e ** y`, `abs(e)`, numbers, Python lists
+  (tensor literals, also `dsl.literal([...])`), indexing `e[i, j + 1]` (full or partial),
+  `e.fst`/`e.snd`/`dsl.proj(e, k)`, `dsl.pair`, the builtins (`dsl.exp(e)`, `dsl.pow(e, y)`,
+  `dsl.max(a, b)`, ... and `dsl.builtin(name, ...)` for any other), `dsl.gen`, `dsl.sum`,
+  the reductions `dsl.max(N, lambda j: e)` / `dsl.min(...)`, the selection `dsl.where(c, a,
+  b)`, `dsl.let`, `dsl.call(f, ...)` (an earlier def);
+* index expressions (`Index`): binder indices and sizes, with `+ -`, `* int`, `// d` and
+  `% d` (d a positive integer or a size; only in access indices and comparisons), entries of
+  index arrays `P[i]`, and comparisons `< <= > >= == !=` giving predicates;
+* predicates (`Pred`): `p & q`, `p | q`, `~p`, `dsl.exists`, `dsl.true`, `dsl.false`; `p * e`
+  (or `e * p`, or `dsl.iverson(p, e)`) is the Iverson bracket `[p] * e`; elsewhere in
+  arithmetic a predicate is `[p]` = `[p] * 1`.  `p * q` is `p & q`.  Python's `& | ~` bind
+  tighter than comparisons: write `E(i, j) & (i != j)`, `~(i < 2)`.  A predicate has no truth
+  value (`if p:` and `p and q` raise);
+* conditions (`Condition`, SPEC 12): comparisons of real values `x[i] > 0`, `a <= b`,
+  `x[i] == y[i]`, combined with each other and with predicates by `& | ~`; they select in
+  `dsl.where` (per point, piecewise constant in differentiation) and are neither values nor
+  Iverson brackets.  `~E(i, j)` (no such index predicate) is a condition too;
 * statements: `dsl.bind(name, e)` names a value; the def gets `name = e` (a `let` on its
   spine) if the result uses it.  A binding made inside a `gen`/`sum` body that reads the
   binder's index becomes a `let` inside that body.
 
 Nodes are the parser's (docs/architecture.md sugar list): `a - b` is `a + (-1.0) * b`, `-a` is
 `(-1.0) * a` (`-c` of a constant is `Const(-c)`), `a / b` is `a * recip(b)`, `e ** c` is
-`pow(e, c)`, `i != j` is `i < j or j < i`, `i > j` is `j < i`, several sizes in one binder
-nest (`dsl.sum(N, M, lambda i, j: ...)` is `sum i:N. sum j:M. ...`).  Differences: a guard
-`p * e` guards exactly its operand (in `.tl`, a bracket guards the whole product to its
-right: write `a * (p * (b * c))` for `a * [p] * b * c`), and `p * q` is `[p and q]`.
+`pow(e, c)` for a constant c and `exp(y * log(e))` for a value y, `i != j` is `i < j or j <
+i`, `i > j` is `j < i`, several sizes in one binder nest (`dsl.sum(N, M, lambda i, j: ...)` is
+`sum i:N. sum j:M. ...`, the same for `max`, `min`), `dsl.where(c, a, b)` is `if c then a else
+b` (the parser's `IfThen`, the condition as written: `x[i] > 0` stays a `>`), a list is the
+literal's `gen lit_0:n. [lit_0 == 0] * e0 + ...`, `i // 2` and `P[i]` are the parser's
+quasi-affine indices.  Differences: a guard `p * e` guards exactly its operand (in `.tl`, a
+bracket guards the whole product to its right: write `a * (p * (b * c))` for `a * [p] * b * c`),
+and `p * q` is `[p and q]`.  A comparison of values records the index reading the parser
+would give its sides only for a name or an integer literal (`x[i] > 0`); the checker ignores
+that reading for values, so the core program is the same.  As in `.tl`, a condition of
+`where` may not use `//`, `%` or index arrays (guard with `p * a + (~p) * b`), and an index is
+not a value (`x[i] * i` is an error).
 
 Binder names are the names of the Python lambda's parameters (`lambda i:` binds `i`), so
 building the same program twice gives the same (hash-consed) nodes.  A name that would
@@ -102,9 +119,10 @@ def _temp(name: str) -> str:
 
 
 def _rename_index(node: ast.Node, old: str, new: str) -> ast.Node:
-    """Rename the index `old` to `new`, also where a condition reads it as a value (the
-    parser's `CondCmp` holds `i < 2` as values and as indices; `ast.subst` would put an
-    `Affine` where the value `Var` stands).  `new` must be unused in `node`."""
+    """Rename the index (or let variable) `old` to `new` both where it is a value and where
+    it is an index: the parser's `CondCmp` reads `i < 2` and `v > 0` both ways, and
+    `ast.subst` would put an `Affine` where the value `Var` stands.  `new` must be unused in
+    `node`."""
     return ast.subst(ast.subst(node, {old: ast.Var(new)}), {old: Affine.var(new)})
 
 
@@ -1035,7 +1053,7 @@ def let(*args: Any) -> Expr:
     for k in reversed(range(len(vs))):
         node, deps = _close(node, deps, temps[k])
         name = _fresh_for(names[k], node, vs[k].node)
-        node = ast.Let(name, vs[k].node, ast.subst(node, {temps[k]: ast.Var(name)}))
+        node = ast.Let(name, vs[k].node, _rename_index(node, temps[k], name))
     return Expr(node, deps | _deps(*vs))
 
 

@@ -660,3 +660,43 @@ def test_random_quasi_affine_indices_are_the_parsers() -> None:
         assert built.node is parse_expr(to_tl(guard)) is guard
 
     check()
+
+
+def test_conditions_under_renamed_binders_lets_and_statements() -> None:
+    N = dsl.size("N")
+    x, y = dsl.param("x", dsl.R[N]), dsl.param("y", dsl.R)
+    # a binder named like a parameter is renamed in both readings of `y < 2`
+    d = dsl.function("f", [N, x, y], dsl.sum(N, lambda y: dsl.where(y < 2, x[y], 0.0)))
+    assert_same_program(d, "def f(N: size, x: R[N], y: R):\n"
+                           "    return sum y1:N. if y1 < 2 then x[y1] else 0.0\n")
+    # a let variable compared with a value; a statement made inside a condition
+    t = dsl.bind("t", dsl.sum(N, lambda i: x[i]))
+    body = dsl.let(x[0], lambda v: dsl.where((v > 0) & (t <= y), v, t))
+    d = dsl.function("g", [N, x, y], body)
+    assert_same_program(d, "def g(N: size, x: R[N], y: R):\n"
+                           "    t = sum i:N. x[i]\n"
+                           "    return let v = x[0] in if v > 0 and t <= y then v else t\n")
+    f = tl.from_def(d)
+    for xv, yv in ((np.array([1.0, 2.0]), 5.0), (np.array([1.0, 2.0]), 1.0),
+                   (np.array([-1.0, 2.0]), 5.0)):
+        want = xv[0] if xv[0] > 0 and xv.sum() <= yv else xv.sum()
+        assert np.isclose(f(x=xv, y=yv), want)
+
+
+def test_lists_are_literals_and_index_arrays_are_relations() -> None:
+    N, V = dsl.sizes("N V")
+    x = dsl.param("x", dsl.R[2])
+    P = dsl.param("P", dsl.index_array(N, V))
+    z = dsl.param("z", dsl.R[V])
+    d = dsl.function("f", [x], [1.0, 2.0] + x * [3, -1.5])
+    assert_same_program(d, "def f(x: R[2]):\n    return [1.0, 2.0] + x * [3, -1.5]\n")
+    np.testing.assert_allclose(tl.from_def(d)(x=np.array([1.0, 2.0])), [4.0, -1.0])
+    g = dsl.function("g", [N, V, P, z], dsl.gen(N, lambda i: dsl.sum(
+        V, lambda v: P(i, v) * z[v])))
+    assert_same_program(g, "def g(N: size, V: size, P: Z[N] in V, z: R[V]):\n"
+                           "    return gen i:N. sum v:V. [P(i, v)] * z[v]\n")
+    np.testing.assert_allclose(tl.from_def(g)(P=np.array([2, 0]), z=np.array([1.0, 2, 3])),
+                               [3.0, 1.0])
+    Q = dsl.param("Q", dsl.Z[N])
+    with pytest.raises(DSLError, match="needs its declared range"):
+        Q(0, 1)
