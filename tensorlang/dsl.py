@@ -317,8 +317,7 @@ class Index:
         """`self // d`, `self % d` (SPEC 12): `d` a positive integer constant or a size
         expression (the checker must be able to bound the quotient of `% N`)."""
         what = f"the divisor of {op}"
-        if isinstance(d, Expr) or isinstance(d, float) or _is_number(d) and not (
-                isinstance(d, int) or _is_np_int(d)):
+        if isinstance(d, Expr) or (_is_number(d) and not (isinstance(d, int) or _is_np_int(d))):
             raise DSLError(f"{what} must be a positive integer constant or a size, not "
                            f"{_describe(d)} (indices are not values)")
         den = _affine(d, what)
@@ -356,9 +355,9 @@ class Index:
 
 
 def _compare(op: str, a: Affine | QuasiAffine, b: Affine | QuasiAffine) -> "Pred":
-    """The predicate `a op b` (`>`, `>=`, `!=` are sugar, as in the parser), remembering the
-    comparison as written for `where` (the parser's `CondCmp`, with both readings of each
-    affine side: as a value, as the parser reads the text `N + 1`, and as an index)."""
+    """The predicate `a op b` (`>`, `>=`, `!=` are sugar, as in the parser), and the same
+    comparison as the parser's condition of an `if` (`CondCmp`: each side read as a value,
+    `N + 1.0`, and as an index; no such reading of `//`, `%`, `P[i]`)."""
     pred = ast.cmp_pred(op, a, b)
     if isinstance(a, Affine) and isinstance(b, Affine):
         return Pred(pred, ast.CondCmp(op, _affine_expr(a), _affine_expr(b), a, b))
@@ -532,6 +531,8 @@ def _cond(c: Any) -> Condition:
 def _pred(p: Any) -> Pred:
     if isinstance(p, Pred):
         return p
+    if isinstance(p, Condition):
+        p._not_a_value()
     if isinstance(p, bool):
         return Pred(ast.PTrue() if p else ast.PFalse())
     raise DSLError(f"expected a predicate, not {_describe(p)}")
@@ -966,10 +967,10 @@ def where(cond: Any, a: Any, b: Any) -> Expr:
     return Expr(ast.IfThen(c.node, x.node, y.node), c.deps | _deps(x, y))
 
 
-def literal(elems: Sequence[Any]) -> Expr:
+def literal(elems: list[Any]) -> Expr:
     """The tensor literal `[e0, ..., en-1]` (nested lists: `[[1, 2], [3, 4]]`), i.e. as the
     parser lowers it, `gen k:n. [k == 0] * e0 + ... + [k == n-1] * en-1`."""
-    if not isinstance(elems, (list, tuple)) or not elems:
+    if not isinstance(elems, list) or not elems:
         raise DSLError("a tensor literal is a non-empty list of values, not "
                        f"{_describe(elems)}")
     xs = [_lift(e) for e in elems]
