@@ -17,30 +17,47 @@ def qform(N: size, x: R[N], A: R[N, N]) -> R:
 
 Pieces:
 * types: `dsl.R`, `dsl.R[N, M + 1]`, Python tuples `(t1, t2)` for pair types,
-  `dsl.array(shape, elem)` for tensors of other element types, `dsl.rel(N, N)`;
+  `dsl.array(shape, elem)` for tensors of other element types, `dsl.rel(N, N)`, index arrays
+  `dsl.Z[B, K]` (`Z[B, K]`) and `dsl.index_array(M, V)` (`Z[M] in V`);
 * parameters: `dsl.size("N")` (also an index expression), `dsl.param(name, type)` (an
-  expression; a relation parameter is callable: `E(i, j)` is a predicate);
-* expressions (`Expr`): `+ - * /`, unary `-`, `e ** c` (c a number), `abs(e)`, numbers,
-  indexing `e[i, j + 1]` (full or partial), `e.fst`/`e.snd`/`dsl.proj(e, k)`, `dsl.pair`,
-  the builtins (`dsl.exp(e)`, `dsl.pow(e, c)`, `dsl.max(a, b)`, ... and `dsl.builtin(name,
-  ...)` for any other), `dsl.gen`, `dsl.sum`, `dsl.let`, `dsl.call(f, ...)` (an earlier def);
-* index expressions (`Index`): binder indices and sizes, with `+ -`, `* int` and
-  comparisons `< <= > >= == !=` giving predicates;
-* predicates (`Pred`): `p & q`, `p | q`, `dsl.exists`, `dsl.true`, `dsl.false`; `p * e` (or
-  `e * p`, or `dsl.iverson(p, e)`) is the Iverson bracket `[p] * e`; elsewhere in arithmetic
-  a predicate is `[p]` = `[p] * 1`.  `p * q` is `p & q`.  Python's `&` binds tighter than
-  comparisons: write `E(i, j) & (i != j)`.  A predicate has no truth value (`if p:` and
-  `p and q` raise).
+  expression; a relation parameter is callable: `E(i, j)` is a predicate; an index-array
+  parameter `P` gives indices `P[i]`, and with a declared range is a relation too);
+* expressions (`Expr`): `+ - * /`, unary `-`, `e ** y`, `abs(e)`, numbers, Python lists
+  (tensor literals, also `dsl.literal([...])`), indexing `e[i, j + 1]` (full or partial),
+  `e.fst`/`e.snd`/`dsl.proj(e, k)`, `dsl.pair`, the builtins (`dsl.exp(e)`, `dsl.pow(e, y)`,
+  `dsl.max(a, b)`, ... and `dsl.builtin(name, ...)` for any other), `dsl.gen`, `dsl.sum`,
+  the reductions `dsl.max(N, lambda j: e)` / `dsl.min(...)`, the selection `dsl.where(c, a,
+  b)`, `dsl.let`, `dsl.call(f, ...)` (an earlier def);
+* index expressions (`Index`): binder indices and sizes, with `+ -`, `* int`, `// d` and
+  `% d` (d a positive integer or a size; only in access indices and comparisons), entries of
+  index arrays `P[i]`, and comparisons `< <= > >= == !=` giving predicates;
+* predicates (`Pred`): `p & q`, `p | q`, `~p`, `dsl.exists`, `dsl.true`, `dsl.false`; `p * e`
+  (or `e * p`, or `dsl.iverson(p, e)`) is the Iverson bracket `[p] * e`; elsewhere in
+  arithmetic a predicate is `[p]` = `[p] * 1`.  `p * q` is `p & q`.  Python's `& | ~` bind
+  tighter than comparisons: write `E(i, j) & (i != j)`, `~(i < 2)`.  A predicate has no truth
+  value (`if p:` and `p and q` raise);
+* conditions (`Condition`, SPEC 12): comparisons of real values `x[i] > 0`, `a <= b`,
+  `x[i] == y[i]`, combined with each other and with predicates by `& | ~`; they select in
+  `dsl.where` (per point, piecewise constant in differentiation) and are neither values nor
+  Iverson brackets.  `~E(i, j)` (no such index predicate) is a condition too;
 * statements: `dsl.bind(name, e)` names a value; the def gets `name = e` (a `let` on its
   spine) if the result uses it.  A binding made inside a `gen`/`sum` body that reads the
   binder's index becomes a `let` inside that body.
 
 Nodes are the parser's (docs/architecture.md sugar list): `a - b` is `a + (-1.0) * b`, `-a` is
 `(-1.0) * a` (`-c` of a constant is `Const(-c)`), `a / b` is `a * recip(b)`, `e ** c` is
-`pow(e, c)`, `i != j` is `i < j or j < i`, `i > j` is `j < i`, several sizes in one binder
-nest (`dsl.sum(N, M, lambda i, j: ...)` is `sum i:N. sum j:M. ...`).  Differences: a guard
-`p * e` guards exactly its operand (in `.tl`, a bracket guards the whole product to its
-right: write `a * (p * (b * c))` for `a * [p] * b * c`), and `p * q` is `[p and q]`.
+`pow(e, c)` for a constant c and `exp(y * log(e))` for a value y, `i != j` is `i < j or j <
+i`, `i > j` is `j < i`, several sizes in one binder nest (`dsl.sum(N, M, lambda i, j: ...)` is
+`sum i:N. sum j:M. ...`, the same for `max`, `min`), `dsl.where(c, a, b)` is `if c then a else
+b` (the parser's `IfThen`, the condition as written: `x[i] > 0` stays a `>`), a list is the
+literal's `gen lit_0:n. [lit_0 == 0] * e0 + ...`, `i // 2` and `P[i]` are the parser's
+quasi-affine indices.  Differences: a guard `p * e` guards exactly its operand (in `.tl`, a
+bracket guards the whole product to its right: write `a * (p * (b * c))` for `a * [p] * b * c`),
+and `p * q` is `[p and q]`.  A comparison of values records the index reading the parser
+would give its sides only for a name or an integer literal (`x[i] > 0`); the checker ignores
+that reading for values, so the core program is the same.  As in `.tl`, a condition of
+`where` may not use `//`, `%` or index arrays (guard with `p * a + (~p) * b`), and an index is
+not a value (`x[i] * i` is an error).
 
 Binder names are the names of the Python lambda's parameters (`lambda i:` binds `i`), so
 building the same program twice gives the same (hash-consed) nodes.  A name that would
@@ -63,7 +80,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 from tensorlang.ir import ast
-from tensorlang.ir.ast import REAL, Affine, Param, Type
+from tensorlang.ir.ast import REAL, Affine, Param, QuasiAffine, Type
 from tensorlang.syntax.errors import TypeCheckError
 from tensorlang.syntax.parser import KEYWORDS as GRAMMAR_KEYWORDS
 
@@ -73,6 +90,7 @@ __all__ = [
     "pair", "proj", "call", "builtin", "true", "false", "function", "core",
     "exp", "log", "sin", "cos", "tan", "tanh", "sqrt", "sigmoid", "softplus", "abs", "relu",
     "square", "recip", "pow", "max", "min",
+    "Condition", "IndexArray", "Z", "index_array", "where", "literal",
 ]
 
 
@@ -91,9 +109,21 @@ _temps = itertools.count()
 _bindings = itertools.count()
 
 
-def _temp() -> str:
-    """A placeholder binder name while a body is being built (never left in a result)."""
-    return f"{_TEMP_PREFIX}{next(_temps)}"
+_TEMP_NAME = re.compile(_TEMP_PREFIX + r"\d+_")
+
+
+def _temp(name: str) -> str:
+    """A placeholder binder name while a body is being built (never left in a result); it
+    ends with the binder's name, which messages show (`_show`)."""
+    return f"{_TEMP_PREFIX}{next(_temps)}_{name}"
+
+
+def _rename_index(node: ast.Node, old: str, new: str) -> ast.Node:
+    """Rename the index (or let variable) `old` to `new` both where it is a value and where
+    it is an index: the parser's `CondCmp` reads `i < 2` and `v > 0` both ways, and
+    `ast.subst` would put an `Affine` where the value `Var` stands.  `new` must be unused in
+    `node`."""
+    return ast.subst(ast.subst(node, {old: ast.Var(new)}), {old: Affine.var(new)})
 
 
 def _check_name(name: str, what: str) -> str:
@@ -124,7 +154,7 @@ def _all_names(node: ast.Node) -> set[str]:
             out.add(n.name)
         elif isinstance(n, Affine):
             out |= n.vars()
-        elif isinstance(n, ast.RelCall):
+        elif isinstance(n, (ast.RelCall, ast.IndexRead)):
             out.add(n.name)
         b = ast.binder_name(n)
         if b is not None:
@@ -193,12 +223,26 @@ def _close(node: ast.Expr, deps: frozenset[_Binding], temp: str) -> tuple[ast.Ex
 
 
 def _affine(x: Any, what: str = "index") -> Affine:
+    """An affine index expression (binder ranges, type dimensions, relation arguments, size
+    arguments): `//`, `%` and index-array reads are not allowed here (as in the parser)."""
+    out = _index(x, what)
+    if isinstance(out, QuasiAffine):
+        raise DSLError(f"{what} must be affine: `//`, `%` and index-array reads are allowed "
+                       f"only in the indices of an access and in comparisons, not {x!r}")
+    return out
+
+
+def _index(x: Any, what: str = "index") -> Affine | QuasiAffine:
+    """An index expression, quasi-affine allowed (access indices, comparison sides)."""
     if isinstance(x, Index):
         return x.aff
-    if isinstance(x, Affine):
+    if isinstance(x, (Affine, QuasiAffine)):
         return x
     if isinstance(x, (int,)) and not isinstance(x, bool) or _is_np_int(x):
         return Affine.lit(int(x))
+    if isinstance(x, IndexArray):
+        raise DSLError(f"the index array {x.name} must be indexed to give an index "
+                       f"({x.name}[i])")
     raise DSLError(f"{what} must be an index expression (binder index, size or integer), "
                    f"not {_describe(x)}")
 
@@ -218,30 +262,31 @@ def _describe(x: Any) -> str:
 
 
 class Index:
-    """An affine index expression: binder indices and sizes with `+ -`, `* int`.
+    """An index expression: binder indices and sizes with `+ -`, `* int`, and (SPEC 12)
+    `// c`, `% c` (c a positive integer or a size) and entries of index arrays (`idx[i]`).
 
     Comparisons give predicates; an index is not a value (`x[i] * i` is an error)."""
 
     __slots__ = ("aff",)
     __hash__ = None  # type: ignore[assignment]   # == builds a predicate
 
-    def __init__(self, aff: Affine):
+    def __init__(self, aff: Affine | QuasiAffine):
         self.aff = aff
 
     def __add__(self, o: Any) -> "Index":
-        return Index(self.aff + _affine(o))
+        return Index(ast.quasi_add(self.aff, _index(o)))
 
     def __radd__(self, o: Any) -> "Index":
-        return Index(_affine(o) + self.aff)
+        return Index(ast.quasi_add(_index(o), self.aff))
 
     def __sub__(self, o: Any) -> "Index":
-        return Index(self.aff - _affine(o))
+        return Index(ast.quasi_add(self.aff, ast.quasi_scale(_index(o), -1)))
 
     def __rsub__(self, o: Any) -> "Index":
-        return Index(_affine(o) - self.aff)
+        return Index(ast.quasi_add(_index(o), ast.quasi_scale(self.aff, -1)))
 
     def __neg__(self) -> "Index":
-        return Index(-self.aff)
+        return Index(ast.quasi_scale(self.aff, -1))
 
     def __pos__(self) -> "Index":
         return self
@@ -252,34 +297,71 @@ class Index:
                 raise DSLError("a product of two indices is not affine")
             raise DSLError(f"an index can only be multiplied by an integer, not "
                            f"{_describe(k)} (indices are not values)")
-        return Index(self.aff * int(k))
+        return Index(ast.quasi_scale(self.aff, int(k)))
 
     __rmul__ = __mul__
 
+    def __floordiv__(self, d: Any) -> "Index":
+        return self._divide("//", d)
+
+    def __mod__(self, d: Any) -> "Index":
+        return self._divide("%", d)
+
+    def __rfloordiv__(self, o: Any) -> "Index":
+        return Index(_index(o))._divide("//", self)
+
+    def __rmod__(self, o: Any) -> "Index":
+        return Index(_index(o))._divide("%", self)
+
+    def _divide(self, op: str, d: Any) -> "Index":
+        """`self // d`, `self % d` (SPEC 12): `d` a positive integer constant or a size
+        expression (the checker must be able to bound the quotient of `% N`)."""
+        what = f"the divisor of {op}"
+        if isinstance(d, Expr) or (_is_number(d) and not (isinstance(d, int) or _is_np_int(d))):
+            raise DSLError(f"{what} must be a positive integer constant or a size, not "
+                           f"{_describe(d)} (indices are not values)")
+        den = _affine(d, what)
+        if den.is_const() and den.const <= 0:
+            raise DSLError(f"{what} must be a positive integer constant or a size, not "
+                           f"{den.const}")
+        if _py.any(v.startswith(_TEMP_PREFIX) for v in den.vars()):
+            raise DSLError(f"{what} must be a positive integer constant or a size, not an "
+                           "index bound by gen/sum/max/min/exists")
+        return Index(ast.quasi_term(ast.IndexDiv(op, self.aff, den)))
+
     def __lt__(self, o: Any) -> "Pred":
-        return Pred(ast.Cmp("<", self.aff, _affine(o)))
+        return _compare("<", self.aff, _index(o))
 
     def __le__(self, o: Any) -> "Pred":
-        return Pred(ast.Cmp("<=", self.aff, _affine(o)))
+        return _compare("<=", self.aff, _index(o))
 
     def __gt__(self, o: Any) -> "Pred":
-        return Pred(ast.Cmp("<", _affine(o), self.aff))
+        return _compare(">", self.aff, _index(o))
 
     def __ge__(self, o: Any) -> "Pred":
-        return Pred(ast.Cmp("<=", _affine(o), self.aff))
+        return _compare(">=", self.aff, _index(o))
 
     def __eq__(self, o: Any) -> "Pred":  # type: ignore[override]
-        return Pred(ast.Cmp("==", self.aff, _affine(o)))
+        return _compare("==", self.aff, _index(o))
 
     def __ne__(self, o: Any) -> "Pred":  # type: ignore[override]
-        a, b = self.aff, _affine(o)
-        return Pred(ast.Or(ast.Cmp("<", a, b), ast.Cmp("<", b, a)))
+        return _compare("!=", self.aff, _index(o))
 
     def __bool__(self) -> bool:
         raise DSLError("an index has no truth value")
 
     def __repr__(self) -> str:
         return _show(self.aff)
+
+
+def _compare(op: str, a: Affine | QuasiAffine, b: Affine | QuasiAffine) -> "Pred":
+    """The predicate `a op b` (`>`, `>=`, `!=` are sugar, as in the parser), and the same
+    comparison as the parser's condition of an `if` (`CondCmp`: each side read as a value,
+    `N + 1.0`, and as an index; no such reading of `//`, `%`, `P[i]`)."""
+    pred = ast.cmp_pred(op, a, b)
+    if isinstance(a, Affine) and isinstance(b, Affine):
+        return Pred(pred, ast.CondCmp(op, _affine_expr(a), _affine_expr(b), a, b))
+    return Pred(pred, None)
 
 
 class Size(Index):
@@ -301,25 +383,46 @@ class Size(Index):
 
 
 class Pred:
-    """A predicate over indices (`i < j`, `E(i, j)`, `p & q`, ...); `p * e` guards `e`."""
+    """A predicate over indices (`i < j`, `E(i, j)`, `p & q`, `~p`, ...); `p * e` guards `e`.
 
-    __slots__ = ("node",)
+    `cond` is the same predicate as the condition of a selection (`dsl.where`), as the parser
+    builds it from the same text (`i > j` stays a `>` there); None where the `.tl` condition
+    has no such form (a comparison with `//`, `%` or an index-array read)."""
+
+    __slots__ = ("node", "cond")
     __array_ufunc__ = None
 
-    def __init__(self, node: ast.Pred):
+    def __init__(self, node: ast.Pred, cond: ast.Cond | None | bool = True):
         self.node = node
+        self.cond: ast.Cond | None = ast.CondPred(node) if cond is True else cond or None
 
-    def __and__(self, o: "Pred") -> "Pred":
-        return Pred(ast.And(self.node, _pred(o).node))
+    def __and__(self, o: Any) -> Any:
+        if isinstance(o, Condition):
+            return _cond(self) & o
+        q = _pred(o)
+        return Pred(ast.And(self.node, q.node), _cond_join(ast.CondAnd, self.cond, q.cond))
 
-    def __or__(self, o: "Pred") -> "Pred":
-        return Pred(ast.Or(self.node, _pred(o).node))
+    def __or__(self, o: Any) -> Any:
+        if isinstance(o, Condition):
+            return _cond(self) | o
+        q = _pred(o)
+        return Pred(ast.Or(self.node, q.node), _cond_join(ast.CondOr, self.cond, q.cond))
 
-    def __rand__(self, o: "Pred") -> "Pred":
-        return Pred(ast.And(_pred(o).node, self.node))
+    def __rand__(self, o: Any) -> "Pred":
+        q = _pred(o)
+        return Pred(ast.And(q.node, self.node), _cond_join(ast.CondAnd, q.cond, self.cond))
 
-    def __ror__(self, o: "Pred") -> "Pred":
-        return Pred(ast.Or(_pred(o).node, self.node))
+    def __ror__(self, o: Any) -> "Pred":
+        q = _pred(o)
+        return Pred(ast.Or(q.node, self.node), _cond_join(ast.CondOr, q.cond, self.cond))
+
+    def __invert__(self) -> Any:
+        """`not p`: a predicate where its negation is one (comparisons, and/or of them);
+        `~E(i, j)` and `~exists(...)` are only conditions of `dsl.where`, as in `.tl`."""
+        neg = ast.pred_not(self.node)
+        if neg is None:
+            return ~_cond(self)
+        return Pred(neg, None if self.cond is None else ast.CondNot(self.cond))
 
     def __mul__(self, o: Any) -> Any:
         if isinstance(o, Pred):
@@ -349,16 +452,87 @@ class Pred:
         return _lift(self) / o
 
     def __bool__(self) -> bool:
-        raise DSLError("a predicate has no truth value: use & and | (not `and`/`or`), and "
-                       "p * e for the Iverson bracket")
+        raise DSLError("a predicate has no truth value: use & | ~ (not `and`/`or`/`not`), "
+                       "p * e for the Iverson bracket and dsl.where(p, a, b) for a selection")
 
     def __repr__(self) -> str:
         return _show(self.node)
 
 
+class Condition:
+    """The condition of a selection `dsl.where(c, a, b)` that is not an index predicate: a
+    comparison of real values (`x[i] > 0`, `a <= b`, `x[i] == y[i]`), or any combination
+    with one by `&`, `|`, `~` (SPEC 12).  It is not a value and not an Iverson bracket."""
+
+    __slots__ = ("node", "deps")
+    __array_ufunc__ = None
+
+    def __init__(self, node: ast.Cond, deps: frozenset["_Binding"] = frozenset()):
+        self.node = node
+        self.deps = deps
+
+    def __and__(self, o: Any) -> "Condition":
+        c = _cond(o)
+        return Condition(ast.CondAnd(self.node, c.node), self.deps | c.deps)
+
+    def __rand__(self, o: Any) -> "Condition":
+        c = _cond(o)
+        return Condition(ast.CondAnd(c.node, self.node), c.deps | self.deps)
+
+    def __or__(self, o: Any) -> "Condition":
+        c = _cond(o)
+        return Condition(ast.CondOr(self.node, c.node), self.deps | c.deps)
+
+    def __ror__(self, o: Any) -> "Condition":
+        c = _cond(o)
+        return Condition(ast.CondOr(c.node, self.node), c.deps | self.deps)
+
+    def __invert__(self) -> "Condition":
+        return Condition(ast.CondNot(self.node), self.deps)
+
+    def _not_a_value(self, *_: Any) -> Any:
+        raise DSLError(f"the condition {self!r} compares values: it selects with "
+                       "dsl.where(c, a, b), it is not a value or an Iverson bracket (only "
+                       "index predicates are)")
+
+    __mul__ = __rmul__ = __add__ = __radd__ = __sub__ = __rsub__ = _not_a_value
+    __truediv__ = __rtruediv__ = __neg__ = _not_a_value
+
+    def __bool__(self) -> bool:
+        raise DSLError("a condition has no truth value: use & | ~ (not `and`/`or`/`not`) and "
+                       "dsl.where(c, a, b)")
+
+    def __repr__(self) -> str:
+        text = _show(ast.IfThen(self.node, ast.Const(1.0), ast.Const(0.0)))
+        head, tail = "if ", " then 1.0 else 0.0"
+        return text[len(head):-len(tail)] if text.startswith(head) and text.endswith(
+            tail) else text
+
+
+def _cond_join(cls: type, a: ast.Cond | None, b: ast.Cond | None) -> ast.Cond | None:
+    return None if a is None or b is None else cls(a, b)
+
+
+def _cond(c: Any) -> Condition:
+    """A condition of `where`: a `Condition`, a predicate or a Python bool."""
+    if isinstance(c, Condition):
+        return c
+    if isinstance(c, (Pred, bool)):
+        cond = _pred(c).cond
+        if cond is None:
+            raise DSLError(f"the predicate {c!r} uses //, % or an index array: it can guard "
+                           "an Iverson bracket but not select in dsl.where (nor in a .tl "
+                           "`if`); write p * a + (~p) * b")
+        return Condition(cond)
+    raise DSLError(f"expected a condition (a comparison of values or of indices, a "
+                   f"predicate), not {_describe(c)}")
+
+
 def _pred(p: Any) -> Pred:
     if isinstance(p, Pred):
         return p
+    if isinstance(p, Condition):
+        p._not_a_value()
     if isinstance(p, bool):
         return Pred(ast.PTrue() if p else ast.PFalse())
     raise DSLError(f"expected a predicate, not {_describe(p)}")
@@ -391,6 +565,40 @@ class Relation:
         return self.name
 
 
+class IndexArray(Relation):
+    """An index-array parameter (`dsl.param("idx", dsl.Z[N])`, SPEC 12): `idx[i]` is an
+    index (`x[idx[i]]`, `[idx[i] == j]`), not a value.  It is also the relation
+    `{(i, v) : idx[i] == v}`: with its range declared (`dsl.index_array(N, V)`), `idx(i, v)`
+    is a predicate, as in `.tl`."""
+
+    __slots__ = ()
+
+    def __getitem__(self, idx: Any) -> Index:
+        assert isinstance(self.param.type, ast.TIndex)
+        items = idx if isinstance(idx, tuple) else (idx,)
+        rank = len(self.param.type.shape)
+        if len(items) != rank:
+            raise DSLError(f"index array {self.name} takes {rank} ind"
+                           f"{'ex' if rank == 1 else 'ices'}, got {len(items)}")
+        for k in items:
+            if isinstance(k, slice):
+                raise DSLError("slices are not supported: use dsl.gen to build a sub-tensor")
+        return Index(ast.quasi_term(ast.IndexRead(self.name, tuple(
+            _index(k, f"an index of {self.name}") for k in items))))
+
+    def __call__(self, *idx: Any) -> Pred:
+        assert isinstance(self.param.type, ast.TIndex)
+        if self.param.type.unbounded:
+            raise DSLError(f"index array {self.name}: the relation {self.name}(i, v) needs "
+                           f"its declared range (dsl.index_array(shape, bound)); or compare "
+                           f"its entries: {self.name}[i] == v")
+        return super().__call__(*idx)
+
+    def __iter__(self) -> Any:
+        raise DSLError(f"the index array {self.name} is not iterable (index it: "
+                       f"{self.name}[i])")
+
+
 # ---------------------------------------------------------------------------------------------
 # Expressions
 
@@ -417,6 +625,13 @@ def _lift(x: Any) -> "Expr":
         return Expr(ast.Iverson(x.node, ast.Const(1.0)))
     if isinstance(x, Index):
         raise DSLError(f"the index {x!r} is not a value (indices only index tensors)")
+    if isinstance(x, list):
+        return literal(x)
+    if isinstance(x, Condition):
+        x._not_a_value()
+    if isinstance(x, IndexArray):
+        raise DSLError(f"the index array {x.name} is not a value: its entries are indices "
+                       f"(x[{x.name}[i]], [{x.name}[i] == j])")
     if isinstance(x, ast.Expr):
         return Expr(x)
     raise DSLError(f"expected an expression, not {_describe(x)}")
@@ -426,8 +641,8 @@ def _deps(*xs: "Expr") -> frozenset[_Binding]:
     return frozenset().union(*(x.deps for x in xs))
 
 
-class Expr:
-    """A tensorlang expression under construction: `.node` is the `ast.Expr`."""
+class _Value:
+    """The operators of `Expr` and `Variable` (see `_ExprClass` for why two classes)."""
 
     __slots__ = ("node", "deps")
     __array_ufunc__ = None     # numpy scalars defer to the reflected operators below
@@ -465,11 +680,32 @@ class Expr:
     def __rtruediv__(self, o: Any) -> "Expr":
         return self._bin(ast.Mul, _lift(o), recip(self))
 
-    def __pow__(self, c: Any) -> "Expr":
-        return pow(self, c)
+    def __pow__(self, y: Any) -> "Expr":
+        return pow(self, y)
 
     def __rpow__(self, o: Any) -> "Expr":
-        raise DSLError("the exponent of ** must be a constant number")
+        return pow(o, self)
+
+    # Comparisons of values are conditions of `dsl.where` (SPEC 12).
+    __hash__ = None  # type: ignore[assignment]
+
+    def __lt__(self, o: Any) -> Condition:
+        return _value_compare("<", self, o)
+
+    def __le__(self, o: Any) -> Condition:
+        return _value_compare("<=", self, o)
+
+    def __gt__(self, o: Any) -> Condition:
+        return _value_compare(">", self, o)
+
+    def __ge__(self, o: Any) -> Condition:
+        return _value_compare(">=", self, o)
+
+    def __eq__(self, o: Any) -> Condition:  # type: ignore[override]
+        return _value_compare("==", self, o)
+
+    def __ne__(self, o: Any) -> Condition:  # type: ignore[override]
+        return _value_compare("!=", self, o)
 
     def __neg__(self) -> "Expr":
         return _negate(self, literal=True)
@@ -487,14 +723,15 @@ class Expr:
         for k in items:
             if isinstance(k, slice):
                 raise DSLError("slices are not supported: use dsl.gen to build a sub-tensor")
-        return Expr(ast.Access(self.node, tuple(_affine(k) for k in items)), self.deps)
+        return Expr(ast.Access(self.node, tuple(_index(k) for k in items)), self.deps)
 
     def __iter__(self) -> Any:
         raise DSLError("an expression is not iterable (index it, or project a pair with "
                        ".fst/.snd)")
 
     def __bool__(self) -> bool:
-        raise DSLError("an expression has no truth value (use predicates on indices)")
+        raise DSLError("an expression has no truth value: select with dsl.where(c, a, b) "
+                       "(c a comparison such as x[i] > 0, or a predicate on indices)")
 
     def proj(self, k: int) -> "Expr":
         if k not in (0, 1):
@@ -513,8 +750,29 @@ class Expr:
         return _show(self.node)
 
 
-class Variable(Expr):
-    """A value parameter (`dsl.param`): an expression that also declares its `Param`."""
+class _ExprClass(type):
+    """`isinstance(v, Expr)` holds for a `Variable` although `Variable` does not derive from
+    `Expr`: Python tries the reflected comparison of a right operand whose class derives from
+    the left operand's first, so `x[i] > a` would be built as `a < x[i]`."""
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return type.__instancecheck__(cls, obj) or (
+            cls is Expr and type.__instancecheck__(Variable, obj))
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        return type.__subclasscheck__(cls, sub) or (
+            cls is Expr and type.__subclasscheck__(Variable, sub))
+
+
+class Expr(_Value, metaclass=_ExprClass):
+    """A tensorlang expression under construction: `.node` is the `ast.Expr`."""
+
+    __slots__ = ()
+
+
+class Variable(_Value):
+    """A value parameter (`dsl.param`): an expression that also declares its `Param`
+    (`isinstance(v, Expr)` holds)."""
 
     __slots__ = ("param",)
 
@@ -531,6 +789,25 @@ class Variable(Expr):
         return self.param.type
 
 
+def _value_compare(op: str, a: Expr, o: Any) -> Condition:
+    """`a op o` of real values: the parser's `CondCmp` with the readings it has as an index
+    (an integer literal, a variable's name); the checker decides from the roles of the names
+    that these sides are values."""
+    b = _lift(o)
+    return Condition(ast.CondCmp(op, a.node, b.node, _index_reading(a), _index_reading(o)),
+                     _deps(a, b))
+
+
+def _index_reading(x: Any) -> Affine | None:
+    """What the parser reads as an index in the text of the value `x`: a name or an integer
+    literal (`x[i] > 0`: the 0); anything else has no index reading."""
+    if isinstance(x, Expr):
+        return Affine.var(x.node.name) if isinstance(x.node, ast.Var) else None
+    if isinstance(x, int) and not isinstance(x, bool) or _is_np_int(x):
+        return Affine.lit(int(x))
+    return None
+
+
 def _negate(e: Expr, literal: bool) -> Expr:
     """`-e` is `(-1.0) * e`; unary minus of a constant is the negated constant (parser)."""
     if literal and isinstance(e.node, ast.Const):
@@ -541,7 +818,9 @@ def _negate(e: Expr, literal: bool) -> Expr:
 def _show(node: ast.Node) -> str:
     try:
         from tensorlang.syntax.printer import to_tl
-        return to_tl(node)
+        if isinstance(node, QuasiAffine):  # printed as the index of an access: `_[i // 2]`
+            return _TEMP_NAME.sub("", to_tl(ast.Access(ast.Var("_"), (node,))))[2:-1]
+        return _TEMP_NAME.sub("", to_tl(node))
     except Exception:  # the printer is optional here; never fail in a repr
         return repr(node)
 
@@ -642,19 +921,67 @@ def recip(e: Any) -> Expr:
     return builtin("recip", e)
 
 
-def pow(e: Any, c: float) -> Expr:  # noqa: A001
-    """`e ** c` for a constant `c`."""
-    if not _is_number(c):
-        raise DSLError(f"the exponent of pow must be a constant number, not {_describe(c)}")
-    return builtin("pow", e, params=(c,))
+def pow(e: Any, y: Any) -> Expr:  # noqa: A001
+    """`e ** y`: the builtin `pow` for a constant exponent; for a real exponent (SPEC 12)
+    `exp(y * log(e))`, defined for e > 0 (as the parser lowers `x ** y`)."""
+    if isinstance(y, Index):
+        raise DSLError(f"the exponent {y!r} is an index, not a value (indices only index "
+                       "tensors)")
+    base, power = _lift(e), _lift(y)
+    if isinstance(power.node, ast.Const):
+        return builtin("pow", base, params=(power.node.value,))
+    return exp(Expr(ast.Mul(power.node, builtin("log", base).node), _deps(base, power)))
 
 
-def max(a: Any, b: Any) -> Expr:  # noqa: A001
-    return builtin("max", a, b)
+def max(*args: Any) -> Expr:  # noqa: A001
+    """`max(a, b)`, the builtin; `max(N, lambda j: e)` is the reduction `max j:N. e` (SPEC 12:
+    -inf over an empty range), several sizes nest like `dsl.sum`."""
+    return _extremum("max", args)
 
 
-def min(a: Any, b: Any) -> Expr:  # noqa: A001
-    return builtin("min", a, b)
+def min(*args: Any) -> Expr:  # noqa: A001
+    """`min(a, b)`, the builtin; `min(N, lambda j: e)` is the reduction `min j:N. e` (+inf
+    over an empty range)."""
+    return _extremum("min", args)
+
+
+def _extremum(op: str, args: tuple) -> Expr:
+    if args and callable(args[-1]) and not isinstance(args[-1], (Expr, Relation)):
+        node, deps = _bind_indices(op, args)
+        return Expr(node, deps)
+    if len(args) != 2:
+        raise DSLError(f"dsl.{op} takes two values ({op}(a, b)) or sizes and a function of "
+                       f"the indices ({op}(N, lambda j: e), the reduction {op} j:N. e)")
+    return builtin(op, *args)
+
+
+# -- selection and literals (SPEC 12)
+
+
+def where(cond: Any, a: Any, b: Any) -> Expr:
+    """`where(c, a, b)`, i.e. `if c then a else b`: `c` a predicate on indices (static: any
+    types of `a`, `b`) or a `Condition` comparing values (`x[i] > 0`; then `a`, `b` are R
+    and the selection is per point, piecewise constant in differentiation)."""
+    c = _cond(cond)
+    x, y = _lift(a), _lift(b)
+    return Expr(ast.IfThen(c.node, x.node, y.node), c.deps | _deps(x, y))
+
+
+def literal(elems: list[Any]) -> Expr:
+    """The tensor literal `[e0, ..., en-1]` (nested lists: `[[1, 2], [3, 4]]`), i.e. as the
+    parser lowers it, `gen k:n. [k == 0] * e0 + ... + [k == n-1] * en-1`."""
+    if not isinstance(elems, list) or not elems:
+        raise DSLError("a tensor literal is a non-empty list of values, not "
+                       f"{_describe(elems)}")
+    xs = [_lift(e) for e in elems]
+    avoid = set().union(*(ast.free_names(x.node) for x in xs))
+    k = ast.fresh("lit", avoid, itertools.count())
+    body: ast.Expr | None = None
+    for m, x in reversed(list(enumerate(xs))):
+        term = ast.Iverson(ast.Cmp("==", Affine.var(k), Affine.lit(m)), x.node)
+        body = term if body is None else ast.Add(term, body)
+    assert body is not None
+    return Expr(ast.Gen(k, Affine.lit(len(xs)), body), _deps(*xs))
 
 
 # -- binders
@@ -678,7 +1005,7 @@ def _binder_args(args: tuple, what: str) -> tuple[list[Affine], Callable]:
 def _bind_indices(what: str, args: tuple) -> tuple[ast.Node, frozenset[_Binding]]:
     sizes, fn = _binder_args(args, what)
     names = _lambda_names(fn, len(sizes), _INDEX_NAMES, what)
-    temps = [_temp() for _ in sizes]
+    temps = [_temp(n) for n in names]
     result = fn(*(Index(Affine.var(t)) for t in temps))
     node: ast.Node
     if what == "exists":
@@ -686,12 +1013,13 @@ def _bind_indices(what: str, args: tuple) -> tuple[ast.Node, frozenset[_Binding]
     else:
         body = _lift(result)
         node, deps = body.node, body.deps
-    cls = {"gen": ast.Gen, "sum": ast.Sum, "exists": ast.Exists}[what]
+    cls = {"gen": ast.Gen, "sum": ast.Sum, "exists": ast.Exists, "max": ast.Max,
+           "min": ast.Min}[what]
     for k in reversed(range(len(sizes))):
         if what != "exists":
             node, deps = _close(node, deps, temps[k])
         name = _fresh_for(names[k], node)
-        node = cls(name, sizes[k], ast.subst(node, {temps[k]: Affine.var(name)}))
+        node = cls(name, sizes[k], _rename_index(node, temps[k], name))
     return node, deps
 
 
@@ -720,13 +1048,13 @@ def let(*args: Any) -> Expr:
     *values, fn = args
     vs = [_lift(v) for v in values]
     names = _lambda_names(fn, len(vs), ["v"] * len(vs), "let")
-    temps = [_temp() for _ in vs]
+    temps = [_temp(n) for n in names]
     body = _lift(fn(*(Expr(ast.Var(t)) for t in temps)))
     node, deps = body.node, body.deps
     for k in reversed(range(len(vs))):
         node, deps = _close(node, deps, temps[k])
         name = _fresh_for(names[k], node, vs[k].node)
-        node = ast.Let(name, vs[k].node, ast.subst(node, {temps[k]: ast.Var(name)}))
+        node = ast.Let(name, vs[k].node, _rename_index(node, temps[k], name))
     return Expr(node, deps | _deps(*vs))
 
 
@@ -744,7 +1072,7 @@ def call(f: ast.Def | str, *args: Any) -> Expr:
     nodes: list[ast.Expr] = []
     deps: frozenset[_Binding] = frozenset()
     for a in args:
-        if isinstance(a, Relation):
+        if isinstance(a, Relation):      # also an index array
             nodes.append(ast.Var(a.name))
         elif isinstance(a, Index) or (isinstance(a, int) and not isinstance(a, bool)):
             nodes.append(_affine_expr(_affine(a)))
@@ -814,6 +1142,32 @@ def rel(*sizes: Any) -> Type:
     return ast.TRel(tuple(_affine(n, "a relation dimension") for n in sizes))
 
 
+class _IndexArrayType:
+    """`dsl.Z[B, K]` is the index-array type `Z[B, K]` (entries' range inferred from the
+    uses); `dsl.index_array(shape, bound)` writes `Z[...] in bound`."""
+
+    def __getitem__(self, dims: Any) -> Type:
+        return index_array(dims if isinstance(dims, tuple) else (dims,))
+
+    def __repr__(self) -> str:
+        return "Z"
+
+
+Z = _IndexArrayType()
+
+
+def index_array(shape: Any, bound: Any = None) -> Type:
+    """`Z[n1, ..., nk] in bound` (SPEC 12): an integer array whose entries index a dimension
+    of extent `bound`; without `bound` the checker infers it from the uses."""
+    dims = shape if isinstance(shape, (tuple, list)) else (shape,)
+    if not dims:
+        raise DSLError("an index array needs at least one dimension")
+    sizes = tuple(_affine(d, "an index-array dimension") for d in dims)
+    if bound is None:
+        return ast.TIndex(sizes, True)
+    return ast.TIndex(sizes + (_affine(bound, "the range of an index array"),))
+
+
 def size(name: str) -> Size:
     """A size parameter `name: size`."""
     return Size(name)
@@ -830,6 +1184,8 @@ def param(name: str, t: Any) -> Any:
     if isinstance(ty, ast.TSize):
         return Size(name)
     p = Param(_check_name(name, "parameter"), ty)
+    if isinstance(ty, ast.TIndex):
+        return IndexArray(p)
     if isinstance(ty, ast.TRel):
         return Relation(p)
     return Variable(p)
@@ -864,7 +1220,7 @@ def _rename_clashes(node: ast.Node, reserved: set[str], taken: set[str]) -> ast.
             if isinstance(out, ast.Let):
                 out = ast.Let(new, out.value, ast.subst(out.body, {name: ast.Var(new)}))
             else:
-                out = type(out)(new, out.size, ast.subst(out.body, {name: Affine.var(new)}))
+                out = type(out)(new, out.size, _rename_index(out.body, name, new))
         memo[id(e)] = out
         return out
 
