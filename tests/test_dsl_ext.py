@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import tensorlang as tl
+import test_language_ext as language_ext
 from examples_util import EXAMPLES
 from tensorlang import dsl
 from tensorlang.dsl import DSLError
@@ -42,40 +43,7 @@ def finite_difference(f: Callable[[np.ndarray], float], x: np.ndarray,
 
 # -- the defs of SPEC 12 part A (tests/test_language_ext.py) -----------------------------------
 
-PART_A = """
-def rowmax(N: size, M: size, A: R[N, M]) -> R[N]:
-    return gen i:N. max j:M. A[i, j]
-
-def rowmin_loss(N: size, M: size, A: R[N, M]) -> R:
-    return sum i:N. square(min j:M. A[i, j] * 2.0)
-
-def pool(N: size, x: R[2 * N]) -> R:
-    y[i:N] = max k:2. x[2 * i + k]
-    return sum i:N. y[i] * y[i]
-
-def logsumexp(N: size, x: R[N]) -> R:
-    m = max j:N. x[j]
-    return log(sum j:N. exp(x[j] - m)) + m
-
-def piecewise(N: size, x: R[N], a: R) -> R:
-    return sum i:N. if x[i] > a then x[i] * x[i] else 2.0 * x[i] - a
-
-def compound(N: size, x: R[N], y: R[N]) -> R:
-    return sum i:N. where(x[i] >= 0 and not y[i] < x[i] or i == 0, x[i] * y[i], y[i])
-
-def equal(N: size, x: R[N], y: R[N]) -> R:
-    return sum i:N. if x[i] == y[i] then x[i] else 3.0 * y[i]
-
-def static_if(N: size, x: R[N]) -> R[N]:
-    return gen i:N. if i < 2 then x[i] else -x[i]
-
-def power(N: size, x: R[N], y: R[N]) -> R:
-    return sum i:N. x[i] ** y[i] + pow(x[i], y[0])
-
-def literal(x: R[3]) -> R:
-    c = [1.0, -2.0, 0.5]
-    return sum k:3. c[k] * x[k] * x[k]
-
+PART_A = language_ext.SRC + """
 def nested(a: R) -> R[2, 2]:
     return [[a, 1], [2.5, a * a]]
 
