@@ -62,6 +62,7 @@ from tensorlang.semantics import boxes
 from tensorlang.check.scope import Scope
 from tensorlang.syntax import limits
 from tensorlang.syntax.errors import Loc, Source, TLError, TypeCheckError, diagnostic
+from tensorlang.syntax.printer import to_tl
 
 # The core Def of a derived definition given the module's earlier defs and derived defs: the
 # pipeline's `derive` stage (`pipeline.derived_core`), supplied by the caller of the checker.
@@ -80,48 +81,13 @@ __all__ = [
 
 
 def format_affine(a: Affine) -> str:
-    """`N + K - 1`, `2*i + 1`, `-i`, `0`."""
-    parts: list[str] = []
-    for name, c in a.terms:
-        mag = abs(c)
-        text = name if mag == 1 else f"{mag}*{name}"
-        if not parts:
-            parts.append(text if c > 0 else f"-{text}")
-        else:
-            parts.append(f"+ {text}" if c > 0 else f"- {text}")
-    if a.const or not parts:
-        if not parts:
-            parts.append(str(a.const))
-        else:
-            parts.append(f"+ {a.const}" if a.const > 0 else f"- {-a.const}")
-    return " ".join(parts)
-
-
-def _local_format_type(t: Type) -> str:
-    if isinstance(t, TReal):
-        return "R"
-    if isinstance(t, TSize):
-        return "size"
-    if isinstance(t, TRel):
-        return f"rel({', '.join(format_affine(n) for n in t.sizes)})"
-    if isinstance(t, TPair):
-        return f"({_local_format_type(t.a)}, {_local_format_type(t.b)})"
-    if isinstance(t, TArr):
-        dims = ", ".join(format_affine(n) for n in shape_of(t))
-        return f"{_local_format_type(scalar_of(t))}[{dims}]"
-    return repr(t)
+    """`N + K - 1`, `2*i + 1`, `-i`, `0` (the printer's text)."""
+    return to_tl(a)
 
 
 def format_type(t: Type) -> str:
-    """A type in `.tl` syntax (`R[N, M]`); uses `printer.to_tl` when that module exists."""
-    try:
-        from tensorlang.syntax.printer import to_tl
-    except ImportError:
-        return _local_format_type(t)
-    try:
-        return to_tl(t)
-    except Exception:  # a printer in progress must not hide the real error message
-        return _local_format_type(t)
+    """A type in `.tl` syntax (`R[N, M]`)."""
+    return to_tl(t)
 
 
 def format_pred(p: Pred) -> str:
