@@ -130,10 +130,12 @@ def test_checking_benchmark_reports_time_per_unit():
     from bench import checking
 
     data = checking.run(sizes=(100, 200), repeat=1)
-    assert set(data) == {"sizes", "statements", "terms"}
+    assert set(data) == {"sizes", "statements", "terms", "defs"}
+    assert data["defs"]["units"] == [10, 20]
     assert all(len(data[f]["per_unit_us"]) == 2 and data[f]["spread"] > 0
-               for f in ("statements", "terms"))
-    assert "us/unit" in checking.describe(data)
+               for f in ("statements", "terms", "defs"))
+    assert "us/unit" in checking.describe(data) and "defs n" in checking.describe(data)
+
 
 
 def vector_chain(n: int) -> str:

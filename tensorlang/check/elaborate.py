@@ -44,7 +44,7 @@ from tensorlang.ir.ast import (
     Gen, Iverson, Let, Mul, Node, Pair, Param, Pred, Proj, PTrue, RelCall, Sum, TArr, TIndex, TPair,
     TReal, TRel, TSize, Type, Var, binder_name, fresh, map_fields, pred_and, scalar_of, shape_of,
     subst, tensor, walk, Cond, CondAnd, CondCmp, CondNot, CondOr, CondPred, Extremum, IfThen,
-    cmp_pred, pred_not,
+    cmp_pred, free_names, has_binders, pred_not,
 )
 from tensorlang.semantics import boxes
 from tensorlang.syntax import printer
@@ -166,8 +166,10 @@ def _freshen(e: Expr, new_name: Callable[[str], str]) -> Expr:
         hit = memo.get(key)
         if hit is not None:
             return hit
-        if isinstance(n, Var):
-            out: Node = Var(ren[n.name], loc=n.loc) if n.name in ren else n
+        if not has_binders(n) and not (free_names(n) & ren.keys()):
+            out: Node = n   # nothing to rename below (an inlined callee's body is shared)
+        elif isinstance(n, Var):
+            out = Var(ren[n.name], loc=n.loc) if n.name in ren else n
         elif isinstance(n, Affine):
             out = n.rename(ren) if n.vars() & ren.keys() else n
         elif isinstance(n, (Gen, Sum, Exists, Extremum, Let)):

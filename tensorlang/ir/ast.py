@@ -902,6 +902,45 @@ def _free_vars(e: Node, memo: Any) -> frozenset[str]:
     return out
 
 
+_BINDERS: "weakref.WeakKeyDictionary[Node, bool]" = weakref.WeakKeyDictionary()
+
+
+def has_binders(e: Node) -> bool:
+    """Whether `e` binds any name (`gen`, `sum`, `exists`, `max`/`min`, `let`) inside it:
+    renaming binders can skip a subterm without any (memoised per node)."""
+    hit = _BINDERS.get(e)
+    if hit is None:
+        hit = _BINDERS[e] = binder_name(e) is not None or any(
+            has_binders(c) for c in children(e))
+    return hit
+
+
+_HEIGHTS: "weakref.WeakKeyDictionary[Node, tuple[int, int]]" = weakref.WeakKeyDictionary()
+
+
+def heights(e: Node) -> tuple[int, int]:
+    """(levels, index binders) of the deepest path from `e` down, `e` included: `gen`, `sum`
+    and `exists` count as index binders.  Memoised per node and computed without recursion
+    (it measures programs that may be too deep to recurse over), so a subterm shared by many
+    defs (inlined calls) is measured once."""
+    stack: list[tuple[Node, bool]] = [(e, False)]
+    while stack:
+        node, ready = stack.pop()
+        if node in _HEIGHTS:
+            continue
+        kids = children(node)
+        if not ready:
+            stack.append((node, True))
+            stack.extend((c, False) for c in kids if c not in _HEIGHTS)
+            continue
+        levels, binders = 0, 0
+        for c in kids:
+            cl, cb = _HEIGHTS[c]
+            levels, binders = max(levels, cl), max(binders, cb)
+        _HEIGHTS[node] = (levels + 1, binders + isinstance(node, (Gen, Sum, Exists)))
+    return _HEIGHTS[e]
+
+
 _counter = itertools.count()
 
 
@@ -928,6 +967,7 @@ def subst(e: Node, mapping: Mapping[str, Any]) -> Any:
     `Affine`s (or ints); relation names may be mapped to other relation names (`str`).
     Binders that would capture a free name of a replacement are renamed.
     """
+    mapping = {k: v for k, v in mapping.items() if not _identity(k, v)}
     if not mapping:
         return e
     fv: set[str] = set()
@@ -937,6 +977,15 @@ def subst(e: Node, mapping: Mapping[str, Any]) -> Any:
         elif isinstance(v, str):
             fv.add(v)
     return _subst(e, dict(mapping), frozenset(fv), {})
+
+
+def _identity(name: str, value: Any) -> bool:
+    """`name -> name` (inlining a call whose arguments are the callee's own parameter names)."""
+    if isinstance(value, str):
+        return value == name
+    if isinstance(value, Var):
+        return value.name == name
+    return value is Affine.var(name)
 
 
 def _subst(e: Node, m: dict[str, Any], fv: frozenset[str], memo: dict[int, Node]) -> Any:

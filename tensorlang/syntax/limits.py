@@ -31,7 +31,7 @@ import sys
 import threading
 from typing import Any, Callable, TypeVar
 
-from tensorlang.ir.ast import Def, Exists, Gen, Node, Sum
+from tensorlang.ir.ast import Def, Exists, Gen, Sum, children, heights
 from tensorlang.syntax.errors import LimitError, Loc
 
 MAX_DEPTH = 25_000
@@ -79,11 +79,11 @@ def check_def(d: Def, what: str = "") -> None:
         if seen.get(key, 0) >= depth:
             continue
         seen[key] = depth
-        for name in node._fields:
-            value = getattr(node, name)
-            for child in value if isinstance(value, tuple) else (value,):
-                if isinstance(child, Node):
-                    stack.append((child, depth + 1, binders, loc))
+        for child in children(node):
+            levels, inner = heights(child)
+            if depth + levels <= MAX_DEPTH and binders + inner <= MAX_BINDERS:
+                continue   # within both limits all the way down (measured once per node)
+            stack.append((child, depth + 1, binders, loc))
 
 
 # ---------------------------------------------------------------------------------------------
