@@ -162,3 +162,41 @@ def test_a_long_fused_chain_runs_on_numba():
     f = tl.parse(vector_chain(130)).f
     x = np.array([1.0, 2.0, 3.0])
     np.testing.assert_allclose(f.compile("numba")(x=x), f.interpret(x=x), rtol=1e-12)
+
+
+_RLIMIT = """
+import resource
+import numpy as np
+import tensorlang as tl
+from tensorlang import testing
+from tensorlang.syntax.errors import LimitError
+
+# room for the small program, not for the worker's 1 GiB stack
+vm = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
+resource.setrlimit(resource.RLIMIT_AS, (vm + (256 << 20), resource.RLIM_INFINITY))
+f = tl.parse(testing.DEEP_PROGRAMS["statements"](50)).f
+print(f.interpret(N=2, x=np.array([1.0, 2.0])))
+try:
+    tl.parse(testing.DEEP_PROGRAMS["brackets"](5000))
+    print("parsed")
+except LimitError as err:
+    print("LimitError", err.loc is not None)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and RLIMIT_AS")
+def test_a_memory_rlimit_that_refuses_the_deep_worker(tmp_path):
+    """Where an address-space limit refuses the worker's large stack, the work runs on the
+    caller's thread: ordinary programs still check and run, and a program too deep for the
+    default stack ends in a located LimitError (not a RecursionError or a crash)."""
+    import os
+    import subprocess
+
+    env = dict(os.environ, TENSORLANG_CACHE_DIR=str(tmp_path / "cache"))
+    r = subprocess.run([sys.executable, "-c", _RLIMIT], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    small, deep = r.stdout.strip().splitlines()
+    assert float(small) == pytest.approx(EXPECTED["statements"](50), rel=1e-12)
+    assert deep == "LimitError True"
+    assert tl.parse(testing.DEEP_PROGRAMS["brackets"](5000)) is not None  # on the worker
