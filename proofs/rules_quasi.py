@@ -41,7 +41,7 @@ def _affine_text(draw: Callable, names: list[str]) -> str:
 
 
 @st.composite
-def _const_div(draw: Callable, op: str) -> Instance:
+def const_div(draw: Callable, op: str) -> Instance:
     """`gen i:G(, j:H). x[(a*i + b*j + c0) op c (op2 c2)]` with c, c2 positive constants."""
     n = draw(st.integers(0, 5))
     two = draw(st.booleans())
@@ -61,7 +61,7 @@ def _const_div(draw: Callable, op: str) -> Instance:
 
 
 @st.composite
-def _size_mod(draw: Callable) -> Instance:
+def size_mod(draw: Callable) -> Instance:
     """`gen i:N. x[(k*i + s) % N]` (and `//`): the quotient is a bounded constant."""
     n = draw(st.integers(0, 6))
     k, s = draw(st.sampled_from([(1, 1), (1, -1), (1, 0), (2, 0), (1, -2), (-1, 0), (2, 1)]))
@@ -73,7 +73,7 @@ def _size_mod(draw: Callable) -> Instance:
 
 
 @st.composite
-def _index_array(draw: Callable) -> Instance:
+def index_array(draw: Callable) -> Instance:
     """`x[P[i]]`, `x[P[i, k] + 1]`, `x[P[N - 1 - i]]`, `A[P[i], Q[i]]` with random entries."""
     n, v = draw(st.integers(0, 5)), draw(st.integers(1, 5))
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
@@ -92,7 +92,7 @@ def _index_array(draw: Callable) -> Instance:
 
 
 @st.composite
-def _compare(draw: Callable) -> Instance:
+def compare(draw: Callable) -> Instance:
     """`gen i:N + 1. [e // c op k] * x[i]`, `[e % c == k]`, `[P[i] == j]`-style brackets."""
     n = draw(st.integers(0, 5))
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
@@ -204,20 +204,20 @@ def check_adjoint(inst: Instance) -> Verdict:
 def _register() -> None:
     register(Rule("Q-floordiv", PASS,
                   "x[e // c] -> sum q:n. [c*q <= e + c*K < c*q + c] * x[q - K]",
-                  lambda: _const_div("//"), check=check_lowering))
+                  lambda: const_div("//"), check=check_lowering))
     register(Rule("Q-mod", PASS, "x[e % c] -> sum q:n. [c*q <= e' < c*q + c] * x[e' - c*q]",
-                  lambda: _const_div("%"), check=check_lowering))
+                  lambda: const_div("%"), check=check_lowering))
     register(Rule("Q-mod-size", PASS,
                   "x[e % N] -> sum_{q=qlo..qhi} [N*q <= e < N*q + N] * x[e - N*q]",
-                  _size_mod, check=check_lowering))
+                  size_mod, check=check_lowering))
     register(Rule("Q-index-array", PASS, "x[P[i]] -> sum t:m. [P(i, t)] * x[t]",
-                  _index_array, check=check_lowering))
+                  index_array, check=check_lowering))
     register(Rule("Q-compare", PASS,
                   "[e // c == k] -> [c*k <= e < c*k + c]; [P[i] == j] -> [P(i, j)]; "
-                  "else exists q. [pin(q) and cmp]", _compare, check=check_lowering))
+                  "else exists q. [pin(q) and cmp]", compare, check=check_lowering))
     register(Rule("Q-adjoint", PASS,
                   "vjp of x[P[i]], x[e // c], x[e % N]: a gather over the inverse relation",
-                  lambda: st.one_of(_index_array(), _const_div("//"), _size_mod()),
+                  lambda: st.one_of(index_array(), const_div("//"), size_mod()),
                   check=check_adjoint))
 
 

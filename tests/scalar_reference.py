@@ -12,7 +12,7 @@ import numpy as np
 
 from tensorlang.ir import ast
 from tensorlang.semantics import builtins
-from tensorlang.semantics.cost import sum_nest
+from tensorlang.semantics.grid import sum_nest
 from tensorlang.semantics.interp import bind_args
 
 

@@ -14,10 +14,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tensorlang as tl
 from examples_util import EXAMPLES
-from tensorlang.proofs import catalogue
+from tensorlang.proofs import catalogue, rules_quasi
 from tensorlang.semantics import grid
 from tensorlang.syntax.errors import ParseError, ShapeError, TypeCheckError
 from tensorlang.syntax.parser import parse_affine, parse_expr
@@ -62,6 +64,29 @@ def test_a_wrong_lowering_is_caught(monkeypatch, cache_dir) -> None:
     monkeypatch.setattr(quasi, "_cover", lambda hi, c: real(hi, c) - 1)
     (report,) = catalogue.check_all(max_examples=15, names=["Q-floordiv"])
     assert not report.meaning_ok and report.counterexample
+
+
+@settings(deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(st.one_of(rules_quasi.const_div("//"), rules_quasi.const_div("%"),
+                 rules_quasi.size_mod(), rules_quasi.compare()))
+def test_pinned_sums_evaluate_and_cost_as_dense_ones(inst) -> None:
+    """The interpreter and the cost model evaluate a sum over a quotient variable at its one
+    live value (`grid.pinned_quotient`); that gives exactly what the dense sum over all its
+    values gives: the same bits, the same operation counts."""
+    from tensorlang.semantics import cost, interp
+
+    fn = tl.parse(inst["text"], "<pinned>").f
+    core, args = fn.core(), fn.bind(**inst["args"])
+    fast, fast_cost = interp.interpret(core, args), cost.cost_def(core, args)
+    real = grid.pinned_quotient
+    try:
+        grid.pinned_quotient = lambda *a: None   # every sum dense
+        dense, dense_cost = interp.interpret(core, args), cost.cost_def(core, args)
+    finally:
+        grid.pinned_quotient = real
+    np.testing.assert_array_equal(np.asarray(fast), np.asarray(dense))
+    assert (fast_cost.adds, fast_cost.muls, fast_cost.calls) == \
+        (dense_cost.adds, dense_cost.muls, dense_cost.calls)
 
 
 # -- syntax, printing, errors ---------------------------------------------------------------

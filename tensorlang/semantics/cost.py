@@ -43,7 +43,7 @@ from tensorlang.ir import ast
 from tensorlang.ir import tssa
 from tensorlang.semantics import grid
 from tensorlang.semantics.boxes import box_cost
-from tensorlang.semantics.grid import Box
+from tensorlang.semantics.grid import Box, sum_nest
 from tensorlang.semantics.interp import bind_args
 from tensorlang.syntax.errors import TLError
 
@@ -102,16 +102,6 @@ def zmask(e: ast.Expr, env: Box) -> np.ndarray:
     return np.zeros((1,) * d, dtype=bool)
 
 
-def sum_nest(e: ast.Sum) -> tuple[list[tuple[str, ast.Affine]], ast.Expr]:
-    """The maximal nest `sum i1. sum i2. ... body` starting at `e`."""
-    binders: list[tuple[str, ast.Affine]] = []
-    body: ast.Expr = e
-    while isinstance(body, ast.Sum):
-        binders.append((body.idx, body.size))
-        body = body.body
-    return binders, body
-
-
 def _cost(e: ast.Expr, env: Box) -> np.ndarray:
     d = env.depth
     if isinstance(e, (ast.Var, ast.Const)):
@@ -136,11 +126,21 @@ def _cost(e: ast.Expr, env: Box) -> np.ndarray:
         return grid.reduce_axes(_cost(e.body, inner), inner, d)
     if isinstance(e, ast.Sum):
         binders, body = sum_nest(e)
-        inner = env
-        for idx, size in binders:
-            inner = inner.bind_index(idx, grid.extent(size, inner))
-        adds = grid.sum_additions(~zmask(body, inner), inner, d)
-        return grid.reduce_axes(_cost(body, inner), inner, d) + adds[..., None] * _unit(_ADD, d)
+        inner, in_range = env, np.ones((1,) * d, dtype=bool)
+        for k, (idx, size) in enumerate(binders):
+            n = grid.extent(size, inner)
+            later = {q for q, _ in binders[k:]}
+            quotient = grid.pinned_quotient(idx, later, body, inner) if n > 0 else None
+            if quotient is None:
+                inner = inner.bind_index(idx, n)
+            else:     # one live value of idx per point (grid.pinned_quotient)
+                in_range = grid.to_depth(in_range, inner.depth) & \
+                    grid.to_depth((quotient >= 0) & (quotient < n), inner.depth)
+                inner = inner.bind_pinned(idx, quotient)
+        live = grid.to_depth(in_range, inner.depth)
+        adds = grid.sum_additions(~zmask(body, inner) & live, inner, d)
+        return grid.reduce_axes(np.where(live[..., None], _cost(body, inner), 0), inner, d) \
+            + adds[..., None] * _unit(_ADD, d)
     if isinstance(e, ast.Extremum):
         n = grid.extent(e.size, env)
         inner = env.bind_index(e.idx, n)

@@ -25,6 +25,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from tensorlang.ir import ast
+from tensorlang.ir.canon import conjuncts
 from tensorlang.syntax.errors import TLError
 
 _CMP = {"<": operator.lt, "<=": operator.le, "==": operator.eq}
@@ -38,6 +39,8 @@ class Box:
     rels: Mapping[str, np.ndarray] = field(default_factory=dict)   # boolean masks
     idx: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     extents: tuple[int, ...] = ()
+    # indices bound to one value per outer point (`bind_pinned`), of batch shape
+    pinned: Mapping[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def depth(self) -> int:
@@ -47,6 +50,14 @@ class Box:
         """Enter a binder: `name` ranges over 0..n-1 along the new axis `depth`."""
         return replace(self, idx={**self.idx, name: (self.depth, n)},
                        extents=self.extents + (n,))
+
+    def bind_pinned(self, name: str, values: int | np.ndarray) -> "Box":
+        """Enter a binder whose index has one value per outer point (`values`, of the outer
+        batch shape): the new axis `depth` has length 1 and `name` takes `values` there."""
+        d = self.depth
+        return replace(self, idx={**self.idx, name: (d, 1)}, extents=self.extents + (1,),
+                       pinned={**self.pinned,
+                               name: to_depth(np.asarray(values, dtype=np.int64), d + 1)})
 
     def bind_indices(self, axes: Iterable[tuple[str, int]]) -> "Box":
         out = self
@@ -73,7 +84,9 @@ def affine(a: ast.Affine, box: Box) -> int | np.ndarray:
     """An int if `a` mentions no bound index variable, else an int64 array of batch rank."""
     out: int | np.ndarray = a.const
     for name, coeff in a.terms:
-        if name in box.idx:
+        if name in box.pinned:
+            out = out + coeff * to_depth(box.pinned[name], box.depth)
+        elif name in box.idx:
             out = out + coeff * box.axis_range(box.idx[name][0])
         elif name in box.sizes:
             out = out + coeff * box.sizes[name]
@@ -110,6 +123,13 @@ def quasi_value(a: "ast.Affine | ast.QuasiAffine", env: Mapping[str, int],
     return out
 
 
+def to_depth(x: Any, depth: int) -> np.ndarray:
+    """`x` (a scalar, or an array of the batch shape of a shallower box) with `depth` batch
+    axes: the axes of binders entered since have length 1."""
+    x = np.asarray(x)
+    return x.reshape(x.shape + (1,) * (depth - x.ndim))
+
+
 def batch(x: Any, depth: int) -> np.ndarray:
     """A scalar or batch-rank array as an array with exactly `depth` (batch) axes."""
     x = np.asarray(x)
@@ -142,6 +162,53 @@ def pred(p: ast.Pred, box: Box) -> np.ndarray:
         body = pred(p.body, box.bind_index(p.idx, n))
         return np.any(np.broadcast_to(body, body.shape[:d] + (n,)), axis=d)
     raise TLError(f"not a predicate: {p!r}")
+
+
+def sum_nest(e: ast.Sum) -> tuple[list[tuple[str, ast.Affine]], ast.Expr]:
+    """The maximal nest `sum i1. sum i2. ... body` starting at `e`."""
+    binders: list[tuple[str, ast.Affine]] = []
+    body: ast.Expr = e
+    while isinstance(body, ast.Sum):
+        binders.append((body.idx, body.size))
+        body = body.body
+    return binders, body
+
+
+def pinned_quotient(q: str, later: set[str], summand: ast.Expr,
+                    box: Box) -> int | np.ndarray | None:
+    """The one value of the summed index `q` at which `summand` can be non-zero, per point
+    of `box`, when the summand's bracket pins it: `[c*q <= a and a < c*q + c and ...] * e` (or
+    any equivalent pair of bounds, as the passes rewrite them)
+    with c > 0 and `a` free of q and of the `later` binders of its sum nest (the quotient
+    variables `check.quasi` introduces for `a // c` and `a % c`): then q = floor(a / c).
+    None when there is no such pin.  The caller still keeps only 0 <= q < n.
+
+    A sum over a pinned index has that one live term, so the interpreter and the cost model
+    evaluate it at that point instead of at all n (upsampling by 2 in two dimensions made
+    them evaluate 4 N^2 M^2 points instead of 4 N M)."""
+    if not isinstance(summand, ast.Iverson):
+        return None
+    # Each comparison as `D >= 0` (`a < b` is `b - a - 1 >= 0`); with D = k*q + R, k > 0 is
+    # the lower bound k*q >= -R, k < 0 the upper bound |k|*q <= R.
+    lows: dict[int, set[ast.Affine]] = {}
+    highs: dict[int, set[ast.Affine]] = {}
+    for c in conjuncts(summand.pred):
+        if not isinstance(c, ast.Cmp) or c.op == "==":
+            continue
+        diff = c.rhs - c.lhs - (1 if c.op == "<" else 0)
+        k = diff.coeff(q)
+        rest = diff - ast.Affine.var(q).scale(k)
+        if k == 0 or rest.vars() & later:
+            continue
+        if k > 0:
+            lows.setdefault(k, set()).add(-rest)
+        else:
+            highs.setdefault(-k, set()).add(rest)
+    for k, uppers in highs.items():
+        for upper in uppers:   # k*q <= upper and k*q >= upper - k + 1: q = floor(upper / k)
+            if upper - (k - 1) in lows.get(k, ()):
+                return affine(upper, box) // k
+    return None
 
 
 def holds_at(p: ast.Pred, env: Mapping[str, Any]) -> bool:

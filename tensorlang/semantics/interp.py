@@ -137,6 +137,15 @@ def _ev(e: ast.Expr, env: Env) -> Value:
         return _map(lambda x: np.broadcast_to(x, x.shape[:d] + (n,) + x.shape[d + 1:]), body)
     if isinstance(e, ast.Sum):
         n = extent(e.size, env)
+        binders, summand = grid.sum_nest(e)
+        quotient = grid.pinned_quotient(e.idx, {q for q, _ in binders}, summand, env) \
+            if n > 0 else None
+        if quotient is not None:     # one live term per point: evaluate just that one
+            body = _ev(e.body, env.bind_pinned(e.idx, quotient))
+            if isinstance(body, tuple) or body.ndim != d + 1:
+                raise TLError("sum needs scalar operands (tensor arithmetic must be elaborated)")
+            live = grid.to_depth((quotient >= 0) & (quotient < n), d)
+            return np.where(live, _reduce_sum(body, 1, d), 0.0)
         body = _ev(e.body, env.bind_index(e.idx, n))
         if isinstance(body, tuple) or body.ndim != d + 1:
             raise TLError("sum needs scalar operands (tensor arithmetic must be elaborated)")
