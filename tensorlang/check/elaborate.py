@@ -41,7 +41,8 @@ from typing import Callable, Iterable, Mapping, Union
 
 from tensorlang.ir.ast import (
     REAL, Access, Add, Affine, Box, Call, Cmp, Const, Def, DefCall, DerivedDef, Exists, Expr,
-    Gen, Iverson, Let, Mul, Node, Pair, Param, Pred, Proj, PTrue, RelCall, Sum, TArr, TIndex, TPair,
+    Gen, IndexValue, Iverson, Let, Mul, Node, Pair, Param, Pred, Proj, PTrue, RelCall, Sum, TArr,
+    TIndex, TPair,
     TReal, TRel, TSize, Type, Var, binder_name, fresh, map_fields, pred_and, scalar_of, shape_of,
     subst, tensor, walk, Cond, CondAnd, CondCmp, CondNot, CondOr, CondPred, Extremum, IfThen,
     cmp_pred, free_names, has_binders, pred_not,
@@ -288,6 +289,43 @@ def _expr_affine(e: Expr) -> Affine | None:
     return None
 
 
+def _value_affine(e: Expr, env: TypeEnv) -> Affine | None:
+    """`e` as an affine expression of index and size variables with integer coefficients
+    (`i`, `N - 1`, `2*i + j + 1`), or None.  Such an expression used as a real is one
+    `IndexValue` (index arithmetic is free, SPEC 3); anything else that mentions an index
+    (`i * i`, `i / 2`, `0.5 * i`) is real arithmetic on index values.  The right operands
+    are tried first, so a long sum of reals is rejected at once."""
+    if isinstance(e, Var):
+        if env.var_type(e.name) is None and env.role(e.name) in _INDEX_ROLES:
+            return Affine.var(e.name)
+        return None
+    if isinstance(e, Const):
+        return Affine.lit(int(e.value)) if float(e.value).is_integer() else None
+    if isinstance(e, Add):
+        spine: list[Expr] = []
+        while isinstance(e, Add):  # a left-nested sum, without recursion
+            spine.append(e.b)
+            e = e.a
+        spine.append(e)
+        out = Affine.lit(0)
+        for term in spine:
+            a = _value_affine(term, env)
+            if a is None:
+                return None
+            out = out + a
+        return out
+    if isinstance(e, Mul):
+        b = _value_affine(e.b, env)
+        a = _value_affine(e.a, env) if b is not None else None
+        if a is None or b is None:
+            return None
+        if a.is_const():
+            return b * a.const
+        if b.is_const():
+            return a * b.const
+    return None
+
+
 # `if l op r then a else b` as `sel_ge(x, y, u, v)` (u if x >= y else v): (which side is x,
 # which branch is u), with 0 = lhs / then.  `a > b` is `not (b >= a)`.
 _SELECT_ARGS: dict[str, tuple[int, int]] = {">=": (0, 0), "<=": (1, 0), ">": (1, 1), "<": (0, 1)}
@@ -386,14 +424,18 @@ class _Elaborator:
     # -- expressions
     def expr(self, e: Expr, env: TypeEnv, loc: Loc | None) -> tuple[Operand, Type]:
         loc = pick_loc(e.loc, loc)
+        if isinstance(e, (Var, Add, Mul)):
+            a = _value_affine(e, env)
+            if a is not None and a.terms:  # an index value (SPEC 12)
+                return IndexValue(a, loc=e.loc), REAL
         if isinstance(e, Var):
             t = env.var_type(e.name)
             if t is None:
                 role = env.role(e.name)
                 if role is None:
                     raise _err(f"undefined variable {e.name}", loc)
-                raise _err(f"{role_text(env, e.name)}, not a value (sizes and indices may "
-                           "only be used in indices, sizes and predicates)", loc)
+                raise _err(f"{role_text(env, e.name)}, not a value (only sizes and indices "
+                           "may be used as numbers)", loc)
             return e, t
         if isinstance(e, Const):
             return e, REAL

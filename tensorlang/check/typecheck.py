@@ -52,7 +52,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from tensorlang.ir.ast import (
     BUILTINS, DERIVED_KINDS, REAL, Access, Add, Affine, And, Box, Call, Cmp, Const, Def, DefCall,
-    DerivedDef, Exists, Expr, Gen, Iverson, Let, Mul, Node, Or, Pair, Param, PFalse, Pred,
+    DerivedDef, Exists, Expr, Gen, IndexValue, Iverson, Let, Mul, Node, Or, Pair, Param, PFalse, Pred,
     Extremum,
     Proj, PTrue, RelCall, Sum, TArr, TPair, TReal, TRel, TSize, Type, Var, children, fresh,
     free_names,
@@ -394,6 +394,9 @@ def _type(e: Expr, env: TypeEnv, loc: Loc | None) -> Type:
                        if env.role(e.name) else f"undefined variable {e.name}", loc)
         return t
     if isinstance(e, Const):
+        return REAL
+    if isinstance(e, IndexValue):
+        check_affine(e.a, env, loc, "index value")
         return REAL
     key = tuple((n, env._key_info(n)) for n in free_names(e))
     memo = _TYPE_MEMO.get(e)

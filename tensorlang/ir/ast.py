@@ -461,6 +461,22 @@ class Const(Expr):
         return (float(value),)
 
 
+class IndexValue(Expr):
+    """The value of an affine expression of bound indices and sizes as a real (SPEC 12,
+    "indices as values": `gen i:N. i * x[i]`, `1 / N`).  A leaf like `Const`: reading it
+    costs nothing (index arithmetic is free, SPEC 3) and it is a constant for
+    differentiation.  Its index variables are free names (renamed and substituted like
+    those of an access); a variable-free value is a `Const` instead."""
+
+    __slots__ = ("a",)
+    _fields = ("a",)
+    a: Affine
+
+    @classmethod
+    def _norm(cls, a: Affine) -> tuple:
+        return (_as_affine(a),)
+
+
 class Add(Expr):
     __slots__ = ("a", "b")
     _fields = ("a", "b")

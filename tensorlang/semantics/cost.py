@@ -104,7 +104,7 @@ def zmask(e: ast.Expr, env: Box) -> np.ndarray:
 
 def _cost(e: ast.Expr, env: Box) -> np.ndarray:
     d = env.depth
-    if isinstance(e, (ast.Var, ast.Const)):
+    if isinstance(e, (ast.Var, ast.Const, ast.IndexValue)):  # reads are free (SPEC 3)
         return _zeros(d)
     if isinstance(e, ast.Add):
         live = ~(zmask(e.a, env) | zmask(e.b, env))

@@ -130,6 +130,12 @@ def to_depth(x: Any, depth: int) -> np.ndarray:
     return x.reshape(x.shape + (1,) * (depth - x.ndim))
 
 
+def index_value(a: ast.Affine, box: Box) -> np.ndarray:
+    """An affine expression of indices and sizes as a real (`ast.IndexValue`, SPEC 12): a
+    float64 array of batch rank."""
+    return batch(np.asarray(affine(a, box), dtype=np.float64), box.depth)
+
+
 def batch(x: Any, depth: int) -> np.ndarray:
     """A scalar or batch-rank array as an array with exactly `depth` (batch) axes."""
     x = np.asarray(x)

@@ -113,6 +113,8 @@ def _ev(e: ast.Expr, env: Env) -> Value:
         return _var(e.name, env)
     if isinstance(e, ast.Const):
         return np.full((1,) * d, e.value)
+    if isinstance(e, ast.IndexValue):
+        return grid.index_value(e.a, env)
     if isinstance(e, ast.Add):
         return np.asarray(_scalar_operand(_ev(e.a, env), env, "+")
                           + _scalar_operand(_ev(e.b, env), env, "+"))
@@ -204,7 +206,8 @@ def _zero(e: ast.Expr, env: Env) -> Value:
         if v is None:
             raise TLError(f"unbound variable {e.name!r}")
         return _map(lambda x: np.zeros((1,) * d + x.shape[d0:]), v)
-    if isinstance(e, (ast.Const, ast.Add, ast.Mul, ast.Call, ast.Sum, ast.Extremum)):
+    if isinstance(e, (ast.Const, ast.IndexValue, ast.Add, ast.Mul, ast.Call, ast.Sum,
+                      ast.Extremum)):
         return np.zeros((1,) * d)
     if isinstance(e, ast.Pair):
         return (_zero(e.a, env), _zero(e.b, env))

@@ -21,7 +21,7 @@ from typing import Any
 from tensorlang.ir.ast import (
     PAIR_BOXES, Access, Add, Affine, And, Box, Call, Cmp, Const, Contract, Def, DefCall,
     DerivedDef, Exists, Gen, CondAnd, CondCmp, CondNot, CondOr, CondPred, Extremum, IfThen,
-    Iverson, Let, Mul, Node, Or, Pair, Param, PFalse, Pred, Proj, PTrue, RelCall, Sum, TArr,
+    IndexValue, Iverson, Let, Mul, Node, Or, Pair, Param, PFalse, Pred, Proj, PTrue, RelCall, Sum, TArr,
     TIndex, TPair, TReal, TRel, TSize, Var,
 )
 from tensorlang.ir.ast import IndexDiv, QuasiAffine
@@ -161,6 +161,8 @@ class _Printer:
             return e.name
         if isinstance(e, Const):
             return self.const(e.value)
+        if isinstance(e, IndexValue):  # `i`, `(2*i + 1)`: re-elaborates to the same value
+            return self.affine(e.a) if e.a.as_var() is not None else f"({self.affine(e.a)})"
         if isinstance(e, Add):
             return self.add(e, tail)
         if isinstance(e, Mul):
