@@ -32,8 +32,8 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 from tensorlang.ir.ast import (
     REAL, Access, Add, Affine, And, Box, Call, Cmp, Const, Def, DefCall, Exists, Expr, Gen,
-    Iverson, Let, Mul, Node, Or, Pair, PFalse, Pred, Proj, PTrue, RelCall, Sum, TArr, TPair,
-    TRel, TSize, Type, Var, free_names, tensor, walk, Extremum,
+    IndexValue, Iverson, Let, Mul, Node, Or, Pair, PFalse, Pred, Proj, PTrue, RelCall, Sum, TArr,
+    TPair, TRel, TSize, Type, Var, free_names, tensor, walk, Extremum,
 )
 from tensorlang.semantics.boxes import out_shape as box_shape
 from tensorlang.syntax.errors import TLError
@@ -167,6 +167,8 @@ class _Renamer:
             return Var(m[e.name], loc=e.loc) if e.name in m else e
         if isinstance(e, Const):
             return e
+        if isinstance(e, IndexValue):  # its indices are renamed like an access's
+            return IndexValue(self.aff(e.a, m), loc=e.loc)
         if isinstance(e, (Add, Mul, Pair)):
             return type(e)(self.expr(e.a, m, sc), self.expr(e.b, m, sc), loc=e.loc)
         if isinstance(e, Call):
@@ -247,7 +249,7 @@ class Ctx:
             if t is None:
                 raise PassError(f"unbound variable {e.name!r}", e.loc)
             return t
-        if isinstance(e, (Const, Add, Mul, Call, Sum, Extremum)):
+        if isinstance(e, (Const, IndexValue, Add, Mul, Call, Sum, Extremum)):
             return REAL
         if isinstance(e, Pair):
             return TPair(self.type_of(e.a), self.type_of(e.b))
@@ -318,7 +320,7 @@ def _slots(e: Expr, ranges: Mapping[str, Affine]) -> list[Slot]:
         return [(f"arg{k}", a, OPERAND, ranges) for k, a in enumerate(e.args)]
     if isinstance(e, Box):
         return [(f"arg{k}", a, BOX_ARG, ranges) for k, a in enumerate(e.args)]
-    if isinstance(e, (Var, Const)):
+    if isinstance(e, (Var, Const, IndexValue)):
         return []
     raise PassError(f"not a core expression: {type(e).__name__}")
 

@@ -12,6 +12,7 @@ each, rule id in `CASES`):
 
   SSA-read         x[A]           -> operand (a parameter through an input statement)
   SSA-const        c              -> a constant factor (0 is the structural zero)
+  SSA-index        a(I)           -> an operand of the iota `gen I'. a(I')` (an index value)
   SSA-iverson      [p] * s        -> p joins the mask of every primitive emitted for s
                                      and the guard G of the term
   SSA-add          s1 + s2        -> add, with the operands' supports G1, G2
@@ -293,6 +294,15 @@ def ssa_const(cv: Converter, e: ast.Const, ctx: Ctx) -> Term:
     return ZERO if e.value == 0.0 else Term(PTrue(), (float(e.value),), region=ctx.region())
 
 
+def ssa_index(cv: Converter, e: ast.IndexValue, ctx: Ctx) -> Term:
+    """SSA-index: an index value `a(I)` is an operand of `v = gen I'. a(I')` (an iota over
+    the indices in scope that `a` mentions, free) read at those indices."""
+    used = [(n, size) for n, size in ctx.idx if n in e.a.vars()]
+    v = cv.b.index(used, e.a)
+    return Term(PTrue(), (Operand(v, tuple(Affine.var(n) for n, _ in used)),),
+                region=ctx.region())
+
+
 def ssa_iverson(cv: Converter, e: ast.Iverson, ctx: Ctx) -> Term:
     """SSA-iverson: `[p] * s`: s converts under mask `P and p`; p joins the guard."""
     if isinstance(e.pred, PFalse):
@@ -373,12 +383,14 @@ def ssa_extreme(cv: Converter, e: ast.Extremum, ctx: Ctx) -> Term:
 
 DISPATCH: dict[type, Callable] = {
     ast.Access: ssa_read, ast.Var: ssa_read, ast.Proj: ssa_read, ast.Const: ssa_const,
+    ast.IndexValue: ssa_index,
     ast.Iverson: ssa_iverson, ast.Add: ssa_add, ast.Mul: ssa_contract, ast.Call: ssa_map,
     ast.Sum: ssa_sum, ast.Max: ssa_extreme, ast.Min: ssa_extreme,
 }
 
 CASES: dict[str, Callable] = {
-    "SSA-read": ssa_read, "SSA-const": ssa_const, "SSA-iverson": ssa_iverson,
+    "SSA-read": ssa_read, "SSA-const": ssa_const, "SSA-index": ssa_index,
+    "SSA-iverson": ssa_iverson,
     "SSA-add": ssa_add, "SSA-contract": ssa_contract, "SSA-map": ssa_map,
     "SSA-sum-contract": ssa_sum, "SSA-reduce": ssa_sum, "SSA-extreme": ssa_extreme,
     "SSA-gen": Converter.binding,

@@ -7,13 +7,17 @@ simplifier still computes them; `close_boxes` puts the box statements back betwe
 simplified statements (reading the simplified operands) and restores the output.  The
 boxes' own cost is untouched, so the simplifier's cost check on the opened program is the
 check on the whole.
+
+An index value `v = gen I. a(I)` (`IndexRhs`, SPEC 12) is opened the same way: a free leaf
+whose reads the rules see as reads of a parameter (with their access's free indices, so
+loop-invariance is judged right); it reads nothing and costs nothing.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from tensorlang.ir import ast, tssa
-from tensorlang.ir.tssa import BoxRhs, ContractRhs, Input, Program, Stmt
+from tensorlang.ir.tssa import BoxRhs, ContractRhs, IndexRhs, Input, Program, Stmt
 
 from ..jvp.emit import project
 
@@ -25,19 +29,20 @@ class Opened:
 
 
 def has_boxes(p: Program) -> bool:
-    return any(isinstance(s.rhs, BoxRhs) for s in p.stmts)
+    """Whether `p` has statements the e-graph sees as leaves (boxes, index values)."""
+    return any(isinstance(s.rhs, (BoxRhs, IndexRhs)) for s in p.stmts)
 
 
 def opaque(p: Program) -> set[str]:
     """The boxes, and the dense products that read a box's output (what the box rules
     emit as one BLAS call: the e-graph would trade them for masked triangular loops, fewer
-    operations in the cost model but ten times slower)."""
+    operations in the cost model but ten times slower), and the index values."""
     boxes = {s.var for s in p.stmts if isinstance(s.rhs, BoxRhs)}
     dense = {s.var for s in p.stmts
              if isinstance(s.rhs, ContractRhs) and s.rhs.sdims
              and isinstance(s.rhs.pred, ast.PTrue)
              and any(o.var in boxes for o in s.rhs.operands)}
-    return boxes | dense
+    return boxes | dense | {s.var for s in p.stmts if isinstance(s.rhs, IndexRhs)}
 
 
 def open_boxes(p: Program) -> tuple[Program, Opened]:

@@ -10,7 +10,7 @@ from typing import Iterable, Mapping, Sequence, Union
 from tensorlang.ir import ast
 from tensorlang.ir.ast import Affine, Param, Pred, PTrue, Type
 from tensorlang.ir.tssa import (IX, AddRhs, AffineLike, BoxRhs, ConstRhs, ContractRhs, ExtremeRhs,
-                                Input, MapRhs,
+                                IndexRhs, Input, MapRhs,
                                 Operand, Out, Program, ReduceRhs, Rhs, Stmt, aff, choose_ix,
                                 dce, index_prefixes, input_name, is_real_tensor, leaf_paths,
                                 out_leaves, project_type, renumber, var_prefix)
@@ -55,6 +55,13 @@ def make_const(gen: IndexList, value: float, pred: Pred = PTrue(), ix: Iterable[
     ix = index_prefixes(ix)
     ren, dims, _ = _canon_names(ix, gen)
     return ConstRhs(ix, dims, _ren_pred(ren, pred), value)
+
+
+def make_index(gen: IndexList, value: AffineLike, ix: Iterable[str] = IX) -> IndexRhs:
+    """`gen I. value` for an affine `value` of the indices `gen` and sizes (an iota)."""
+    ix = index_prefixes(ix)
+    ren, dims, _ = _canon_names(ix, gen)
+    return IndexRhs(ix, dims, aff(value).subst(ren))
 
 
 def make_add(gen: IndexList, a: OperandLike, b: OperandLike, pred: Pred = PTrue(),
@@ -197,6 +204,9 @@ class Builder:
 
     def const(self, gen: IndexList, value: float, pred: Pred = PTrue()) -> str:
         return self.emit(make_const(gen, value, pred, self.ix))
+
+    def index(self, gen: IndexList, value: AffineLike) -> str:
+        return self.emit(make_index(gen, value, self.ix))
 
     def add(self, gen: IndexList, a: OperandLike, b: OperandLike, pred: Pred = PTrue(),
             supports: tuple[Pred, Pred] = (PTrue(), PTrue())) -> str:

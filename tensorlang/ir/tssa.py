@@ -13,6 +13,7 @@ indices J, with a predicate P over I and J and affine accesses A:
     reduce    v = gen I. sum J. [P] * c * u1[A1]                   `ReduceRhs`
     box       v = fn(u1, ...).part  (SPEC 13: cholesky, trisolve..)  `BoxRhs`
     extreme   v = gen I. [P] * max j. u1[A1]   (or min)            `ExtremeRhs`
+    index     v = gen I. a(I)   (an index value, SPEC 12)          `IndexRhs`
 
 Canonical conventions (enforced by the node constructors, so that structurally equal
 statements are the same interned node and CSE is a dictionary lookup):
@@ -352,8 +353,29 @@ class ExtremeRhs(Rhs):
         return (ix, dims, sdims, pred, str(op), ops)
 
 
+class IndexRhs(Rhs):
+    """`v = gen I. a(I)`: an affine expression `value` of the generator indices and sizes as a
+    real (an iota; SPEC 12, "indices as values").  No operands and no mask: it costs nothing
+    (index arithmetic is free, SPEC 3) and is a constant for differentiation (no tangent, no
+    cotangent).  `to_core` gives `gen I. IndexValue(a)`."""
+
+    __slots__ = ("ix", "dims", "value")
+    _fields = ("ix", "dims", "value")
+    kind = "index"
+    value: Affine
+
+    @classmethod
+    def _norm(cls, ix: Iterable[str], dims: Iterable[AffineLike], value: AffineLike) -> tuple:
+        ix, dims = index_prefixes(ix), tuple(aff(d) for d in dims)
+        value, gens = aff(value), {f"{ix[0]}{k}" for k in range(len(dims))}
+        pat = re.compile("|".join(re.escape(p) for p in ix) + r"[0-9]+")
+        if any(pat.fullmatch(n) and n not in gens for n in value.vars()):
+            raise ValueError(f"index value {value} reads indices that are not generators")
+        return (ix, dims, value)
+
+
 KINDS: dict[str, type] = {c.kind: c for c in (Input, ConstRhs, AddRhs, MapRhs, ContractRhs,
-                                              ReduceRhs, ExtremeRhs, BoxRhs)}
+                                              ReduceRhs, ExtremeRhs, BoxRhs, IndexRhs)}
 
 
 class Stmt(Node):
@@ -608,6 +630,8 @@ def rhs_to_expr(rhs: Rhs) -> ast.Expr:
         return e
     if isinstance(rhs, ConstRhs):
         body: ast.Expr = _iv(rhs.pred, ast.Const(rhs.value))
+    elif isinstance(rhs, IndexRhs):
+        body = ast.IndexValue(rhs.value)
     elif isinstance(rhs, AddRhs):
         (s1, s2), (o1, o2) = rhs.supports, rhs.operands
         body = _iv(rhs.pred, ast.Add(_iv(s1, _read(o1)), _iv(s2, _read(o2))))

@@ -223,7 +223,7 @@ def prim_cost(rhs: tssa.Rhs, env: Box) -> tuple[int, int, int]:
     addition where its mask and both supports hold, a map one call where its mask holds, a
     contraction its multiplications at every live (I, J) point and `max(0, m - 1)` additions
     per output point (m = live J points)."""
-    if isinstance(rhs, (tssa.Input, tssa.ConstRhs)):
+    if isinstance(rhs, (tssa.Input, tssa.ConstRhs, tssa.IndexRhs)):  # reads are free
         return (0, 0, 0)
     if isinstance(rhs, tssa.BoxRhs):
         return box_cost(rhs.fn, rhs.part,

@@ -8,7 +8,7 @@ from tensorlang.ir import ast
 from tensorlang.ir.ast import (PAIR_BOXES, Affine, And, Cmp, Exists, Or, PFalse, Pred, PTrue,
                                RelCall, TArr, TIndex, TPair, TReal, TRel, TSize, Type)
 from tensorlang.ir.canon import conjuncts, disjuncts
-from tensorlang.ir.tssa import (AddRhs, BoxRhs, ConstRhs, ExtremeRhs, Input, MapRhs, Operand, Out,
+from tensorlang.ir.tssa import (AddRhs, BoxRhs, ConstRhs, ExtremeRhs, IndexRhs, Input, MapRhs, Operand, Out,
                                 Program, Rhs, Stmt, SumRhs, soa_type)
 from tensorlang.syntax.printer import to_tl
 
@@ -90,6 +90,8 @@ def fmt_rhs(rhs: Rhs, unicode: bool = False) -> str:
         return rhs.param + "".join(f".{k}" for k in rhs.path)
     if isinstance(rhs, ConstRhs):
         return g(rhs.pred) + _fmt_num(rhs.value)
+    if isinstance(rhs, IndexRhs):
+        return fmt_affine(rhs.value) if rhs.value.as_var() else f"({fmt_affine(rhs.value)})"
     if isinstance(rhs, AddRhs):
         (s1, s2), (o1, o2) = rhs.supports, rhs.operands
         inner = f"{g(s1)}{fmt_operand(o1)} + {g(s2)}{fmt_operand(o2)}"
