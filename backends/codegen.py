@@ -30,8 +30,8 @@ from typing import Mapping, Sequence
 from tensorlang.ir import ast
 from tensorlang.ir import tssa
 from tensorlang.ir.ast import Affine, Cmp, PFalse, Pred, PTrue, TRel, TSize
-from tensorlang.ir.tssa import (AddRhs, ConstRhs, ContractRhs, ExtremeRhs, Input, MapRhs,
-                                Operand, Program, ReduceRhs, Rhs)
+from tensorlang.ir.tssa import (AddRhs, ConstRhs, ContractRhs, ExtremeRhs, IndexRhs, Input,
+                                MapRhs, Operand, Program, ReduceRhs, Rhs)
 
 from .codegen_nest import Facts, Part, RelNames, in_bounds, plan_alternatives, pred_code
 
@@ -100,7 +100,7 @@ def num(c: float) -> str:
 
 def is_pointwise(rhs: Rhs) -> bool:
     """A primitive without summation: one scalar computation per output point."""
-    if isinstance(rhs, (ConstRhs, AddRhs, MapRhs)):
+    if isinstance(rhs, (ConstRhs, IndexRhs, AddRhs, MapRhs)):
         return True
     return isinstance(rhs, (ContractRhs, ReduceRhs)) and not rhs.sdims
 
@@ -483,6 +483,8 @@ class ExprPrinter:
         ops = [o.subst(sub) if sub else o for o in rhs.operands]
         if isinstance(rhs, ConstRhs):
             return num(rhs.value)
+        if isinstance(rhs, IndexRhs):  # an index value: the integer index arithmetic as a real
+            return f"float({self.idx(rhs.value.subst(sub) if sub else rhs.value)})"
         if isinstance(rhs, AddRhs):
             parts = []
             for s, o in zip(rhs.supports, ops):

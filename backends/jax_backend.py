@@ -284,6 +284,8 @@ class JaxEmitter:
                            rhs.ranges())
             if isinstance(rhs, tssa.ConstRhs):
                 value = num(rhs.value)
+            elif isinstance(rhs, tssa.IndexRhs):  # an index value: integer grids, as reals
+                value = self.affine(rhs.value, scope)
             elif isinstance(rhs, tssa.AddRhs):
                 (s1, s2), (o1, o2) = rhs.supports, rhs.operands
                 value = (f"{self.masked(s1, self.expanded(o1, scope), scope)} + "

@@ -367,7 +367,7 @@ def cost_bound(p: Program, sizes: Mapping[str, int]) -> int:
     addition per point).  A box statement counts as unbounded."""
     work = 0
     for s in p.stmts:
-        if isinstance(s.rhs, (tssa.Input, tssa.ConstRhs)):
+        if isinstance(s.rhs, (tssa.Input, tssa.ConstRhs, tssa.IndexRhs)):
             continue
         if isinstance(s.rhs, tssa.BoxRhs):
             return 1 << 62
