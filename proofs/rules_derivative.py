@@ -134,7 +134,8 @@ class _Draw:
 
     def statement(self, form: str, dims: tuple[Affine, ...],
                   reads: Callable[[Sequence[tuple[str, Affine]]], Operand] | None = None) -> str:
-        """A statement of `form` ("const", "add", "map", "select", "contract", "reduce")."""
+        """A statement of `form` ("const", "index", "add", "map", "select", "contract",
+        "reduce")."""
         gen = [(f"g{k}", d) for k, d in enumerate(dims)]
         sums = ([(f"h{k}", self.draw(st.sampled_from([N, M])))
                  for k in range(self.draw(st.integers(0, 2)))]
@@ -144,6 +145,8 @@ class _Draw:
         pred = self.pred(scope)
         if form == "const":
             return self.b.const(gen, self.draw(st.sampled_from([1.0, -2.5, 3.0])), pred)
+        if form == "index":  # an index value (SPEC 12): no mask, no operands
+            return self.b.index(gen, self.affine(gen))
         if form == "add":
             return self.b.add(gen, read(scope), read(scope), pred,
                               (self.pred(gen, 1), self.pred(gen, 1)))
@@ -193,7 +196,7 @@ def _wrt(draw: Callable, read: Sequence[str], always: bool = False) -> list[str]
 
 
 def instances(form: str) -> st.SearchStrategy:
-    """`(program, args, wrt)` whose statement has `form` ("input", "const", "add", "map",
+    """`(program, args, wrt)` whose statement has `form` ("input", "const", "index", "add", "map",
     "select", "contract", "reduce"; "fanout": two statements reading one variable)."""
 
     @st.composite
@@ -379,7 +382,7 @@ FORMS: dict[str, str] = {
     "FWD-extreme": "extreme", "ADJ-extreme": "extreme",
     "ADJ-input": "input", "ADJ-const": "const", "ADJ-add": "add", "ADJ-map": "map",
     "ADJ-select": "select", "ADJ-contract": "contract", "ADJ-reduce": "reduce",
-    "ADJ-fanout": "fanout",
+    "ADJ-fanout": "fanout", "FWD-index": "index", "ADJ-index": "index",
 }
 # The linear-algebra boxes (SPEC 13): instances of one box statement (rules_boxes.py)
 FORMS.update({f"{kind}-{box}": f"box:{box}" for kind in ("FWD", "ADJ")

@@ -79,6 +79,12 @@ def _affine(g: _Gen, scope: list[tuple[str, Affine]]) -> Affine:
     return v * g.draw(st.sampled_from([1, 1, 2])) + g.draw(st.integers(-1, 1))
 
 
+def _index_value(g: _Gen, scope: list[tuple[str, Affine]]) -> ast.IndexValue:
+    """An index value (SPEC 12): an affine of the indices in scope, or a size."""
+    a = _affine(g, scope)
+    return ast.IndexValue(a if a.terms else a + Affine.var(g.draw(st.sampled_from(["N", "M"]))))
+
+
 def _pred(g: _Gen, scope: list[tuple[str, Affine]], depth: int = 0) -> ast.Pred:
     k = g.draw(st.integers(0, 9 if depth == 0 else 5))
     if k <= 4:
@@ -112,6 +118,8 @@ def _scalar(g: _Gen, scope: list[tuple[str, Affine]], depth: int) -> ast.Expr:
     if k <= 1:
         return _read(g, scope)
     if k == 2:
+        if g.draw(st.integers(0, 2)) == 0:
+            return _index_value(g, scope)
         return ast.Const(g.draw(st.sampled_from([0.0, 1.0, 2.0, -1.0, 0.5])))
     sub = lambda: _scalar(g, scope, depth - 1)  # noqa: E731
     if k == 3:
@@ -215,6 +223,8 @@ def _top(g: _Gen, scope: list[tuple[str, Affine]], case: str) -> ast.Expr:
         return _read(g, scope)
     if case == "SSA-const":
         return ast.Const(g.draw(st.sampled_from([1.0, -2.5, 0.0, 3.0])))
+    if case == "SSA-index":
+        return _index_value(g, scope)
     if case == "SSA-iverson":
         return ast.Iverson(_pred(g, scope), _scalar(g, scope, 2))
     if case == "SSA-add":
@@ -332,6 +342,7 @@ def _eta_read(src: tuple[str, tuple[int, ...], tuple[Affine, ...]],
 
 _TOP_TYPES: dict[str, tuple[type, ...]] = {
     "SSA-read": (ast.Access, ast.Var, ast.Proj), "SSA-const": (ast.Const,),
+    "SSA-index": (ast.IndexValue,),
     "SSA-iverson": (ast.Iverson,), "SSA-add": (ast.Add,), "SSA-contract": (ast.Mul,),
     "SSA-map": (ast.Call,), "SSA-sum-contract": (ast.Sum,), "SSA-reduce": (ast.Sum,),
     "SSA-extreme": (ast.Max, ast.Min),
@@ -388,6 +399,8 @@ def make_apply(case: str) -> Callable[[ast.Def], ast.Def]:
 SCHEMAS: dict[str, str] = {
     "SSA-read": "gen I. x[A] -> v = x (input), read as the operand x[A]",
     "SSA-const": "gen I. [P] * c -> v = gen I. [P] * c (const); 0 is the structural zero",
+    "SSA-index": "gen I. a(I) -> v = gen I'. a(I') (index), read as v[I'] (I': the indices "
+                 "a mentions)",
     "SSA-iverson": "gen I. [P] * ([p] * s) -> s converted under mask P and p, guard p",
     "SSA-add": "gen I. [P] * (s1 + s2) -> v = gen I. [P] * ([G1] * u1[A1] + [G2] * u2[A2])",
     "SSA-contract": "gen I. [P] * (s1 * s2) -> v = gen I. [P and G1 and G2] * c * u1[A1] * u2[A2]",

@@ -38,9 +38,8 @@ from typing import Callable, Mapping, Sequence
 
 from tensorlang.ir import ast
 from tensorlang.ir.ast import Affine
-from tensorlang.ir.tssa import (AddRhs, ConstRhs, ContractRhs, ExtremeRhs, Input, MapRhs,
-                                Operand, Program,
-                                ReduceRhs, Rhs, Stmt)
+from tensorlang.ir.tssa import (AddRhs, ConstRhs, ContractRhs, ExtremeRhs, IndexRhs, Input,
+                                MapRhs, Operand, Program, ReduceRhs, Rhs, Stmt)
 
 from .emit import (Emitter, builtin_partial, builtin_select, extreme_weights, has_select_rule,
                    ids)
@@ -99,6 +98,11 @@ def fwd_input(fw: Forward, stmt: Stmt) -> str | None:
 
 @JVP_RULES.register("FWD-const", ConstRhs, "gen I. [P] * c -> 0")
 def fwd_const(fw: Forward, stmt: Stmt) -> str | None:
+    return None
+
+
+@JVP_RULES.register("FWD-index", IndexRhs, "gen I. a(I) -> 0 (an index value is a constant)")
+def fwd_index(fw: Forward, stmt: Stmt) -> str | None:
     return None
 
 

@@ -39,9 +39,8 @@ from typing import Callable, Sequence
 
 from tensorlang.ir import ast
 from tensorlang.ir.ast import Affine, Cmp, Pred
-from tensorlang.ir.tssa import (AddRhs, ConstRhs, ContractRhs, ExtremeRhs, Input, MapRhs,
-                                Operand, Program,
-                                ReduceRhs, Rhs, Stmt)
+from tensorlang.ir.tssa import (AddRhs, ConstRhs, ContractRhs, ExtremeRhs, IndexRhs, Input,
+                                MapRhs, Operand, Program, ReduceRhs, Rhs, Stmt)
 
 from ..jvp.emit import (Emitter, builtin_partial, builtin_select, extreme_weights,
                         has_select_rule, ids)
@@ -96,6 +95,11 @@ def adj_input(rv: Reverse, stmt: Stmt, dv: str) -> None:
 
 @VJP_RULES.register("ADJ-const", ConstRhs, "gen I. [P] * c: no contribution")
 def adj_const(rv: Reverse, stmt: Stmt, dv: str) -> None:
+    return None
+
+
+@VJP_RULES.register("ADJ-index", IndexRhs, "gen I. a(I): no contribution (no operands)")
+def adj_index(rv: Reverse, stmt: Stmt, dv: str) -> None:
     return None
 
 
