@@ -26,6 +26,8 @@ def _affines(rhs: Rhs) -> list[tuple[str, ast.Affine, frozenset[str]]]:
     out += [("a size", d, frozenset()) for d in rhs.dims + rhs.sdims]
     for o in rhs.operands:
         out += [(f"the access of {o.var}", a, idx) for a in o.idx]
+    if isinstance(rhs, tssa.IndexRhs):
+        out.append(("the index value", rhs.value, idx))
     preds = [rhs.pred] + list(getattr(rhs, "supports", ()))
     for p in preds:
         out += _pred_affines(p, idx)

@@ -58,7 +58,7 @@ from hypothesis import strategies as st
 
 from tensorlang.ir.ast import (
     BUILTINS, EXTREMA, REAL, Access, Add, Affine, And, Call, Cmp, Const, Def, Exists, Expr, Gen,
-    Iverson, Let, Mul, Or, Pair, Param, PFalse, Pred, Proj, PTrue, RelCall, Sum, TArr, TPair,
+    IndexValue, Iverson, Let, Mul, Or, Pair, Param, PFalse, Pred, Proj, PTrue, RelCall, Sum, TArr, TPair,
     TReal, TRel, TSize, Type, Var, free_vars, scalar_of, shape_of, tensor,
 )
 from tensorlang.check import quasi
@@ -135,6 +135,8 @@ class GenOptions:
     # `theorem_programs()`: the equal split of ties cannot meet Theorem 6.1's constant for
     # cheap bodies (docs/derivatives.md, tests/test_catalogue.py).
     extremes: bool = True
+    # Indices and sizes as values (SPEC 12): `i`, `2*i - 1`, `N + 1` where a real is expected.
+    index_values: bool = True
 
     def __post_init__(self) -> None:
         unknown = set(self.builtins) - GENERATED_BUILTINS
@@ -520,6 +522,8 @@ class _Gen:
                 kinds += ["extreme"] if o.extremes and not o.smooth else []
                 kinds += ["add", "add", "add"] if budget >= 2 else []
                 kinds += ["quasi_access"] * (2 * (o.quasi_indices and bool(sc.indices)))
+            if o.index_values and (sc.indices or sc.sizes):
+                kinds += ["index_value"] * (1 + (depth > 0))
         elif isinstance(t, TArr):
             kinds = ["gen"] + var
             if depth > 0:
@@ -572,6 +576,19 @@ class _Gen:
         lim = min(8, int(4 * budget))
         c = self.int(-lim, lim) / 4  # quarters: exact in binary and in printed decimal
         return Const(c), abs(c)
+
+    def _index_value(self, t: Type, sc: Scope, depth: int, budget: float
+                     ) -> tuple[Expr, float]:
+        """An index or size used as a real (SPEC 12): `c * v + k`, with its magnitude bound
+        (a constant where that exceeds the budget)."""
+        names = list(sc.indices) + list(sc.sizes)
+        v = self.pick(names)
+        top = sc.value(sc.indices[v]) - 1 if v in sc.indices else sc.sizes[v]
+        c, k = self.pick([1, 2, -1]), self.pick([0, 1, -1])
+        bound = abs(c) * max(top, 0) + abs(k)
+        if bound > budget:
+            return self._const(t, sc, depth, budget)
+        return IndexValue(Affine.var(v) * c + k), float(bound)
 
     def _var(self, t: Type, sc: Scope, depth: int, budget: float) -> tuple[Expr, float]:
         name, path = self.pick(self.var_paths(t, sc, budget))
