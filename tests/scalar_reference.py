@@ -78,6 +78,8 @@ def eval_scalar_reference(e: ast.Expr, env: Mapping[str, Any]) -> Any:
         return env[e.name]
     if isinstance(e, ast.Const):
         return e.value
+    if isinstance(e, ast.IndexValue):   # SPEC 12: an index or size expression as a real
+        return float(e.a.evaluate(env))
     if isinstance(e, ast.Add):
         return float(np.float64(ev(e.a, env)) + np.float64(ev(e.b, env)))
     if isinstance(e, ast.Mul):
@@ -161,7 +163,7 @@ def cost_scalar_reference(e: ast.Expr, env: Mapping[str, Any]) -> tuple[int, int
         return (sum(c[0] for c in cs), sum(c[1] for c in cs), sum(c[2] for c in cs))
 
     c = cost_scalar_reference
-    if isinstance(e, (ast.Var, ast.Const)):
+    if isinstance(e, (ast.Var, ast.Const, ast.IndexValue)):   # reads are free (SPEC 3)
         return (0, 0, 0)
     if isinstance(e, ast.Add):
         live = not (z_scalar(e.a, env) or z_scalar(e.b, env))

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from tensorlang.ir.ast import (
-    REAL, Access, Add, Affine, Call, Cmp, Const, Def, DefCall, Gen, Iverson, Let, Mul, Pair,
-    Proj, RelCall, Sum, TPair, TRel, Var, walk,
+    REAL, Access, Add, Affine, Call, Cmp, Const, Def, DefCall, Gen, IndexValue, Iverson, Let, Mul,
+    Pair, Proj, RelCall, Sum, TPair, TRel, Var, walk,
 )
 from tensorlang.check.elaborate import elaborate_def, elaborate_expr, is_core
 from tensorlang.syntax.errors import TypeCheckError
@@ -481,10 +481,20 @@ def test_text_call_errors_with_locations():
     assert info.value.loc.line == 2
 
 
-def test_sizes_and_indices_are_not_values():
-    with pytest.raises(TypeCheckError, match="N is a size, not a value"):
-        check_module([vdef(Mul(Var("N"), Var("x")))])
-    with pytest.raises(TypeCheckError, match="i is an index variable, not a value"):
-        check_module([vdef(gen("i", "N", Var("i")))])
+def test_sizes_and_indices_are_values():
+    # SPEC 12: a size or index where a real is expected is an index value (a tensor times a
+    # size is scaled by it); an affine expression of them is one value (index arithmetic is
+    # free); anything else is real arithmetic on index values
+    got = core_of(vdef(Mul(Var("N"), Var("x"))))
+    assert_alpha(got.body, gen("i", "N", Mul(IndexValue(Affine.var("N")), acc("x", "i"))))
+    i = Affine.var("i")
+    two_i_plus_1 = Add(Mul(Const(2.0), Var("i")), Const(1.0))
+    got = core_of(vdef(gen("i", "N", Mul(two_i_plus_1, acc("x", "i")))))
+    assert_alpha(got.body, gen("i", "N", Mul(IndexValue(i * 2 + 1), acc("x", "i"))))
+    got = core_of(vdef(gen("i", "N", Mul(Var("i"), Var("i")))))
+    assert_alpha(got.body, gen("i", "N", Mul(IndexValue(i), IndexValue(i))))
     with pytest.raises(TypeCheckError, match="undefined variable nope"):
         check_module([vdef(Var("nope"))])
+    params = vec_params() + (P("E", TRel((Affine.var("N"),))),)
+    with pytest.raises(TypeCheckError, match="E is a relation, not a value"):
+        check_module([vdef(Mul(Var("E"), Var("s")), params=params)])

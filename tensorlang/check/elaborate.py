@@ -439,6 +439,9 @@ class _Elaborator:
             return e, t
         if isinstance(e, Const):
             return e, REAL
+        if isinstance(e, IndexValue):  # already core
+            check_affine(e.a, env, loc, "index value")
+            return e, REAL
         if isinstance(e, (Add, Mul)):
             return self.arith(e, env, loc)
         if isinstance(e, Call):
