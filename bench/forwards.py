@@ -36,6 +36,7 @@ PARAMS: dict[str, tuple[str, ...]] = {
     "maxpool": ("X",), "attention": ("Q", "K", "V"), "huber": ("X", "w", "y"),
     "embag": ("tok", "E", "w", "y"), "gnn": ("src", "dst", "X", "W", "T"), "laplace": ("u",),
     "dirichlet": ("u",), "upsample": ("x", "s"), "upsample_loss": ("x", "s", "t"),
+    "fourier_fit": ("t", "c", "y"),
 }
 # Workloads whose function is itself a derivative of another: (function, derivative kind,
 # wrt, names of the extra inputs); each system builds them with its own AD.
@@ -198,6 +199,14 @@ def upsample_loss(ops: Ops, x: Any, s: Any, t: Any) -> Any:
     return ((upsample(ops, x, s) - t) ** 2).sum()
 
 
+def fourier_fit(ops: Ops, t: Any, c: Any, y: Any) -> Any:
+    """A cosine-series fit, residuals weighted by position (examples/positional.tl)."""
+    xp = ops.xp
+    n = t.shape[0]
+    p = xp.cos(t[:, None] * xp.arange(c.shape[0])[None, :]) @ c
+    return ((xp.arange(n) + 1.0) / n * (p - y) ** 2).sum()
+
+
 FORWARDS: dict[str, Callable[..., Any]] = {
     "qform": qform, "qform2": qform2, "conv": conv, "deconv_loss": deconv_loss,
     "arap_residuals": arap_residuals, "imgarap": imgarap, "nbody": nbody,
@@ -205,5 +214,5 @@ FORWARDS: dict[str, Callable[..., Any]] = {
     "trace_diag": trace_diag, "row_col": row_col, "skip_one": skip_one, "dead_code": dead_code,
     "maxpool": maxpool, "attention": attention, "huber": huber,
     "embag": embag, "gnn": gnn, "laplace": laplace, "dirichlet": dirichlet,
-    "upsample": upsample, "upsample_loss": upsample_loss,
+    "upsample": upsample, "upsample_loss": upsample_loss, "fourier_fit": fourier_fit,
 }

@@ -427,6 +427,25 @@ def upsample_grad(a: Args) -> tuple[np.ndarray, np.ndarray]:
     return _block_sum(r * a["s"]), r * _up(a["x"])
 
 
+# -- indices as values (SPEC 12) ---------------------------------------------------------------
+
+def _fourier_parts(a: Args) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The cosine basis, the residuals and the position weights."""
+    n = a["t"].shape[0]
+    basis = np.cos(np.outer(a["t"], np.arange(a["c"].shape[0])))
+    return basis, basis @ a["c"] - a["y"], (np.arange(n) + 1.0) / n
+
+
+def fourier_fit(a: Args) -> float:
+    _, r, w = _fourier_parts(a)
+    return float(np.sum(w * r * r))
+
+
+def fourier_fit_grad(a: Args) -> np.ndarray:
+    basis, r, w = _fourier_parts(a)
+    return basis.T @ (2.0 * w * r)
+
+
 FORWARD: dict[str, Callable[[Args], Any]] = {
     "qform": qform, "qform2": qform2, "conv": conv, "deconv_loss": deconv_loss,
     "arap_residuals": arap_residuals, "imgarap": imgarap, "arap_gn": arap_gn, "nbody": nbody,
@@ -434,7 +453,7 @@ FORWARD: dict[str, Callable[[Args], Any]] = {
     "trace_diag": trace_diag, "row_col": row_col, "skip_one": skip_one, "dead_code": dead_code,
     "maxpool": maxpool, "attention": attention, "huber": huber,
     "embag": embag, "gnn": gnn, "laplace": laplace, "dirichlet": dirichlet,
-    "upsample": upsample, "upsample_loss": upsample_loss,
+    "upsample": upsample, "upsample_loss": upsample_loss, "fourier_fit": fourier_fit,
 }
 
 DERIVATIVES: dict[tuple[str, str], Callable[[Args], Any]] = {
@@ -453,7 +472,7 @@ DERIVATIVES: dict[tuple[str, str], Callable[[Args], Any]] = {
     ("huber", "grad"): huber_grad,
     ("embag", "grad"): embag_grad, ("gnn", "grad"): gnn_grad, ("laplace", "vjp"): laplace_vjp,
     ("dirichlet", "grad"): dirichlet_grad, ("upsample", "vjp"): upsample_vjp,
-    ("upsample_loss", "grad"): upsample_grad,
+    ("upsample_loss", "grad"): upsample_grad, ("fourier_fit", "grad"): fourier_fit_grad,
 }
 
 

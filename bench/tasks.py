@@ -135,6 +135,7 @@ def _tasks() -> dict[str, Task]:
         Task("attention", (Deriv(G, ("Q", "K", "V"), "attention_grad"),), max_n=1000,
              note="D = 4; the N x N score matrix is materialised"),
         Task("huber", (Deriv(G, ("w",), "huber_grad"),), note="N = 2M rows"),
+        Task("fourier_fit", (Deriv(G, ("c",), "fourier_fit_grad"),), note="K = 8 terms"),
     ]
     workloads = load_numpy_ref().WORKLOADS
     out: dict[str, Task] = {}

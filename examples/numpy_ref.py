@@ -197,6 +197,16 @@ def upsample_loss(a: Args) -> float:
     return float(np.sum((upsample(a) - a["t"]) ** 2))
 
 
+def _fourier_basis(t: np.ndarray, K: int) -> np.ndarray:
+    return np.cos(np.outer(t, np.arange(K)))
+
+
+def fourier_fit(a: Args) -> float:
+    N = a["t"].shape[0]
+    r = _fourier_basis(a["t"], a["c"].shape[0]) @ a["c"] - a["y"]
+    return float(np.sum((np.arange(N) + 1.0) / N * r * r))
+
+
 def _vec_mat(N: int, rng: np.random.Generator) -> Args:
     return {"N": N, "x": _u(rng, N), "A": _u(rng, N, N)}
 
@@ -310,6 +320,9 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
     Workload("huber", "piecewise.tl", "huber", lambda n: {"N": 2 * n, "M": n},
              lambda s, r: {"N": s["N"], "M": s["M"], "X": _u(r, s["N"], s["M"]),
                            "w": _u(r, s["M"], lo=-2.0, hi=2.0), "y": _u(r, s["N"])}, huber),
+    Workload("fourier_fit", "positional.tl", "fourier_fit", lambda n: {"N": n, "K": 8},
+             lambda s, r: {**s, "t": _u(r, s["N"], lo=0.0, hi=3.0), "c": _u(r, s["K"]),
+                           "y": _u(r, s["N"])}, fourier_fit),
 ]}
 
 
