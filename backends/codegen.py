@@ -316,7 +316,10 @@ def plan_program(p: Program, use_blas: bool = True, use_relations: bool = True
                         absorbed.add(ab[1])
             if b is not None:
                 blas[s.var] = b
-    fused = decide_fusion(p, set(blas)) | absorbed
+    fused = decide_fusion(p, set(blas))
+    for c in composed.values():  # the BLAS call reads these arrays: they cannot be fused
+        fused -= {o.var for o in c.operands}
+    fused |= absorbed
     plans: list[StmtPlan] = []
     patterns: list[tuple[str, tuple[int, ...], int]] = []
     for s in p.stmts:
