@@ -144,10 +144,10 @@ def test_whole_passes_on_random_programs(name: str) -> None:
 # The derivative rules (FWD-*, ADJ-*)
 
 BOX_RULES = ["cholesky", "trisolve", "trisolve_t", "cholesky_inverse", "lq", "eigh"]  # SPEC 13
-FWD = ["FWD-input", "FWD-const", "FWD-add", "FWD-map", "FWD-select", "FWD-contract",
-       "FWD-reduce"]
-ADJ = ["ADJ-input", "ADJ-const", "ADJ-add", "ADJ-map", "ADJ-select", "ADJ-contract",
-       "ADJ-reduce", "ADJ-fanout"]
+FWD = ["FWD-input", "FWD-const", "FWD-index", "FWD-add", "FWD-map", "FWD-select",
+       "FWD-contract", "FWD-reduce"]
+ADJ = ["ADJ-input", "ADJ-const", "ADJ-index", "ADJ-add", "ADJ-map", "ADJ-select",
+       "ADJ-contract", "ADJ-reduce", "ADJ-fanout"]
 FWD_BOX = [f"FWD-{b}" for b in BOX_RULES]
 ADJ_BOX = [f"ADJ-{b}" for b in BOX_RULES]
 
@@ -177,6 +177,7 @@ def test_every_form_has_its_rule() -> None:
     gen = [("g", N)]
     rhss = {"input": tssa.Input("x", ()),
             "const": build.make_const(gen, 2.0),
+            "index": build.make_index(gen, "g + N"),
             "add": build.make_add(gen, (x, ["g"]), (x, ["g + 1"])),
             "map": build.make_map(gen, "sin", [(x, ["g"])]),
             "select": build.make_map(gen, "max", [(x, ["g"]), (s, [])]),
