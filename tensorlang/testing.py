@@ -523,7 +523,7 @@ class _Gen:
                 kinds += ["add", "add", "add"] if budget >= 2 else []
                 kinds += ["quasi_access"] * (2 * (o.quasi_indices and bool(sc.indices)))
             if o.index_values and (sc.indices or sc.sizes):
-                kinds += ["index_value"]
+                kinds += ["index_value"] * (depth <= 0)  # a leaf, like a constant
         elif isinstance(t, TArr):
             kinds = ["gen"] + var
             if depth > 0:

@@ -131,7 +131,7 @@ def features(d: ast.Def, args: dict[str, Any]) -> set[str]:
 
 EXPECTED = (
     {"Var", "Const", "Add", "Mul", "Call", "Pair", "Proj", "Gen", "Sum", "Access", "Iverson",
-     "Max", "Min", "call:sel_ge",
+     "Max", "Min", "call:sel_ge", "IndexValue",
      "Let", "PTrue", "PFalse", "Cmp<", "Cmp<=", "Cmp==", "RelCall", "And", "Or", "Exists",
      "sum:nested", "let_in:Gen", "let_in:Sum", "exists:integrality",
      "iverson:real", "iverson:tensor", "iverson:pair",
