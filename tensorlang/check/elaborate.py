@@ -42,8 +42,7 @@ from typing import Callable, Iterable, Mapping, Union
 from tensorlang.ir.ast import (
     REAL, Access, Add, Affine, Box, Call, Cmp, Const, Def, DefCall, DerivedDef, Exists, Expr,
     Gen, IndexValue, Iverson, Let, Mul, Node, Pair, Param, Pred, Proj, PTrue, RelCall, Sum, TArr,
-    TIndex, TPair,
-    TReal, TRel, TSize, Type, Var, binder_name, fresh, map_fields, pred_and, scalar_of, shape_of,
+    TIndex, TPair, TReal, TRel, TSize, Type, Var, binder_name, fresh, map_fields, pred_and, scalar_of, shape_of,
     subst, tensor, walk, Cond, CondAnd, CondCmp, CondNot, CondOr, CondPred, Extremum, IfThen,
     cmp_pred, free_names, has_binders, pred_not,
 )
@@ -271,52 +270,42 @@ def _solve_sizes(pairs: list[tuple[Type, Type]], unknown: set[str],
 
 def _expr_affine(e: Expr) -> Affine | None:
     """A size argument written as an expression (`N`, `3`, `N + K - 1`, `2 * N`)."""
-    if isinstance(e, Var):
-        return Affine.var(e.name)
-    if isinstance(e, Const):
-        return Affine.lit(int(e.value)) if float(e.value).is_integer() else None
-    if isinstance(e, Add):
-        a, b = _expr_affine(e.a), _expr_affine(e.b)
-        return a + b if a is not None and b is not None else None
-    if isinstance(e, Mul):
-        a, b = _expr_affine(e.a), _expr_affine(e.b)
-        if a is None or b is None:
-            return None
-        if a.is_const():
-            return b * a.const
-        if b.is_const():
-            return a * b.const
-    return None
+    return _affine_of(e, lambda name: True)
 
 
 def _value_affine(e: Expr, env: TypeEnv) -> Affine | None:
     """`e` as an affine expression of index and size variables with integer coefficients
     (`i`, `N - 1`, `2*i + j + 1`), or None.  Such an expression used as a real is one
     `IndexValue` (index arithmetic is free, SPEC 3); anything else that mentions an index
-    (`i * i`, `i / 2`, `0.5 * i`) is real arithmetic on index values.  The right operands
-    are tried first, so a long sum of reals is rejected at once."""
+    (`i * i`, `i / 2`, `0.5 * i`) is real arithmetic on index values."""
+    return _affine_of(e, lambda name: env.var_type(name) is None
+                      and env.role(name) in _INDEX_ROLES)
+
+
+def _affine_of(e: Expr, affine_name: Callable[[str], bool]) -> Affine | None:
+    """`e` built from names (those `affine_name` accepts), integer literals, `+` and products
+    by integer literals, as an `Affine`; None otherwise.  The right operands are tried first,
+    so a long sum of reals is rejected at once (and walked without recursion)."""
     if isinstance(e, Var):
-        if env.var_type(e.name) is None and env.role(e.name) in _INDEX_ROLES:
-            return Affine.var(e.name)
-        return None
+        return Affine.var(e.name) if affine_name(e.name) else None
     if isinstance(e, Const):
         return Affine.lit(int(e.value)) if float(e.value).is_integer() else None
     if isinstance(e, Add):
         spine: list[Expr] = []
-        while isinstance(e, Add):  # a left-nested sum, without recursion
+        while isinstance(e, Add):
             spine.append(e.b)
             e = e.a
         spine.append(e)
         out = Affine.lit(0)
         for term in spine:
-            a = _value_affine(term, env)
+            a = _affine_of(term, affine_name)
             if a is None:
                 return None
             out = out + a
         return out
     if isinstance(e, Mul):
-        b = _value_affine(e.b, env)
-        a = _value_affine(e.a, env) if b is not None else None
+        b = _affine_of(e.b, affine_name)
+        a = _affine_of(e.a, affine_name) if b is not None else None
         if a is None or b is None:
             return None
         if a.is_const():

@@ -368,8 +368,8 @@ class IndexRhs(Rhs):
     def _norm(cls, ix: Iterable[str], dims: Iterable[AffineLike], value: AffineLike) -> tuple:
         ix, dims = index_prefixes(ix), tuple(aff(d) for d in dims)
         value, gens = aff(value), {f"{ix[0]}{k}" for k in range(len(dims))}
-        pat = re.compile("|".join(re.escape(p) for p in ix) + r"[0-9]+")
-        if any(pat.fullmatch(n) and n not in gens for n in value.vars()):
+        if any(n not in gens and any(n.startswith(p) and n[len(p):].isdigit() for p in ix)
+               for n in value.vars()):
             raise ValueError(f"index value {value} reads indices that are not generators")
         return (ix, dims, value)
 
