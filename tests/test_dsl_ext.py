@@ -538,6 +538,10 @@ class Rebuild:
             return env[e.name] if e.name in env else self.objects[e.name]
         if isinstance(e, ast.Const):
             return dsl.const(e.value)
+        if isinstance(e, ast.IndexValue):
+            # SPEC 12 index value: the DSL has no builder for it yet (`dsl._lift` of an
+            # `Index` should build this node); wrap the node over the rebuilt index
+            return dsl.Expr(ast.IndexValue(self.index(e.a, env).aff))
         if isinstance(e, (ast.Add, ast.Mul)):
             a, b = self.expr(e.a, env), self.expr(e.b, env)
             return a + b if isinstance(e, ast.Add) else a * b
