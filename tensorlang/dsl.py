@@ -247,6 +247,23 @@ def _index(x: Any, what: str = "index") -> Affine | QuasiAffine:
                    f"not {_describe(x)}")
 
 
+def _is_value(x: Any) -> bool:
+    """A real operand met by an index: an expression or a number with a fraction.  An
+    integer-valued float stays index arithmetic (`i + 1.0`, `2.0 * i`), as the checker folds
+    it out of `.tl` text; so the DSL also takes `x[2.0 * i]`, which the parser refuses."""
+    if isinstance(x, Expr):
+        return True
+    return _is_number(x) and not (isinstance(x, int) or _is_np_int(x) or
+                                  isinstance(x, float) and x.is_integer())
+
+
+def _integral(x: Any) -> Any:
+    """An integer-valued float as its int (index arithmetic); anything else as it is."""
+    if isinstance(x, float) and x.is_integer():
+        return int(x)
+    return x
+
+
 def _is_np_int(x: Any) -> bool:
     try:
         import numpy as np
@@ -265,7 +282,9 @@ class Index:
     """An index expression: binder indices and sizes with `+ -`, `* int`, and (SPEC 12)
     `// c`, `% c` (c a positive integer or a size) and entries of index arrays (`idx[i]`).
 
-    Comparisons give predicates; an index is not a value (`x[i] * i` is an error)."""
+    Comparisons give predicates.  Met with a value (an expression, a float: `i * x[i]`,
+    `(i + 1) * 0.5`, `i / N`) an affine index is a value too (SPEC 12: an
+    `ast.IndexValue`, a constant for differentiation)."""
 
     __slots__ = ("aff",)
     __hash__ = None  # type: ignore[assignment]   # == builds a predicate
@@ -273,17 +292,45 @@ class Index:
     def __init__(self, aff: Affine | QuasiAffine):
         self.aff = aff
 
-    def __add__(self, o: Any) -> "Index":
-        return Index(ast.quasi_add(self.aff, _index(o)))
+    def value(self) -> "Expr":
+        """This index as a value: `IndexValue(aff)` (the checker folds the same node out of
+        `.tl` text); `//`, `%` and index-array entries only index."""
+        if not isinstance(self.aff, Affine):
+            raise DSLError(f"{self!r} is not a value: `//`, `%` and index-array entries are "
+                           "index operators (x[i // 2], [i % 2 == 0])")
+        return Expr(ast.IndexValue(self.aff))
 
-    def __radd__(self, o: Any) -> "Index":
-        return Index(ast.quasi_add(_index(o), self.aff))
+    def __add__(self, o: Any) -> Any:
+        if _is_value(o):
+            return self.value() + o
+        return Index(ast.quasi_add(self.aff, _index(_integral(o))))
 
-    def __sub__(self, o: Any) -> "Index":
-        return Index(ast.quasi_add(self.aff, ast.quasi_scale(_index(o), -1)))
+    def __radd__(self, o: Any) -> Any:
+        if _is_value(o):
+            return o + self.value()
+        return Index(ast.quasi_add(_index(_integral(o)), self.aff))
 
-    def __rsub__(self, o: Any) -> "Index":
-        return Index(ast.quasi_add(_index(o), ast.quasi_scale(self.aff, -1)))
+    def __sub__(self, o: Any) -> Any:
+        if _is_value(o):
+            return self.value() - o
+        return Index(ast.quasi_add(self.aff, ast.quasi_scale(_index(_integral(o)), -1)))
+
+    def __rsub__(self, o: Any) -> Any:
+        if _is_value(o):
+            return o - self.value()
+        return Index(ast.quasi_add(_index(_integral(o)), ast.quasi_scale(self.aff, -1)))
+
+    def __truediv__(self, o: Any) -> "Expr":
+        return self.value() / o
+
+    def __rtruediv__(self, o: Any) -> "Expr":
+        return _lift(o) / self.value()
+
+    def __pow__(self, o: Any) -> "Expr":
+        return self.value() ** o
+
+    def __rpow__(self, o: Any) -> "Expr":
+        return _lift(o) ** self.value()
 
     def __neg__(self) -> "Index":
         return Index(ast.quasi_scale(self.aff, -1))
@@ -291,15 +338,21 @@ class Index:
     def __pos__(self) -> "Index":
         return self
 
-    def __mul__(self, k: Any) -> "Index":
+    def __mul__(self, k: Any) -> Any:
+        if isinstance(k, Index):   # `i * j`: a product of values (not an affine index)
+            return self.value() * k.value()
+        if _is_value(k):
+            return self.value() * k
+        k = _integral(k)
         if isinstance(k, bool) or not (isinstance(k, int) or _is_np_int(k)):
-            if isinstance(k, Index):
-                raise DSLError("a product of two indices is not affine")
-            raise DSLError(f"an index can only be multiplied by an integer, not "
-                           f"{_describe(k)} (indices are not values)")
+            raise DSLError(f"an index can only be multiplied by an integer or a value, not "
+                           f"{_describe(k)}")
         return Index(ast.quasi_scale(self.aff, int(k)))
 
-    __rmul__ = __mul__
+    def __rmul__(self, k: Any) -> Any:
+        if _is_value(k):
+            return k * self.value()
+        return self.__mul__(k)
 
     def __floordiv__(self, d: Any) -> "Index":
         return self._divide("//", d)
@@ -624,7 +677,7 @@ def _lift(x: Any) -> "Expr":
     if isinstance(x, Pred):
         return Expr(ast.Iverson(x.node, ast.Const(1.0)))
     if isinstance(x, Index):
-        raise DSLError(f"the index {x!r} is not a value (indices only index tensors)")
+        return x.value()
     if isinstance(x, list):
         return literal(x)
     if isinstance(x, Condition):
@@ -803,6 +856,8 @@ def _index_reading(x: Any) -> Affine | None:
     literal (`x[i] > 0`: the 0); anything else has no index reading."""
     if isinstance(x, Expr):
         return Affine.var(x.node.name) if isinstance(x.node, ast.Var) else None
+    if isinstance(x, Index):
+        return x.aff if isinstance(x.aff, Affine) else None
     if isinstance(x, int) and not isinstance(x, bool) or _is_np_int(x):
         return Affine.lit(int(x))
     return None
@@ -924,9 +979,6 @@ def recip(e: Any) -> Expr:
 def pow(e: Any, y: Any) -> Expr:  # noqa: A001
     """`e ** y`: the builtin `pow` for a constant exponent; for a real exponent (SPEC 12)
     `exp(y * log(e))`, defined for e > 0 (as the parser lowers `x ** y`)."""
-    if isinstance(y, Index):
-        raise DSLError(f"the exponent {y!r} is an index, not a value (indices only index "
-                       "tensors)")
     base, power = _lift(e), _lift(y)
     if isinstance(power.node, ast.Const):
         return builtin("pow", base, params=(power.node.value,))

@@ -408,6 +408,27 @@ def test_out_of_range_index_array_entries_are_shape_errors() -> None:
 
 # -- misuse -------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("text, build", [
+    ("(2*i - N + 1) * x[i]", lambda i, N, x: (2 * i - N + 1) * x[i]),
+    ("i * 2.0 + 2.0 * i + 0.5 * i", lambda i, N, x: i * 2.0 + 2.0 * i + 0.5 * i),
+    ("x[i] ** i + i / 2 + 1.0 / N", lambda i, N, x: x[i] ** i + i / 2 + 1.0 / N),
+    ("(i + 1.0) * x[i] + (i - 0.5) * x[i]", lambda i, N, x: (i + 1.0) * x[i] + (i - 0.5) * x[i]),
+    ("i * i * x[i] + x[i] * i", lambda i, N, x: i * i * x[i] + x[i] * i),
+    ("where(x[i] > i, 1.0, 0.0)", lambda i, N, x: dsl.where(x[i] > i, 1.0, 0.0)),
+])
+def test_indices_as_values_are_the_parsers(text, build) -> None:
+    """An index met by a value is a value (SPEC 12): the DSL builds what the checker makes of
+    the same text, affine parts folded into one `IndexValue`."""
+    N = dsl.size("N")
+    x = dsl.param("x", dsl.R[N])
+    built = tl.from_def(dsl.function("f", [N, x], dsl.sum(N, lambda i: build(i, N, x)),
+                                     ret=dsl.R))
+    parsed = tl.parse(f"def f(N: size, x: R[N]) -> R:\n    return sum i:N. {text}\n").f
+    assert built.core() is parsed.core()
+    v = np.linspace(0.5, 1.5, 4)
+    assert built(x=v) == pytest.approx(parsed.interpret(x=v), rel=1e-12)
+
+
 def test_misuse_is_a_clear_dsl_error() -> None:
     N, M = dsl.sizes("N M")
     x = dsl.param("x", dsl.R[N])
@@ -434,12 +455,10 @@ def test_misuse_is_a_clear_dsl_error() -> None:
         P[0, 1]
     with pytest.raises(DSLError, match="index array P is not a value"):
         dsl.gen(N, lambda i: x[i] * P)
-    with pytest.raises(DSLError, match="multiplied by an integer"):
-        dsl.gen(N, lambda i: x[i] * 1.0 + P[i] * 1.0)
-    with pytest.raises(DSLError, match="not a value"):       # indices as values: not (yet)
-        dsl.gen(N, lambda i: x[i] * i)
-    with pytest.raises(DSLError, match="an index, not a value"):
-        dsl.gen(N, lambda i: x[i] ** i)
+    with pytest.raises(DSLError, match="index-array entries are index operators"):
+        dsl.gen(N, lambda i: x[i] * 1.0 + P[i] * 0.5)
+    with pytest.raises(DSLError, match="multiplied by an integer or a value"):
+        dsl.gen(N, lambda i: x[i * "2"])
     with pytest.raises(DSLError, match="a tensor dimension must be affine"):
         dsl.R[N // 2]
     with pytest.raises(DSLError, match="the range of gen must be affine"):
@@ -539,9 +558,7 @@ class Rebuild:
         if isinstance(e, ast.Const):
             return dsl.const(e.value)
         if isinstance(e, ast.IndexValue):
-            # SPEC 12 index value: the DSL has no builder for it yet (`dsl._lift` of an
-            # `Index` should build this node); wrap the node over the rebuilt index
-            return dsl.Expr(ast.IndexValue(self.index(e.a, env).aff))
+            return self.index(e.a, env).value()
         if isinstance(e, (ast.Add, ast.Mul)):
             a, b = self.expr(e.a, env), self.expr(e.b, env)
             return a + b if isinstance(e, ast.Add) else a * b
