@@ -229,12 +229,16 @@ def lq_factor(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     q, r = np.linalg.qr(a.T)
     s = np.sign(np.diagonal(r)).copy()
     s[s == 0] = 1.0
-    return r.T * s[None, :], q.T * s[:, None]
+    r *= s[:, None]            # in place: the transposes are views (no copies of Q)
+    q *= s[None, :]
+    return r.T, q.T
 
 
 def eigh_factor(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(w, V) of sym(a), V's columns signed by seed 003's rule."""
-    w, v = np.linalg.eigh(0.5 * (a + a.T))
+    sym = a + a.T
+    sym *= 0.5
+    w, v = np.linalg.eigh(sym)
     return w, sign_columns(v)
 
 
@@ -288,9 +292,12 @@ def evaluate_parts(fn: str, args: Sequence[np.ndarray], label: str = ""
     outs = []
     for k in range(2):
         parts = [b[k] for b in both]
-        shape = parts[0].shape if parts else out_shape(fn, k, [a.shape])[len(batch):]
-        out = np.stack(parts).reshape(batch + tuple(shape)) if parts else np.zeros(
-            batch + tuple(int(d) for d in shape))
+        if len(parts) == 1 and not batch:
+            out = parts[0]                  # no stacking copy
+        elif parts:
+            out = np.stack(parts).reshape(batch + parts[0].shape)
+        else:
+            out = np.zeros(batch + tuple(int(d) for d in out_shape(fn, k, [a.shape])[len(batch):]))
         if not all_finite(out):
             raise BoxError(f"{fn}({label}): the result is not finite (the input is too badly "
                            "conditioned)")
