@@ -102,6 +102,12 @@ class StagedProgram:
             else:
                 self.parts.append((part, None))
         self._sig = ast.Def(program.name, program.params, program.ret, ast.Const(0.0))
+        # the factorisations whose second part (Q of lq, V of eigh) no statement reads
+        used: dict[tuple, set[int]] = {}
+        for s in program.stmts:
+            if isinstance(s.rhs, BoxRhs):
+                used.setdefault(_box_key(s.rhs), set()).add(s.rhs.part)
+        self._first_only = {k for k, parts in used.items() if parts == {0}}
 
     def __repr__(self) -> str:
         return f"<StagedProgram {self.program.name}: {len(self.parts)} parts>"
@@ -109,29 +115,41 @@ class StagedProgram:
     def __call__(self, args: Mapping[str, Any] | None = None, /, **kwargs: Any) -> Any:
         given = dict(args or {}, **kwargs)
         env = interp.bind_args(self._sig, given)
+        inputs = {k: v for k, (v, _) in env.vals.items()}
+        full = dict(given)
+        full.update(env.sizes)
+        return self._run(inputs, full, lambda kernel, call: kernel(call))
+
+    def call_bound(self, bound: Mapping[str, Any]) -> Any:
+        """Run on arguments already checked and converted (the API's call path: see
+        `CompiledProgram.call_bound`); the kernels are called the same way, without checking
+        their arguments again (they come from this call or from LAPACK)."""
+        return self._run(bound, dict(bound), lambda kernel, call: kernel.call_bound(call))
+
+    def _run(self, values: Mapping[str, Any], full: dict[str, Any],
+             call_kernel: Callable[[Any, dict[str, Any]], Any]) -> Any:
         vals: dict[str, Any] = {}
         for var, rhs in self.program.inputs().items():
-            v = env.vals[rhs.param][0]
+            v = values[rhs.param]
             for k in rhs.path:
                 v = v[k]
             vals[var] = v
-        full = dict(given)
-        full.update(env.sizes)
         factored: dict[tuple, tuple[np.ndarray, ...]] = {}
         for part, kernel in self.parts:
             if kernel is not None:
                 call = dict(full)
                 call.update({q.name: vals[q.name] for q in part.program.params
                              if q.name in vals and q.name not in full})
-                out = kernel(call)
+                out = call_kernel(kernel, call)
                 for v, x in zip(part.outputs, _flat(out, len(part.outputs))):
                     vals[v] = x
                 continue
             rhs = part.rhs
             operands = [np.asarray(vals[o.var], dtype=np.float64) for o in rhs.operands]
-            key = (rhs.fn, tuple(o.var for o in rhs.operands))
+            key = _box_key(rhs)
             if key not in factored:   # both parts of a pair box from one factorisation
-                factored[key] = boxes.evaluate_parts(rhs.fn, operands, rhs.label)
+                factored[key] = boxes.evaluate_parts(rhs.fn, operands, rhs.label,
+                                                     key in self._first_only)
             vals[part.var] = factored[key][rhs.part]
 
         def build(o: tssa.Out) -> Any:
@@ -141,6 +159,11 @@ class StagedProgram:
             return tuple(build(c) for c in o)
 
         return build(self.program.output)
+
+
+def _box_key(rhs: BoxRhs) -> tuple[str, tuple[str, ...]]:
+    """One factorisation: the box and its operands (the parts of a pair box share it)."""
+    return (rhs.fn, tuple(o.var for o in rhs.operands))
 
 
 def has_boxes(p: Program) -> bool:

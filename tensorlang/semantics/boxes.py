@@ -224,20 +224,28 @@ def _potri(l: np.ndarray, label: str, pos: tuple[int, ...]) -> np.ndarray:
     return li.T @ li
 
 
-def lq_factor(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(L, Q) of one matrix with diag(L) >= 0."""
-    q, r = np.linalg.qr(a.T)
+def lq_factor(a: np.ndarray, want_q: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+    """(L, Q) of one matrix with diag(L) >= 0 (Q None unless `want_q`: geqrf alone, no
+    orglq)."""
+    if want_q:
+        q, r = np.linalg.qr(a.T)
+    else:
+        q, r = None, np.linalg.qr(a.T, mode="r")
     s = np.sign(np.diagonal(r)).copy()
     s[s == 0] = 1.0
     r *= s[:, None]            # in place: the transposes are views (no copies of Q)
-    q *= s[None, :]
-    return r.T, q.T
+    if q is not None:
+        q *= s[None, :]
+    return r.T, (None if q is None else q.T)
 
 
-def eigh_factor(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(w, V) of sym(a), V's columns signed by seed 003's rule."""
+def eigh_factor(a: np.ndarray, want_v: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+    """(w, V) of sym(a), V's columns signed by seed 003's rule (V None unless `want_v`:
+    the eigenvalues alone)."""
     sym = a + a.T
     sym *= 0.5
+    if not want_v:
+        return np.linalg.eigvalsh(sym), None
     w, v = np.linalg.eigh(sym)
     return w, sign_columns(v)
 
@@ -258,7 +266,7 @@ def _lq(part: int) -> Callable[..., np.ndarray]:
         if m > n:
             raise BoxError(f"lq({_where(label, pos)}): needs at most as many rows as columns, "
                            f"found {m} x {n}")
-        l, q = lq_factor(a)
+        l, q = lq_factor(a, want_q=part == 1)   # L: geqrf alone
         return l if part == 0 else q
     return run
 
@@ -276,9 +284,11 @@ def _core_dims(fn: str, shapes: Sequence[tuple[int, ...]]) -> list[int]:
     return [2]
 
 
-def evaluate_parts(fn: str, args: Sequence[np.ndarray], label: str = ""
-                   ) -> tuple[np.ndarray, ...]:
-    """Every output of `fn` (both parts of `lq`, `eigh` from one factorisation)."""
+def evaluate_parts(fn: str, args: Sequence[np.ndarray], label: str = "",
+                   first_only: bool = False) -> tuple[np.ndarray | None, ...]:
+    """Every output of `fn` (both parts of `lq`, `eigh` from one factorisation); with
+    `first_only` the second part of a pair box is None and not computed (L of `lq` without
+    forming Q, the eigenvalues without the eigenvectors)."""
     if fn not in PAIR_BOXES:
         return (evaluate(fn, 0, args, label),)
     a = np.ascontiguousarray(args[0], dtype=np.float64)
@@ -288,9 +298,13 @@ def evaluate_parts(fn: str, args: Sequence[np.ndarray], label: str = ""
         return (evaluate(fn, 0, [a], label),)        # raises the error
     batch = a.shape[:-2]
     flat = a.reshape((-1,) + a.shape[-2:])
-    both = [lq_factor(x) if fn == "lq" else eigh_factor(x) for x in flat]
-    outs = []
+    both = [lq_factor(x, not first_only) if fn == "lq" else eigh_factor(x, not first_only)
+            for x in flat]
+    outs: list[np.ndarray | None] = []
     for k in range(2):
+        if k and first_only:
+            outs.append(None)
+            continue
         parts = [b[k] for b in both]
         if len(parts) == 1 and not batch:
             out = parts[0]                  # no stacking copy
