@@ -15,7 +15,8 @@ from typing import Any, Callable, Mapping, Union
 import numpy as np
 
 from tensorlang.ir import ast, tssa
-from tensorlang.ir.tssa import BoxRhs, Input, Program, Stmt
+from tensorlang.ir.ast import Affine, PTrue
+from tensorlang.ir.tssa import BoxRhs, Input, Program, ReduceRhs, Stmt
 from tensorlang.semantics import boxes, interp
 
 
@@ -25,7 +26,39 @@ class KernelPart:
     outputs: tuple[str, ...]
 
 
-Part = Union[KernelPart, Stmt]
+@dataclass(frozen=True)
+class ViewPart:
+    """`var[I] = src[perm(I)]`: a transpose, taken as a numpy view (no kernel, no copy;
+    LAPACK reads a transposed operand through its Fortran order)."""
+
+    var: str
+    src: str
+    axes: tuple[int, ...]
+
+
+Part = Union[KernelPart, ViewPart, Stmt]
+
+
+def _transpose(sub: Program) -> ViewPart | None:
+    """The view a one-statement kernel part is, if it is an unmasked, unscaled transpose."""
+    body = [s for s in sub.stmts if not isinstance(s.rhs, Input)]
+    if len(body) != 1 or not isinstance(body[0].rhs, ReduceRhs) or body[0].var != sub.output:
+        return None
+    rhs = body[0].rhs
+    if rhs.sdims or rhs.coeff != 1.0 or not isinstance(rhs.pred, PTrue):
+        return None
+    src = rhs.operands[0]
+    gens = [Affine.var(n) for n in rhs.gen_names()]
+    if len(src.idx) != len(gens) or sorted(map(repr, src.idx)) != sorted(map(repr, gens)):
+        return None
+    perm = [gens.index(a) for a in src.idx]          # src axis k <- output axis perm[k]
+    if perm == sorted(perm) or tuple(sub.shapes[src.var][k] for k in range(len(perm))) != \
+            tuple(rhs.dims[perm[k]] for k in range(len(perm))):
+        return None
+    axes = [0] * len(perm)
+    for k, j in enumerate(perm):
+        axes[j] = k
+    return ViewPart(body[0].var, src.var, tuple(axes))
 
 
 def _tree(vs: tuple[str, ...]) -> tssa.Out:
@@ -86,7 +119,8 @@ def split_at_boxes(p: Program) -> list[Part]:
         head += [Stmt(v, Input(v, ())) for v in extra]
         sub = Program(f"{p.name}_part{len(parts)}", params, tuple(head + g), _tree(outs),
                       None, p.ix)
-        parts.append(KernelPart(tssa.dce(sub), outs))
+        sub = tssa.dce(sub)
+        parts.append(_transpose(sub) or KernelPart(sub, outs))
     return parts
 
 
@@ -99,6 +133,8 @@ class StagedProgram:
         for part in split_at_boxes(program):
             if isinstance(part, KernelPart):
                 self.parts.append((part, compile_kernel(part.program)))
+            elif isinstance(part, ViewPart):
+                self.parts.append((part, None))
             else:
                 self.parts.append((part, None))
         self._sig = ast.Def(program.name, program.params, program.ret, ast.Const(0.0))
@@ -144,6 +180,9 @@ class StagedProgram:
                 for v, x in zip(part.outputs, _flat(out, len(part.outputs))):
                     vals[v] = x
                 continue
+            if isinstance(part, ViewPart):
+                vals[part.var] = np.transpose(vals[part.src], part.axes)
+                continue
             rhs = part.rhs
             operands = [np.asarray(vals[o.var], dtype=np.float64) for o in rhs.operands]
             key = _box_key(rhs)
@@ -170,4 +209,4 @@ def has_boxes(p: Program) -> bool:
     return any(isinstance(s.rhs, BoxRhs) for s in p.stmts)
 
 
-__all__ = ["split_at_boxes", "StagedProgram", "KernelPart", "has_boxes"]
+__all__ = ["split_at_boxes", "StagedProgram", "KernelPart", "ViewPart", "has_boxes"]
