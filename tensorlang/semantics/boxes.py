@@ -201,15 +201,17 @@ def _trsm(trans: bool) -> Callable[..., np.ndarray]:
     fn = "trisolve_t" if trans else "trisolve"
 
     def solve(l: np.ndarray, b: np.ndarray, label: str, pos: tuple[int, ...]) -> np.ndarray:
-        from scipy.linalg import solve_triangular
+        from scipy.linalg import blas
 
         _check_triangular(fn, l, label, pos)
-        if l.shape[-1] == 0:
+        if l.shape[-1] == 0 or b.size == 0:
             return np.zeros(b.shape)
-        # l.T is l's lower triangle as an upper triangle in Fortran order (no copy)
-        out = solve_triangular(l.T, b, lower=False, trans=0 if trans else 1,
-                               check_finite=False)
-        return np.ascontiguousarray(out)
+        # Solved transposed, X^T op(L)^T = B^T (trsm from the right): l.T and B^T are l and
+        # B in Fortran order, and X^T comes back in Fortran order, i.e. X in C order -- no
+        # copies but the result (trtrs would copy B into Fortran order and X back).
+        rows = b.T if b.ndim == 2 else b[None, :]
+        xt = blas.dtrsm(1.0, l.T, rows, side=1, lower=0, trans_a=1 if trans else 0)
+        return xt.T if b.ndim == 2 else xt[0]
     return solve
 
 
@@ -321,7 +323,8 @@ def evaluate_parts(fn: str, args: Sequence[np.ndarray], label: str = "",
 
 def evaluate(fn: str, part: int, args: Sequence[np.ndarray], label: str = "") -> np.ndarray:
     """Output `part` of `fn` on float64 arrays (leading dimensions batch)."""
-    args = [np.ascontiguousarray(x, dtype=np.float64) for x in args]
+    # any layout: a transposed operand reaches LAPACK in Fortran order without a copy
+    args = [np.asarray(x, dtype=np.float64) for x in args]
     label = label or ", ".join(f"arg{k}" for k in range(len(args)))
     _finite(fn, label, args)
     one: Callable[..., np.ndarray]
