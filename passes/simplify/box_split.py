@@ -33,11 +33,29 @@ def opaque(p: Program) -> set[str]:
     emit as one BLAS call: the e-graph would trade them for masked triangular loops, fewer
     operations in the cost model but ten times slower)."""
     boxes = {s.var for s in p.stmts if isinstance(s.rhs, BoxRhs)}
+    full = _fully_read(p)
     dense = {s.var for s in p.stmts
              if isinstance(s.rhs, ContractRhs) and s.rhs.sdims
-             and isinstance(s.rhs.pred, ast.PTrue)
+             and isinstance(s.rhs.pred, ast.PTrue) and s.var in full
              and any(o.var in boxes for o in s.rhs.operands)}
     return boxes | dense
+
+
+def _fully_read(p: Program) -> set[str]:
+    """The variables some statement needs in full: an output, a box operand, or read at
+    every point (distinct indices, one per axis) by a statement itself needed in full.  A
+    product read only on a diagonal or a band (`v[j, j - 1]`, through masked copies too) is
+    left to the e-graph, which fuses it into its reader: n^2 operations, not a BLAS n^3."""
+    full = set(p.output_vars())
+    for s in reversed(p.stmts):
+        box = isinstance(s.rhs, BoxRhs)
+        if not box and s.var not in full:
+            continue
+        for o in s.rhs.operands:
+            names = [a.as_var() for a in o.idx]
+            if box or (all(n is not None for n in names) and len(set(names)) == len(names)):
+                full.add(o.var)
+    return full
 
 
 def open_boxes(p: Program) -> tuple[Program, Opened]:
