@@ -306,6 +306,38 @@ def test_product_read_only_on_a_band_is_fused_not_a_blas_call():
                                m["diag"].interpret(A=A, B=B), rtol=1e-12)
 
 
+def test_product_with_a_diagonal_or_outer_product_is_not_a_blas_call():
+    """V diag(d) and V^T (x y^T) (eigh's adjoint) are n^2 work: left to the e-graph."""
+    from passes.simplify import box_split
+    from tensorlang.ir.tssa import ContractRhs
+
+    src = ("def f(N: size, A: R[N, N], d: R[N], x: R[N]) -> R[N, N]:\n"
+           "    V = eigh(A).1\n"
+           "    Dg[i:N, j:N] = [i == j] * d[i]\n"
+           "    O[i:N, j:N] = x[i] * d[j]\n"
+           "    P[i:N, j:N] = sum k:N. V[i, k] * Dg[k, j]\n"
+           "    Q[i:N, j:N] = sum k:N. V[k, i] * O[k, j]\n"
+           "    return P + Q\n")
+    f = tl.parse(src)["f"]
+    derived = f.run_to("derive")
+    products = [s.var for s in derived.stmts if isinstance(s.rhs, ContractRhs) and s.rhs.sdims]
+    assert len(products) == 2 and not set(products) & box_split.opaque(derived)
+    final = api_final(f)
+    rng = np.random.default_rng(0)
+    A, d, x = rng.standard_normal((5, 5)), rng.standard_normal(5), rng.standard_normal(5)
+    assert not any(isinstance(s.rhs, ContractRhs) and len(s.rhs.dims) == 2
+                   and len(s.rhs.sdims) == 1 and isinstance(s.rhs.pred, ast_true())
+                   for s in final.stmts)
+    np.testing.assert_allclose(f.compile("numba")(A=A, d=d, x=x), f.interpret(A=A, d=d, x=x),
+                               rtol=1e-10, atol=1e-12)
+
+
+def ast_true():
+    from tensorlang.ir import ast
+
+    return ast.PTrue
+
+
 def api_final(fn):
     from tensorlang import api
 

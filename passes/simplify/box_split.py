@@ -34,11 +34,30 @@ def opaque(p: Program) -> set[str]:
     operations in the cost model but ten times slower)."""
     boxes = {s.var for s in p.stmts if isinstance(s.rhs, BoxRhs)}
     full = _fully_read(p)
+    low = _low_rank(p)
     dense = {s.var for s in p.stmts
              if isinstance(s.rhs, ContractRhs) and s.rhs.sdims
              and isinstance(s.rhs.pred, ast.PTrue) and s.var in full
-             and any(o.var in boxes for o in s.rhs.operands)}
+             and any(o.var in boxes for o in s.rhs.operands)
+             and not any(o.var in low for o in s.rhs.operands)}
     return boxes | dense
+
+
+def _low_rank(p: Program) -> set[str]:
+    """Matrices (rank >= 2) every operand of which reads fewer distinct indices than the
+    matrix has axes: a diagonal `[i == j] * d[i]` or an outer product `x[i] * y[j]`.  A
+    product with one is n^2 work, which the e-graph finds (a BLAS call would do n^3)."""
+    out = set()
+    for s in p.stmts:
+        rhs = s.rhs
+        if isinstance(rhs, (BoxRhs, Input)) or len(rhs.dims) < 2 or rhs.sdims \
+                or not rhs.operands:
+            continue
+        gens = set(rhs.gen_names())
+        if all(len({n for a in o.idx for n in a.vars()} & gens) < len(gens)
+               for o in rhs.operands):
+            out.add(s.var)
+    return out
 
 
 def _fully_read(p: Program) -> set[str]:
