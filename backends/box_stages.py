@@ -15,7 +15,8 @@ from typing import Any, Callable, Mapping, Union
 import numpy as np
 
 from tensorlang.ir import ast, tssa
-from tensorlang.ir.tssa import BoxRhs, Input, Program, Stmt
+from tensorlang.ir.ast import Affine, PTrue
+from tensorlang.ir.tssa import BoxRhs, Input, Program, ReduceRhs, Stmt
 from tensorlang.semantics import boxes, interp
 
 
@@ -25,7 +26,39 @@ class KernelPart:
     outputs: tuple[str, ...]
 
 
-Part = Union[KernelPart, Stmt]
+@dataclass(frozen=True)
+class ViewPart:
+    """`var[I] = src[perm(I)]`: a transpose, taken as a numpy view (no kernel, no copy;
+    LAPACK reads a transposed operand through its Fortran order)."""
+
+    var: str
+    src: str
+    axes: tuple[int, ...]
+
+
+Part = Union[KernelPart, ViewPart, Stmt]
+
+
+def _transpose(sub: Program) -> ViewPart | None:
+    """The view a one-statement kernel part is, if it is an unmasked, unscaled transpose."""
+    body = [s for s in sub.stmts if not isinstance(s.rhs, Input)]
+    if len(body) != 1 or not isinstance(body[0].rhs, ReduceRhs) or body[0].var != sub.output:
+        return None
+    rhs = body[0].rhs
+    if rhs.sdims or rhs.coeff != 1.0 or not isinstance(rhs.pred, PTrue):
+        return None
+    src = rhs.operands[0]
+    gens = [Affine.var(n) for n in rhs.gen_names()]
+    if len(src.idx) != len(gens) or sorted(map(repr, src.idx)) != sorted(map(repr, gens)):
+        return None
+    perm = [gens.index(a) for a in src.idx]          # src axis k <- output axis perm[k]
+    if perm == sorted(perm) or tuple(sub.shapes[src.var][k] for k in range(len(perm))) != \
+            tuple(rhs.dims[perm[k]] for k in range(len(perm))):
+        return None
+    axes = [0] * len(perm)
+    for k, j in enumerate(perm):
+        axes[j] = k
+    return ViewPart(body[0].var, src.var, tuple(axes))
 
 
 def _tree(vs: tuple[str, ...]) -> tssa.Out:
@@ -86,7 +119,8 @@ def split_at_boxes(p: Program) -> list[Part]:
         head += [Stmt(v, Input(v, ())) for v in extra]
         sub = Program(f"{p.name}_part{len(parts)}", params, tuple(head + g), _tree(outs),
                       None, p.ix)
-        parts.append(KernelPart(tssa.dce(sub), outs))
+        sub = tssa.dce(sub)
+        parts.append(_transpose(sub) or KernelPart(sub, outs))
     return parts
 
 
@@ -99,9 +133,17 @@ class StagedProgram:
         for part in split_at_boxes(program):
             if isinstance(part, KernelPart):
                 self.parts.append((part, compile_kernel(part.program)))
+            elif isinstance(part, ViewPart):
+                self.parts.append((part, None))
             else:
                 self.parts.append((part, None))
         self._sig = ast.Def(program.name, program.params, program.ret, ast.Const(0.0))
+        # the factorisations whose second part (Q of lq, V of eigh) no statement reads
+        used: dict[tuple, set[int]] = {}
+        for s in program.stmts:
+            if isinstance(s.rhs, BoxRhs):
+                used.setdefault(_box_key(s.rhs), set()).add(s.rhs.part)
+        self._first_only = {k for k, parts in used.items() if parts == {0}}
 
     def __repr__(self) -> str:
         return f"<StagedProgram {self.program.name}: {len(self.parts)} parts>"
@@ -109,29 +151,44 @@ class StagedProgram:
     def __call__(self, args: Mapping[str, Any] | None = None, /, **kwargs: Any) -> Any:
         given = dict(args or {}, **kwargs)
         env = interp.bind_args(self._sig, given)
+        inputs = {k: v for k, (v, _) in env.vals.items()}
+        full = dict(given)
+        full.update(env.sizes)
+        return self._run(inputs, full, lambda kernel, call: kernel(call))
+
+    def call_bound(self, bound: Mapping[str, Any]) -> Any:
+        """Run on arguments already checked and converted (the API's call path: see
+        `CompiledProgram.call_bound`); the kernels are called the same way, without checking
+        their arguments again (they come from this call or from LAPACK)."""
+        return self._run(bound, dict(bound), lambda kernel, call: kernel.call_bound(call))
+
+    def _run(self, values: Mapping[str, Any], full: dict[str, Any],
+             call_kernel: Callable[[Any, dict[str, Any]], Any]) -> Any:
         vals: dict[str, Any] = {}
         for var, rhs in self.program.inputs().items():
-            v = env.vals[rhs.param][0]
+            v = values[rhs.param]
             for k in rhs.path:
                 v = v[k]
             vals[var] = v
-        full = dict(given)
-        full.update(env.sizes)
         factored: dict[tuple, tuple[np.ndarray, ...]] = {}
         for part, kernel in self.parts:
             if kernel is not None:
                 call = dict(full)
                 call.update({q.name: vals[q.name] for q in part.program.params
                              if q.name in vals and q.name not in full})
-                out = kernel(call)
+                out = call_kernel(kernel, call)
                 for v, x in zip(part.outputs, _flat(out, len(part.outputs))):
                     vals[v] = x
                 continue
+            if isinstance(part, ViewPart):
+                vals[part.var] = np.transpose(vals[part.src], part.axes)
+                continue
             rhs = part.rhs
             operands = [np.asarray(vals[o.var], dtype=np.float64) for o in rhs.operands]
-            key = (rhs.fn, tuple(o.var for o in rhs.operands))
+            key = _box_key(rhs)
             if key not in factored:   # both parts of a pair box from one factorisation
-                factored[key] = boxes.evaluate_parts(rhs.fn, operands, rhs.label)
+                factored[key] = boxes.evaluate_parts(rhs.fn, operands, rhs.label,
+                                                     key in self._first_only)
             vals[part.var] = factored[key][rhs.part]
 
         def build(o: tssa.Out) -> Any:
@@ -143,8 +200,13 @@ class StagedProgram:
         return build(self.program.output)
 
 
+def _box_key(rhs: BoxRhs) -> tuple[str, tuple[str, ...]]:
+    """One factorisation: the box and its operands (the parts of a pair box share it)."""
+    return (rhs.fn, tuple(o.var for o in rhs.operands))
+
+
 def has_boxes(p: Program) -> bool:
     return any(isinstance(s.rhs, BoxRhs) for s in p.stmts)
 
 
-__all__ = ["split_at_boxes", "StagedProgram", "KernelPart", "has_boxes"]
+__all__ = ["split_at_boxes", "StagedProgram", "KernelPart", "ViewPart", "has_boxes"]

@@ -843,7 +843,8 @@ class Compiled:
         key, bound = self._binder.bind_keyed(args, kwargs)
         hit = self._estimates.get(key) if key is not None else None
         if hit is None:
-            est = memory.estimate(self._estimated(), bound)
+            # a kernel sums in loops or one matrix product: no working arrays
+            est = memory.estimate(self._estimated(), bound, compiled=self.backend != "interp")
             hit = (est, est.total)
             if key is not None:
                 if len(self._estimates) >= CallBinder.MAX_PLANS:

@@ -273,3 +273,72 @@ def test_cuda_backend_says_boxes_are_not_there():
     with pytest.raises(tl.TLError, match="CUDA backend has no linear-algebra boxes yet "
                                          r"\(cholesky, trisolve"):
         numba_cuda.compile_program(f.final_program())
+
+
+def test_product_read_only_on_a_band_is_fused_not_a_blas_call():
+    """A dense product of a box's output stays one BLAS call when it is needed in full; read
+    only on its diagonal (through a masked copy too), the simplifier fuses it into the
+    reader: n^2 operations, not n^3 (kalman's gradient reads `G Y^T` on its subdiagonal)."""
+    from passes.simplify import box_split
+    from tensorlang.ir.tssa import ContractRhs
+
+    src = ("def diag(N: size, A: R[N, N], B: R[N, N]) -> R:\n"
+           "    L = cholesky(A)\n"
+           "    P[i:N, j:N] = sum k:N. L[i, k] * B[j, k]\n"
+           "    Q[i:N, j:N] = [j <= i] * P[i, j]\n"
+           "    return sum i:N. [i >= 1] * Q[i, i - 1]\n"
+           "def full(N: size, A: R[N, N], B: R[N, N]) -> R[N, N]:\n"
+           "    L = cholesky(A)\n"
+           "    P[i:N, j:N] = sum k:N. L[i, k] * B[j, k]\n"
+           "    return P\n")
+    m = tl.parse(src)
+    derived = {name: m[name].run_to("derive") for name in ("diag", "full")}
+    products = {name: [s.var for s in p.stmts if isinstance(s.rhs, ContractRhs) and s.rhs.sdims
+                       and len(s.rhs.dims) == 2] for name, p in derived.items()}
+    assert products["diag"] and products["full"]
+    assert not set(products["diag"]) & box_split.opaque(derived["diag"])
+    assert set(products["full"]) <= box_split.opaque(derived["full"])
+    final = api_final(m["diag"])
+    assert not any(isinstance(s.rhs, ContractRhs) and len(s.rhs.dims) == 2 for s in final.stmts)
+    A = np.eye(4) * 2 + 0.1
+    B = np.arange(16.0).reshape(4, 4)
+    np.testing.assert_allclose(m["diag"].compile("numba")(A=A, B=B),
+                               m["diag"].interpret(A=A, B=B), rtol=1e-12)
+
+
+def test_product_with_a_diagonal_or_outer_product_is_not_a_blas_call():
+    """V diag(d) and V^T (x y^T) (eigh's adjoint) are n^2 work: left to the e-graph."""
+    from passes.simplify import box_split
+    from tensorlang.ir.tssa import ContractRhs
+
+    src = ("def f(N: size, A: R[N, N], d: R[N], x: R[N]) -> R[N, N]:\n"
+           "    V = eigh(A).1\n"
+           "    Dg[i:N, j:N] = [i == j] * d[i]\n"
+           "    O[i:N, j:N] = x[i] * d[j]\n"
+           "    P[i:N, j:N] = sum k:N. V[i, k] * Dg[k, j]\n"
+           "    Q[i:N, j:N] = sum k:N. V[k, i] * O[k, j]\n"
+           "    return P + Q\n")
+    f = tl.parse(src)["f"]
+    derived = f.run_to("derive")
+    products = [s.var for s in derived.stmts if isinstance(s.rhs, ContractRhs) and s.rhs.sdims]
+    assert len(products) == 2 and not set(products) & box_split.opaque(derived)
+    final = api_final(f)
+    rng = np.random.default_rng(0)
+    A, d, x = rng.standard_normal((5, 5)), rng.standard_normal(5), rng.standard_normal(5)
+    assert not any(isinstance(s.rhs, ContractRhs) and len(s.rhs.dims) == 2
+                   and len(s.rhs.sdims) == 1 and isinstance(s.rhs.pred, ast_true())
+                   for s in final.stmts)
+    np.testing.assert_allclose(f.compile("numba")(A=A, d=d, x=x), f.interpret(A=A, d=d, x=x),
+                               rtol=1e-10, atol=1e-12)
+
+
+def ast_true():
+    from tensorlang.ir import ast
+
+    return ast.PTrue
+
+
+def api_final(fn):
+    from tensorlang import api
+
+    return api.final_program(fn)

@@ -38,11 +38,48 @@ def opaque(p: Program) -> set[str]:
     emit as one BLAS call: the e-graph would trade them for masked triangular loops, fewer
     operations in the cost model but ten times slower), and the index values."""
     boxes = {s.var for s in p.stmts if isinstance(s.rhs, BoxRhs)}
+    full = _fully_read(p)
+    low = _low_rank(p)
     dense = {s.var for s in p.stmts
              if isinstance(s.rhs, ContractRhs) and s.rhs.sdims
-             and isinstance(s.rhs.pred, ast.PTrue)
-             and any(o.var in boxes for o in s.rhs.operands)}
+             and isinstance(s.rhs.pred, ast.PTrue) and s.var in full
+             and any(o.var in boxes for o in s.rhs.operands)
+             and not any(o.var in low for o in s.rhs.operands)}
     return boxes | dense | {s.var for s in p.stmts if isinstance(s.rhs, IndexRhs)}
+
+
+def _low_rank(p: Program) -> set[str]:
+    """Matrices (rank >= 2) every operand of which reads fewer distinct indices than the
+    matrix has axes: a diagonal `[i == j] * d[i]` or an outer product `x[i] * y[j]`.  A
+    product with one is n^2 work, which the e-graph finds (a BLAS call would do n^3)."""
+    out = set()
+    for s in p.stmts:
+        rhs = s.rhs
+        if isinstance(rhs, (BoxRhs, Input)) or len(rhs.dims) < 2 or rhs.sdims \
+                or not rhs.operands:
+            continue
+        gens = set(rhs.gen_names())
+        if all(len({n for a in o.idx for n in a.vars()} & gens) < len(gens)
+               for o in rhs.operands):
+            out.add(s.var)
+    return out
+
+
+def _fully_read(p: Program) -> set[str]:
+    """The variables some statement needs in full: an output, a box operand, or read at
+    every point (distinct indices, one per axis) by a statement itself needed in full.  A
+    product read only on a diagonal or a band (`v[j, j - 1]`, through masked copies too) is
+    left to the e-graph, which fuses it into its reader: n^2 operations, not a BLAS n^3."""
+    full = set(p.output_vars())
+    for s in reversed(p.stmts):
+        box = isinstance(s.rhs, BoxRhs)
+        if not box and s.var not in full:
+            continue
+        for o in s.rhs.operands:
+            names = [a.as_var() for a in o.idx]
+            if box or (all(n is not None for n in names) and len(set(names)) == len(names)):
+                full.add(o.var)
+    return full
 
 
 def open_boxes(p: Program) -> tuple[Program, Opened]:

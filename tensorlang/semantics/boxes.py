@@ -201,15 +201,17 @@ def _trsm(trans: bool) -> Callable[..., np.ndarray]:
     fn = "trisolve_t" if trans else "trisolve"
 
     def solve(l: np.ndarray, b: np.ndarray, label: str, pos: tuple[int, ...]) -> np.ndarray:
-        from scipy.linalg import solve_triangular
+        from scipy.linalg import blas
 
         _check_triangular(fn, l, label, pos)
-        if l.shape[-1] == 0:
+        if l.shape[-1] == 0 or b.size == 0:
             return np.zeros(b.shape)
-        # l.T is l's lower triangle as an upper triangle in Fortran order (no copy)
-        out = solve_triangular(l.T, b, lower=False, trans=0 if trans else 1,
-                               check_finite=False)
-        return np.ascontiguousarray(out)
+        # Solved transposed, X^T op(L)^T = B^T (trsm from the right): l.T and B^T are l and
+        # B in Fortran order, and X^T comes back in Fortran order, i.e. X in C order -- no
+        # copies but the result (trtrs would copy B into Fortran order and X back).
+        rows = b.T if b.ndim == 2 else b[None, :]
+        xt = blas.dtrsm(1.0, l.T, rows, side=1, lower=0, trans_a=1 if trans else 0)
+        return xt.T if b.ndim == 2 else xt[0]
     return solve
 
 
@@ -224,17 +226,43 @@ def _potri(l: np.ndarray, label: str, pos: tuple[int, ...]) -> np.ndarray:
     return li.T @ li
 
 
-def lq_factor(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(L, Q) of one matrix with diag(L) >= 0."""
-    q, r = np.linalg.qr(a.T)
+def lq_factor(a: np.ndarray, want_q: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+    """(L, Q) of one matrix with diag(L) >= 0 (Q None unless `want_q`: geqrf alone, no
+    orglq)."""
+    m, n = a.shape
+    if a.size == 0:
+        q, r = np.linalg.qr(a.T) if want_q else (None, np.linalg.qr(a.T, mode="r"))
+    else:
+        # scipy's geqrf/orgqr with the optimal workspace: numpy's qr takes twice as long at
+        # 200 x 600 (the same numbers); a.T of a C-ordered a is Fortran-ordered (no copy)
+        from scipy.linalg import lapack
+
+        lwork = max(1, int(lapack.dgeqrf_lwork(n, m)[0]))
+        qr, tau, _, info = lapack.dgeqrf(a.T, lwork=lwork)
+        if info != 0:
+            raise BoxError(f"lq: LAPACK geqrf failed (info {info})")
+        r = np.triu(qr[:m, :])
+        q = None
+        if want_q:
+            q, _, info = lapack.dorgqr(qr, tau, lwork=lwork, overwrite_a=1)
+            if info != 0:
+                raise BoxError(f"lq: LAPACK orgqr failed (info {info})")
     s = np.sign(np.diagonal(r)).copy()
     s[s == 0] = 1.0
-    return r.T * s[None, :], q.T * s[:, None]
+    r *= s[:, None]            # in place: the transposes are views (no copies of Q)
+    if q is not None:
+        q *= s[None, :]
+    return r.T, (None if q is None else q.T)
 
 
-def eigh_factor(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(w, V) of sym(a), V's columns signed by seed 003's rule."""
-    w, v = np.linalg.eigh(0.5 * (a + a.T))
+def eigh_factor(a: np.ndarray, want_v: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+    """(w, V) of sym(a), V's columns signed by seed 003's rule (V None unless `want_v`:
+    the eigenvalues alone)."""
+    sym = a + a.T
+    sym *= 0.5
+    if not want_v:
+        return np.linalg.eigvalsh(sym), None
+    w, v = np.linalg.eigh(sym)
     return w, sign_columns(v)
 
 
@@ -254,7 +282,7 @@ def _lq(part: int) -> Callable[..., np.ndarray]:
         if m > n:
             raise BoxError(f"lq({_where(label, pos)}): needs at most as many rows as columns, "
                            f"found {m} x {n}")
-        l, q = lq_factor(a)
+        l, q = lq_factor(a, want_q=part == 1)   # L: geqrf alone
         return l if part == 0 else q
     return run
 
@@ -272,9 +300,11 @@ def _core_dims(fn: str, shapes: Sequence[tuple[int, ...]]) -> list[int]:
     return [2]
 
 
-def evaluate_parts(fn: str, args: Sequence[np.ndarray], label: str = ""
-                   ) -> tuple[np.ndarray, ...]:
-    """Every output of `fn` (both parts of `lq`, `eigh` from one factorisation)."""
+def evaluate_parts(fn: str, args: Sequence[np.ndarray], label: str = "",
+                   first_only: bool = False) -> tuple[np.ndarray | None, ...]:
+    """Every output of `fn` (both parts of `lq`, `eigh` from one factorisation); with
+    `first_only` the second part of a pair box is None and not computed (L of `lq` without
+    forming Q, the eigenvalues without the eigenvectors)."""
     if fn not in PAIR_BOXES:
         return (evaluate(fn, 0, args, label),)
     a = np.ascontiguousarray(args[0], dtype=np.float64)
@@ -284,13 +314,20 @@ def evaluate_parts(fn: str, args: Sequence[np.ndarray], label: str = ""
         return (evaluate(fn, 0, [a], label),)        # raises the error
     batch = a.shape[:-2]
     flat = a.reshape((-1,) + a.shape[-2:])
-    both = [lq_factor(x) if fn == "lq" else eigh_factor(x) for x in flat]
-    outs = []
+    both = [lq_factor(x, not first_only) if fn == "lq" else eigh_factor(x, not first_only)
+            for x in flat]
+    outs: list[np.ndarray | None] = []
     for k in range(2):
+        if k and first_only:
+            outs.append(None)
+            continue
         parts = [b[k] for b in both]
-        shape = parts[0].shape if parts else out_shape(fn, k, [a.shape])[len(batch):]
-        out = np.stack(parts).reshape(batch + tuple(shape)) if parts else np.zeros(
-            batch + tuple(int(d) for d in shape))
+        if len(parts) == 1 and not batch:
+            out = parts[0]                  # no stacking copy
+        elif parts:
+            out = np.stack(parts).reshape(batch + parts[0].shape)
+        else:
+            out = np.zeros(batch + tuple(int(d) for d in out_shape(fn, k, [a.shape])[len(batch):]))
         if not all_finite(out):
             raise BoxError(f"{fn}({label}): the result is not finite (the input is too badly "
                            "conditioned)")
@@ -300,7 +337,8 @@ def evaluate_parts(fn: str, args: Sequence[np.ndarray], label: str = ""
 
 def evaluate(fn: str, part: int, args: Sequence[np.ndarray], label: str = "") -> np.ndarray:
     """Output `part` of `fn` on float64 arrays (leading dimensions batch)."""
-    args = [np.ascontiguousarray(x, dtype=np.float64) for x in args]
+    # any layout: a transposed operand reaches LAPACK in Fortran order without a copy
+    args = [np.asarray(x, dtype=np.float64) for x in args]
     label = label or ", ".join(f"arg{k}" for k in range(len(args)))
     _finite(fn, label, args)
     one: Callable[..., np.ndarray]

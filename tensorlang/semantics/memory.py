@@ -4,9 +4,14 @@ From the sizes alone (no data is read), `estimate` adds up the bytes of
 
   * the inputs (every array argument, 8 bytes an entry; boolean relations 1),
   * the temporaries: every `gen` array a statement materialises, at its full extent under
-    the generators around it (what Tensor SSA stores as one statement), and the widest
-    working array of a `sum` nest (the interpreter evaluates a sum vectorised over every
-    enclosing index, so `gen i. sum j. A[i, j] * x[j]` works on an N x N array),
+    the generators around it (what Tensor SSA stores as one statement), the outputs of every
+    linear-algebra box (SPEC 13) with a working copy of its operands (LAPACK factorises a
+    copy), and, for the interpreter only, the widest working array of a `sum` nest (the
+    interpreter evaluates a sum vectorised over every enclosing index, so
+    `gen i. sum j. A[i, j] * x[j]` works on an N x N array; a compiled kernel accumulates a
+    sum in a loop or hands it to one matrix product that writes the statement's array, so
+    `compiled=True` counts no working array for it: `v[i:D, k:M] = sum j:D. A[i, j] B[j, k]`
+    is D M entries there, not D M D),
   * the output (its type at the given sizes).
 
 `check` refuses a run whose estimate is above the limit with a `ResourceError` naming the
@@ -30,6 +35,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from tensorlang.ir import ast
+from tensorlang.semantics import boxes
 from tensorlang.syntax.errors import Loc, ResourceError, TLError
 
 ENV_VAR = "TENSORLANG_MAX_MEMORY"
@@ -142,9 +148,10 @@ def _type_entries(t: ast.Type, sizes: Mapping[str, int]) -> int:
     return 1 if isinstance(t, ast.TReal) else 0
 
 
-def estimate(d: ast.Def, args: Mapping[str, Any]) -> Estimate:
+def estimate(d: ast.Def, args: Mapping[str, Any], compiled: bool = False) -> Estimate:
     """Bytes of inputs, temporaries and output of running core def `d` on `args` (bound
-    arguments: sizes as ints)."""
+    arguments: sizes as ints); `compiled`: on a compiled backend (no sum working arrays),
+    else on the interpreter."""
     sizes = {p.name: int(args[p.name]) for p in d.params
              if isinstance(p.type, ast.TSize) and p.name in args}
     inputs = sum(_value_bytes(args[p.name]) if p.name in args else _param_bytes(p.type, sizes)
@@ -153,11 +160,11 @@ def estimate(d: ast.Def, args: Mapping[str, Any]) -> Estimate:
     memo = _MEMO.get(d)
     if memo is None:
         memo = _MEMO[d] = {}
-    key = tuple(sorted(sizes.items()))
+    key = (compiled, tuple(sorted(sizes.items())))
     if key not in memo:
         if len(memo) > 64:
             memo.clear()
-        memo[key] = _temporaries(d, sizes)
+        memo[key] = _temporaries(d, sizes, compiled)
     temps, output = memo[key]
     return Estimate(inputs, temps, output)
 
@@ -166,7 +173,8 @@ _MEMO: "weakref.WeakKeyDictionary[ast.Def, dict[tuple, tuple[tuple[Temporary, ..
     weakref.WeakKeyDictionary()
 
 
-def _temporaries(d: ast.Def, sizes: Mapping[str, int]) -> tuple[tuple[Temporary, ...], int]:
+def _temporaries(d: ast.Def, sizes: Mapping[str, int], compiled: bool
+                 ) -> tuple[tuple[Temporary, ...], int]:
     output = _FLOAT_BYTES * _type_entries(d.ret, sizes) if d.ret is not None else 0
     temps: list[Temporary] = []
     # (node, the enclosing binders (index, extent, is a gen), statement name)
@@ -175,6 +183,7 @@ def _temporaries(d: ast.Def, sizes: Mapping[str, int]) -> tuple[tuple[Temporary,
     start = statement_loc(d, "return") or d.loc
     stack: list[tuple[ast.Node, Binders, str, Loc | None]] = [(d.body, (), "return", start)]
     seen: set[tuple[int, Binders, str]] = set()
+    factored: set[tuple[str, tuple[ast.Expr, ...]]] = set()   # the parts of a pair box share one
     while stack:
         node, binders, name, where = stack.pop()
         key = (id(node), binders, name)
@@ -187,7 +196,7 @@ def _temporaries(d: ast.Def, sizes: Mapping[str, int]) -> tuple[tuple[Temporary,
             if isinstance(node, ast.Gen):    # materialised in full under the enclosing gens
                 entries = math.prod(n for _, n, is_gen in inner if is_gen)
                 temps.append(Temporary(name, where, entries, _FLOAT_BYTES * entries))
-            elif not isinstance(node.body, ast.Sum):
+            elif not compiled and not isinstance(node.body, ast.Sum):
                 # a sum nest works on one array over the indices its body uses (the
                 # interpreter broadcasts over the others)
                 used = ast.free_names(node.body)
@@ -195,6 +204,17 @@ def _temporaries(d: ast.Def, sizes: Mapping[str, int]) -> tuple[tuple[Temporary,
                 temps.append(Temporary(name, where, entries, _FLOAT_BYTES * entries, True))
             stack.append((node.body, inner, name, where))
             continue
+        if isinstance(node, ast.Box):   # its output, and a working copy of its operands
+            shapes = [tuple(_extent(a, sizes) for a in s) for s in node.shapes()]
+            out = math.prod(_extent(a, sizes) for a in
+                            boxes.out_shape(node.fn, node.part, node.shapes()))
+            temps.append(Temporary(name, where, out, _FLOAT_BYTES * out))
+            if (node.fn, node.args) not in factored:
+                factored.add((node.fn, node.args))
+                work = sum(math.prod(s) for s in shapes)
+                if node.fn == "eigh":   # syevd's workspace: about 2 n^2 more
+                    work *= 3
+                temps.append(Temporary(name, where, work, _FLOAT_BYTES * work, True))
         if isinstance(node, ast.Let):
             statement = own_loc(node.value.loc, d) or statement_loc(d, node.name) or where
             stack.append((node.value, binders, node.name, statement))
@@ -250,10 +270,11 @@ def _extent(a: ast.Affine, sizes: Mapping[str, int]) -> int:
         return 0
 
 
-def check(d: ast.Def, args: Mapping[str, Any], what: str) -> Estimate:
-    """The estimate of running `d` on `args`; a `ResourceError` naming the largest statement
-    when it is above `limit()`.  `what`: the function's name, for the message."""
-    return check_estimate(estimate(d, args), what)
+def check(d: ast.Def, args: Mapping[str, Any], what: str, compiled: bool = False) -> Estimate:
+    """The estimate of running `d` on `args` (`compiled`: see `estimate`); a `ResourceError`
+    naming the largest statement when it is above `limit()`.  `what`: the function's name,
+    for the message."""
+    return check_estimate(estimate(d, args, compiled), what)
 
 
 def check_estimate(est: Estimate, what: str) -> Estimate:

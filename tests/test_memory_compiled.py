@@ -1,0 +1,97 @@
+"""The memory estimate (semantics/memory.py) against what a run really allocates: on a
+compiled backend a sum is a loop or one matrix product (no working array), and the outputs
+of linear-algebra boxes count (issue 11: `blr_lq`'s gradient at D = 1000 was refused for a
+22 GiB working array its kernels never allocate)."""
+from __future__ import annotations
+
+import sys
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from backends import numba_cpu
+from tensorlang import api
+from tensorlang.semantics import memory
+from tensorlang.syntax.errors import ResourceError
+
+EX = Path(__file__).resolve().parents[1] / "examples"
+sys.path.insert(0, str(EX))
+from numpy_ref import LINALG_WORKLOADS  # noqa: E402
+
+WRT = {"gp_nlml": ("ell", "sf2", "sn2"), "blr_chol": ("lam_y", "lam_w"),
+       "blr_lq": ("lam_y", "lam_w"), "kalman_nll": ("a", "q", "r"), "eigh_nll": ("A",)}
+
+
+def _functions(name: str) -> tuple[tl.Function, tl.Function]:
+    w = LINALG_WORKLOADS[name]
+    f = tl.load(str(EX / w.file))[w.func]
+    return f, tl.grad(f, *WRT[name])
+
+
+def _peak_bytes(fn: tl.Function, bound: dict) -> int:
+    """The peak of what the compiled program allocates in one call: the same generated code
+    run as plain Python (`jit=False`), so that numpy's allocations are traced, with the boxes
+    between the kernels as on the Numba backend."""
+    run = numba_cpu.compile_program(api.final_program(fn), jit=False)
+    run(bound)                                   # warm (imports, caches)
+    tracemalloc.start()
+    try:
+        run(bound)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("name", sorted(WRT))
+def test_compiled_estimate_is_close_to_the_allocations(name):
+    w = LINALG_WORKLOADS[name]
+    args = w.inputs(w.sizes(40), np.random.default_rng(3))
+    for fn in _functions(name):
+        bound = fn.bind(**args)
+        est = memory.estimate(api.memory_program(fn, "numba"), bound, compiled=True)
+        ours = est.temporary_bytes + est.output
+        peak = _peak_bytes(fn, bound)
+        # an upper bound up to the odd small temporary (fused statements store less)
+        assert 0.8 * peak <= ours <= 3 * peak, (fn.name, ours, peak)
+
+
+def test_blr_lq_gradient_at_d1000_is_not_refused():
+    """The estimate of the call the benchmark makes (D = 1000, N = 2000): the interpreter's
+    working array of the product `sum j:D. Qbar[j, i] C[i, j]` (D x (D + N) x D entries) is
+    no allocation of the compiled program, which holds a few D x (D + N) arrays."""
+    w = LINALG_WORKLOADS["blr_lq"]
+    sizes = w.sizes(1000)
+    _, grad = _functions("blr_lq")
+    d = api.memory_program(grad, "numba")
+    D, N = sizes["D"], sizes["N"]
+    # the estimate reads the sizes and the inputs' byte counts only
+    bound = {"D": D, "N": N, "X": np.broadcast_to(0.0, (D, N)), "y": np.broadcast_to(0.0, N),
+             "lam_y": 1.0, "lam_w": 1.0}
+    interp_est = memory.estimate(d, bound)
+    compiled_est = memory.estimate(d, bound, compiled=True)
+    assert interp_est.total > 20 * 2**30                      # the interpreter's 22 GiB
+    dn = sizes["D"] * (sizes["D"] + sizes["N"])
+    assert compiled_est.temporary_bytes < 12 * 8 * dn         # a dozen D x (D + N) arrays
+    assert compiled_est.total < 2**30
+
+
+def test_compiled_call_checks_the_compiled_estimate(monkeypatch):
+    """A limit between the two estimates: the interpreter refuses, the Numba call runs."""
+    w = LINALG_WORKLOADS["blr_lq"]
+    args = w.inputs(w.sizes(40), np.random.default_rng(1))
+    _, grad = _functions("blr_lq")
+    bound = grad.bind(**args)
+    d = api.memory_program(grad, "numba")
+    low = memory.estimate(d, bound, compiled=True).total
+    high = memory.estimate(d, bound).total
+    assert high > 4 * low
+    monkeypatch.setenv(memory.ENV_VAR, str(2 * low))
+    compiled = grad.compile("numba")
+    value = compiled(**args)
+    with pytest.raises(ResourceError, match="statement"):
+        grad.compile("interp")(**args)
+    monkeypatch.setenv(memory.ENV_VAR, "1G")
+    np.testing.assert_allclose(value, grad.compile("interp")(**args), rtol=1e-10)
