@@ -295,6 +295,26 @@ class ProgramPlan:
         return [s for s in self.stmts if s.mode in ("loops", "blas")]
 
 
+def plan_reads(rhs: Rhs, plan: ProgramPlan) -> list[tuple[str, tuple[Affine, ...]]]:
+    """The materialised values (arrays and scalars) a statement's body reads, through its
+    fused producers too, each with its access in the statement's indices, in first-read
+    order without repeats."""
+    out: list[tuple[str, tuple[Affine, ...]]] = []
+    seen: set[tuple[str, tuple[Affine, ...]]] = set()
+
+    def visit(r: Rhs, sub: Mapping[str, Affine]) -> None:
+        for o in r.operands:
+            idx = tuple(a.subst(sub) for a in o.idx) if sub else o.idx
+            if o.var in plan.fused:
+                prod = plan.program.defs[o.var]
+                visit(prod, dict(zip(prod.gen_names(), idx)))
+            elif (o.var, idx) not in seen:
+                seen.add((o.var, idx))
+                out.append((o.var, idx))
+    visit(rhs, {})
+    return out
+
+
 def plan_program(p: Program, use_blas: bool = True, use_relations: bool = True
                  ) -> ProgramPlan:
     sizes = [q.name for q in p.params if isinstance(q.type, TSize)]
@@ -420,6 +440,9 @@ class ExprPrinter:
         self.indent = indent
         self.tmp = 0
         self._memo: dict[Operand, str] = {}
+        # (statement, access) -> a local holding that element, computed earlier in the same
+        # body (sibling loop fusion, backends/sibling_fusion.py)
+        self.locals: dict[tuple[str, tuple[Affine, ...]], str] = {}
 
     def var(self, v: str) -> str:
         return self.nm.get(VALUE, v)
@@ -443,6 +466,9 @@ class ExprPrinter:
             return self.var(o.var)
         if o.var in self.plan.fused:
             return self.fused(o.var, o.idx, facts, pre, base)
+        local = self.locals.get((o.var, o.idx))
+        if local is not None:
+            return local
         name = self.var(o.var)
         ix = [self.idx(a) for a in o.idx]
         read = f"{name}[{', '.join(ix)}]"

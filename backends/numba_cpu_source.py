@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import re
 import tokenize
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from tensorlang.ir import ast, tssa
@@ -16,9 +16,9 @@ from tensorlang.syntax import ssa_printer
 from tensorlang.syntax.errors import NotYetSupported
 
 from .codegen import (MASK, SIZE, VALUE, BlasPlan, ExprPrinter, Namer, ProgramPlan, StmtPlan,
-                      builtins_used, num, plan_program, safe_comment)
-from .codegen_nest import Assign, Facts, Guard, Lines, Loop, RelNames, Step, part_steps
-from . import accumulate, kernel_cache, kernel_split
+                      builtins_used, num, plan_program, plan_reads, safe_comment)
+from .codegen_nest import Assign, Facts, Guard, Lines, Loop, Part, RelNames, Step, part_steps
+from . import accumulate, kernel_cache, kernel_split, sibling_fusion
 from .common import storage
 from .numba_cpu import CHUNK_MIN, CHUNKS, CONSTS, COUNTS, INDENT, KERNEL, PARALLEL
 from .scalar_builtins import FUNCS
@@ -33,6 +33,9 @@ PART_LINES = 150
 # Numba's parallel lowering costs about 0.3-0.5 s of compile time per `prange` loop (measured:
 # a part with 18 loops, 8.0 s parallel, 2.3 s serial).  A kernel with more loops than this
 # compiles serially (`prange` runs as `range`; the chunked reductions give the same sums).
+# A loop that statements share (sibling_fusion) counts once per statement: its parallel
+# region carries all their bodies, and a kernel whose nests are shared is no cheaper to
+# lower in parallel than the same kernel with a nest per statement.
 MAX_PARALLEL_LOOPS = 48
 
 
@@ -55,10 +58,20 @@ class LoopContext:
     tag: str
     acc: str              # the accumulator the innermost body adds to
     closers: list[tuple[int, list[str]]]
-    cnt: str = ""         # the iteration counter the innermost body increments ("": none)
+    # the iteration counters of the statements whose bodies run in this nest (one but in a
+    # nest of siblings; none: not instrumented)
+    cnts: list[str] = field(default_factory=list)
+
+    @property
+    def cnt(self) -> str:
+        """The counter of the statement (the only one), "" when not instrumented."""
+        return self.cnts[0] if self.cnts else ""
 
 
 class NumbaEmitter:
+    # sums merge their blocks through `numba_rt.tl_neumaier` (accumulate.merge)
+    neumaier_call = True
+
     def __init__(self, plan: ProgramPlan, instrument: bool, jit: bool = True,
                  constants: bool = False) -> None:
         self.plan = plan
@@ -75,6 +88,7 @@ class NumbaEmitter:
         self.ex = ExprPrinter(plan, self.nm, self.rels, self.counter, INDENT)
         self.w = SourceWriter()
         self.counted = {s.var: k for k, s in enumerate(plan.counted())}
+        self.shared_loops = 0   # prange loops that n statements share count n - 1 times here
 
     # -- names -------------------------------------------------------------------------------
 
@@ -145,7 +159,10 @@ class NumbaEmitter:
         if missing:
             raise NotYetSupported(f"the Numba backend has no scalar implementation of "
                                   f"{', '.join(missing)} (backends/scalar_builtins.py)")
-        helpers = [f"tl_{fn}" for fn in used] + (["tl_matmul"] if blas else [])
+        sums = any(s.mode == "loops" and s.inner is not None and
+                   not isinstance(s.rhs, tssa.ExtremeRhs) for s in self.plan.stmts)
+        helpers = [f"tl_{fn}" for fn in used] + (["tl_matmul"] if blas else []) + \
+            ([accumulate.NEUMAIER] if sums and self.neumaier_call else [])
         if self.jit:
             w(0, "from numba import njit, prange")
             if helpers:
@@ -168,19 +185,21 @@ class NumbaEmitter:
         w(0, "")   # the decorator, once we know whether there is a parallel loop
         w(0, f"def {KERNEL}({', '.join(a[1] for a in args)}):")
         body_start = len(w.lines)
-        for s in self.plan.stmts:
-            if s.mode in ("loops", "blas"):
+        for unit in sibling_fusion.schedule(self.plan):
+            for s in unit:
                 w(1, "# " + safe_comment(ssa_printer.fmt_stmt(tssa.Stmt(s.var, s.rhs))))
-                if s.mode == "blas":
-                    assert s.blas is not None
-                    self.emit_blas(s, s.blas)
-                else:
-                    self.emit_loops(s)
+            if len(unit) > 1:
+                self.emit_siblings(unit)
+            elif unit[0].mode == "blas":
+                assert unit[0].blas is not None
+                self.emit_blas(unit[0], unit[0].blas)
+            else:
+                self.emit_loops(unit[0])
         outs = [self.var(v) for v in self.p.output_vars()]
         w(1, f"return ({', '.join(outs)},)")
         if self.constants_as_args:
             self.abstract_constants(body_start)
-        loops = sum(ln.count("prange(") for ln in w.lines[body_start:])
+        loops = sum(ln.count("prange(") for ln in w.lines[body_start:]) + self.shared_loops
         self.allow_parallel = loops <= MAX_PARALLEL_LOOPS
         if len(w.lines) - body_start > SPLIT_LINES:
             moved = self.split(deco, body_start, [a[1] for a in args])
@@ -328,47 +347,102 @@ class NumbaEmitter:
             f"{name}[{', '.join(self.index(g) for g in rhs.gen_names())}]"
         for a, (opart, osteps) in enumerate(outers):
             otag = tag if len(outers) == 1 else f"{tag}_{a}"
-            ctx = LoopContext(otag, f"_acc{tag}", [], cnt if self.instrument else "")
+            ctx = LoopContext(otag, f"_acc{tag}", [], [cnt] if self.instrument else [])
             if s.inner is None:  # pointwise: one value per point
                 depth = self.steps(osteps, 1, "prange", ctx)
                 self.body(depth, store, "=", rhs, s.body_facts(opart), ctx.cnt, sums=False)
-            elif isinstance(rhs, tssa.ExtremeRhs):  # max/min: a sequential scan per point
-                depth = self.steps(osteps, 1, "prange" if opart.has_loop() else "seq", ctx)
-                w.block(depth, accumulate.extreme_init(ctx.acc, rhs.op))
-                for b, ipart in enumerate(s.inner):
-                    itag = otag if len(s.inner) == 1 else f"{otag}_{b}"
-                    isteps = part_steps(ipart, self.index, self.rels, self.counter, INDENT,
-                                        itag + "i", s.body_facts(opart, ipart))
-                    ictx = LoopContext(itag, ctx.acc, [], ctx.cnt)
-                    idepth = self.steps(isteps, depth, "seq", ictx)
-                    self.body(idepth, ictx.acc, rhs.op, rhs, s.body_facts(opart, ipart),
-                              ictx.cnt, sums=True)
-                    self.close(ictx)
-                w(depth, f"{store} = {ctx.acc}")
-            else:
+            else:   # a sum or a max/min: a reduction per point
                 mode = "prange" if opart.has_loop() else "seq"
                 depth = self.steps(osteps, 1, mode, ctx)
-                w.block(depth, accumulate.init(ctx.acc))
-                for b, ipart in enumerate(s.inner):
-                    itag = otag if len(s.inner) == 1 else f"{otag}_{b}"
-                    isteps = part_steps(ipart, self.index, self.rels, self.counter, INDENT,
-                                        itag + "i", s.body_facts(opart, ipart))
-                    ictx = LoopContext(itag, ctx.acc, [], ctx.cnt)
-                    idepth = self.steps(isteps, depth, "seq" if mode == "prange" else "chunk",
-                                        ictx)
-                    self.body(idepth, ictx.acc, "+=", rhs, s.body_facts(opart, ipart),
-                              ictx.cnt, sums=True)
-                    self.close(ictx)
-                close, total = accumulate.result(ctx.acc, INDENT)
-                w.block(depth, close)
+                total = self.reduce_at(s, opart, otag, depth, ctx.cnt, mode != "prange")
                 w(depth, f"{store} = {total}")
             self.close(ctx)
         if self.instrument:
             w(1, f"{COUNTS}[{self.counted[s.var]}] += {cnt}")
 
+    def reduce_at(self, s: StmtPlan, opart: Part, otag: str, depth: int, cnt: str,
+                  chunked: bool) -> str:
+        """The lines of a reduction (sum, max, min) at one point of its outer nest, from
+        `depth`; the expression of its value.  `chunked`: a sum's first inner loop runs as
+        parallel chunks (a statement with no outer loop)."""
+        w, rhs = self.w, s.rhs
+        assert s.inner is not None
+        acc = f"_acc{self._tag(s)}"
+        extreme = isinstance(rhs, tssa.ExtremeRhs)
+        w.block(depth, accumulate.extreme_init(acc, rhs.op) if extreme else
+                accumulate.init(acc))
+        for b, ipart in enumerate(s.inner):
+            itag = otag if len(s.inner) == 1 else f"{otag}_{b}"
+            isteps = part_steps(ipart, self.index, self.rels, self.counter, INDENT,
+                                itag + "i", s.body_facts(opart, ipart))
+            ictx = LoopContext(itag, acc, [], [cnt] if cnt else [])
+            idepth = self.steps(isteps, depth, "chunk" if chunked and not extreme else "seq",
+                                ictx)
+            self.body(idepth, ictx.acc, rhs.op if extreme else "+=", rhs,
+                      s.body_facts(opart, ipart), ictx.cnt, sums=True)
+            self.close(ictx)
+        if extreme:
+            return acc
+        close, total = accumulate.result(acc, INDENT, self.neumaier_call)
+        w.block(depth, close)
+        return total
+
+    def emit_siblings(self, unit: list[StmtPlan]) -> None:
+        """Statements whose outer nests print identically (`sibling_fusion.schedule`) as
+        one nest: its body computes each member's element in turn (a reduction with its
+        own inner loops), a value that a later member reads at the same point through a
+        local.  Instrumented, each member keeps its own iteration counter."""
+        w, first = self.w, unit[0]
+        tag = self._tag(first)
+        cnts = [f"_cnt{self._tag(s)}" for s in unit]
+        for s in unit:
+            w(1, f"{self.var(s.var)} = "
+                 f"np.{storage.allocation(s, self.plan)}({self.shape(s.rhs.dims)})")
+        if self.instrument:
+            for cnt in cnts:
+                w(1, f"{cnt} = 0")
+        members = {s.var for s in unit}
+        here = sibling_fusion.identity(first)
+        gens = first.rhs.gen_names()   # (the same for every member)
+        reused = {v for s in unit[1:] for v, idx in plan_reads(s.rhs, self.plan)
+                  if v in members and idx == here}
+        assert first.outer is not None
+        start = len(w.lines)
+        for a, part in enumerate(first.outer):
+            otag = tag if len(first.outer) == 1 else f"{tag}_{a}"
+            steps = part_steps(part, self.index, self.rels, self.counter, INDENT,
+                               tag + ("o" if len(first.outer) == 1 else f"o{a}"),
+                               first.body_facts(part))
+            ctx = LoopContext(otag, f"_acc{tag}", [], cnts if self.instrument else [])
+            depth = self.steps(steps, 1, "prange", ctx)
+            for m, s in enumerate(unit):
+                assert s.outer is not None
+                store = f"{self.var(s.var)}[{', '.join(self.index(g) for g in gens)}]"
+                local = f"_s{self._tag(s)}" if s.var in reused else ""
+                cnt = ctx.cnts[m] if ctx.cnts else ""
+                if s.inner is None:
+                    self.body(depth, store, "=", s.rhs, s.body_facts(s.outer[a]), cnt,
+                              sums=False, local=local)
+                else:
+                    stag = self._tag(s) if len(first.outer) == 1 else f"{self._tag(s)}_{a}"
+                    total = self.reduce_at(s, s.outer[a], stag, depth, cnt, False)
+                    if local:
+                        w(depth, f"{local} = {total}")
+                        total = local
+                    w(depth, f"{store} = {total}")
+                if local:
+                    self.ex.locals[(s.var, here)] = local
+            self.ex.locals = {}
+            self.close(ctx)
+        self.shared_loops += (len(unit) - 1) * sum(ln.count("prange(") for ln in w.lines[start:])
+        if self.instrument:
+            for s, cnt in zip(unit, cnts):
+                w(1, f"{COUNTS}[{self.counted[s.var]}] += {cnt}")
+
     def body(self, depth: int, target: str, op: str, rhs: tssa.Rhs, facts: Facts, cnt: str,
-             sums: bool) -> None:
-        """The innermost statement: `target = value` or `target += term`."""
+             sums: bool, local: str = "") -> None:
+        """The innermost statement: `target = value` or `target += term` (`local`: a
+        pointwise value is first assigned to that local, for later reads)."""
         self.ex.reset()
         pre: list[str] = []
         if sums:
@@ -376,8 +450,11 @@ class NumbaEmitter:
         else:
             value = self.ex.pointwise(rhs, {}, facts, pre, facts)
         self.w.block(depth, pre)
-        if op == "+=":   # a term of a sum: blocked, compensated (see accumulate.py)
-            self.w.block(depth, accumulate.add(target, value, INDENT))
+        if local:
+            self.w(depth, f"{local} = {value}")
+            self.w(depth, f"{target} = {local}")
+        elif op == "+=":   # a term of a sum: blocked, compensated (see accumulate.py)
+            self.w.block(depth, accumulate.add(target, value, INDENT, self.neumaier_call))
         elif op in ast.EXTREMA:   # a term of a max/min reduction
             self.w.block(depth, accumulate.extreme_update(target, op, value, INDENT))
         else:
@@ -427,17 +504,28 @@ class NumbaEmitter:
         slot of an array summed after the loop (a reduction variable updated inside guards
         and nested loops is not reliably recognised by Numba's parfor pass)."""
         w, t = self.w, ctx.tag
-        if not ctx.cnt:
+        if not ctx.cnts:
             w(depth, f"for {st.var} in prange({st.lo}, {st.stop}):")
             return depth + 1
-        lo, slots, it = f"_plo{t}", f"_pcnt{t}", f"_it{t}"
+        lo, slots = f"_plo{t}", f"_pcnt{t}"
+        its = [f"_it{t}"] if len(ctx.cnts) == 1 else \
+            [f"_it{t}_{m}" for m in range(len(ctx.cnts))]
         w(depth, f"{lo} = {st.lo}")
-        w(depth, f"{slots} = np.zeros(max(0, {st.stop} - {lo}), np.int64)")
+        if len(its) == 1:
+            w(depth, f"{slots} = np.zeros(max(0, {st.stop} - {lo}), np.int64)")
+        else:
+            w(depth, f"{slots} = np.zeros((max(0, {st.stop} - {lo}), {len(its)}), np.int64)")
         w(depth, f"for {st.var} in prange({lo}, {st.stop}):")
-        w(depth + 1, f"{it} = 0")
-        ctx.closers.append((depth, [f"{ctx.cnt} += {slots}.sum()"]))
-        ctx.closers.append((depth + 1, [f"{slots}[{st.var} - {lo}] = {it}"]))
-        ctx.cnt = it
+        w.block(depth + 1, [f"{it} = 0" for it in its])
+        if len(its) == 1:
+            ctx.closers.append((depth, [f"{ctx.cnt} += {slots}.sum()"]))
+            ctx.closers.append((depth + 1, [f"{slots}[{st.var} - {lo}] = {its[0]}"]))
+        else:
+            ctx.closers.append((depth, [f"{c} += {slots}[:, {m}].sum()"
+                                        for m, c in enumerate(ctx.cnts)]))
+            ctx.closers.append((depth + 1, [f"{slots}[{st.var} - {lo}, {m}] = {it}"
+                                            for m, it in enumerate(its)]))
+        ctx.cnts = its
         return depth + 1
 
     def _chunk_loop(self, st: Loop, depth: int, ctx: LoopContext) -> int:
@@ -464,13 +552,14 @@ class NumbaEmitter:
         w(depth + 1, f"for {st.var} in range({off}({c} * {n}) // {nc}, "
                      f"{off}(({c} + 1) * {n}) // {nc}):")
         after = [f"for _d{t} in range({nc}):", f"{INDENT}_p{t} = {part}[_d{t}]",
-                 *[INDENT + ln for ln in accumulate.merge(ctx.acc, f"_p{t}", INDENT)]]
-        close, total = accumulate.result(a, INDENT)
+                 *[INDENT + ln for ln in accumulate.merge(ctx.acc, f"_p{t}", INDENT,
+                                                          self.neumaier_call)]]
+        close, total = accumulate.result(a, INDENT, self.neumaier_call)
         inside = [*close, f"{part}[{c}] = {total}"]
         if ctx.cnt:
             after.append(f"{ctx.cnt} += {slots}.sum()")
             inside.append(f"{slots}[{c}] = {it}")
-            ctx.cnt = it
+            ctx.cnts = [it]
         ctx.closers.append((depth, after))
         ctx.closers.append((depth + 1, inside))
         ctx.acc = a

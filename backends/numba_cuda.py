@@ -120,6 +120,8 @@ class CudaEmitter(NumbaEmitter):
     """The CPU emitter's names, expression printer and step printer, with one kernel per
     statement instead of one function for the program."""
 
+    neumaier_call = False   # (device code: the merges stay inline)
+
     def __init__(self, plan: ProgramPlan) -> None:
         super().__init__(plan, instrument=False)
         self.kernels: list[KernelInfo] = []

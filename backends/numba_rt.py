@@ -20,11 +20,15 @@ import numba  # noqa: E402
 import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
 
-from .scalar_builtins import FUNCS
+from . import accumulate  # noqa: E402
+from .scalar_builtins import FUNCS  # noqa: E402
 
 _JIT = dict(cache=True, error_model="numpy", nogil=True)
 
 globals().update({f"tl_{name}": njit(**_JIT)(fn) for name, fn in FUNCS.items()})
+
+# The compensated addition of the sums' accumulators (backends/accumulate.py)
+tl_neumaier = njit(**_JIT)(accumulate.neumaier)
 
 
 @njit(cache=True, nogil=True)
@@ -35,7 +39,8 @@ def tl_matmul(a, b):  # type: ignore[no-untyped-def]
     return np.dot(a, b)
 
 
-__all__ = [f"tl_{name}" for name in FUNCS] + ["tl_matmul", "tl_matmul_loops", "threads_for",
+__all__ = [f"tl_{name}" for name in FUNCS] + ["tl_matmul", "tl_matmul_loops", "tl_neumaier",
+                                                "threads_for",
                                                 "use_threads", "BlasThreads", "PARALLEL_GRAIN"]
 
 
@@ -162,6 +167,9 @@ def _python_builtin(name: str) -> object:
 
 
 globals().update({f"python_{name}": _python_builtin(name) for name in FUNCS})
+
+
+python_neumaier = accumulate.neumaier
 
 
 def python_matmul(a: object, b: object) -> object:

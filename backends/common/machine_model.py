@@ -30,7 +30,7 @@ from tensorlang.ir.ast import Affine
 from tensorlang.semantics.cost import cost_program
 from tensorlang.semantics.interp import bind_args
 
-from ..codegen import ProgramPlan, StmtPlan, builtins_used, plan_program
+from ..codegen import ProgramPlan, StmtPlan, builtins_used, plan_program, plan_reads
 from . import storage
 
 FLOAT_BYTES = 8
@@ -167,7 +167,9 @@ def _loops(s: StmtPlan, plan: ProgramPlan, sizes: Mapping[str, int], flops: int,
     fill = 2 if storage.allocation(s, plan) == storage.ZEROS else 1
     moved = out_elems * fill * FLOAT_BYTES
     inner = s.rhs.sum_names()[-1:] or s.rhs.gen_names()[-1:]
-    for var, idx in _reads(s.rhs, plan):
+    for var, idx in plan_reads(s.rhs, plan):
+        if not idx:
+            continue
         size = _size(p.shapes[var], sizes)
         walked = inner and idx and idx[-1].coeff(inner[0]) not in (0, 1) or \
             inner and any(a.coeff(inner[0]) != 0 for a in idx[:-1])
@@ -176,25 +178,6 @@ def _loops(s: StmtPlan, plan: ProgramPlan, sizes: Mapping[str, int], flops: int,
                      points * per)
     seconds = STMT_OVERHEAD + max(flops / LOOP_FLOPS, moved / BANDWIDTH)
     return StmtEstimate(s.var, "loops", flops, moved, False, seconds)
-
-
-def _reads(rhs: tssa.Rhs, plan: ProgramPlan) -> list[tuple[str, tuple[Affine, ...]]]:
-    """The materialised arrays a statement's body reads (through fused producers too), each
-    with its access in the statement's indices."""
-    out: list[tuple[str, tuple[Affine, ...]]] = []
-    seen: set[tuple[str, tuple[Affine, ...]]] = set()
-
-    def visit(r: tssa.Rhs, sub: Mapping[str, Affine]) -> None:
-        for o in r.operands:
-            idx = tuple(a.subst(sub) for a in o.idx) if sub else o.idx
-            if o.var in plan.fused:
-                prod = plan.program.defs[o.var]
-                visit(prod, dict(zip(prod.gen_names(), idx)))
-            elif idx and (o.var, idx) not in seen:
-                seen.add((o.var, idx))
-                out.append((o.var, idx))
-    visit(rhs, {})
-    return out
 
 
 def _fused_consumers(plan: ProgramPlan) -> dict[str, str]:

@@ -92,8 +92,13 @@ class ENode:
     cls: int              # the e-class it belongs to
 
     def children(self) -> tuple[int, ...]:
-        sorts = CONSTRUCTORS[self.op]
-        return tuple(a for a, s in zip(self.args, sorts) if s in ("Sc", "Ten"))
+        # memoised: extraction walks the graph hundreds of thousands of times (issue 16)
+        kids = self.__dict__.get("_children")
+        if kids is None:
+            sorts = CONSTRUCTORS[self.op]
+            kids = tuple(a for a, s in zip(self.args, sorts) if s in ("Sc", "Ten"))
+            object.__setattr__(self, "_children", kids)
+        return kids
 
 
 @dataclass
