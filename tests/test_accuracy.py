@@ -81,3 +81,36 @@ def test_non_finite_terms_sum_like_a_loop() -> None:
     for xs in ([1.0, np.inf, 2.0], [np.inf, -np.inf], [1.0, np.nan], [-np.inf] * 300):
         x = np.array(xs)
         np.testing.assert_equal(f(x), MODULE["total"].interpret(x))
+
+
+def test_neumaier_helper_is_the_inline_merge() -> None:
+    """`numba_rt.tl_neumaier` (what the CPU kernels call) does the operations of the inline
+    merge (what the CUDA kernels print), bit for bit, special values included (a NaN is a
+    NaN: once the compensation is NaN the total is not finite, and a non-finite total is
+    the result, `accumulate.result`)."""
+    pytest.importorskip("numba")
+    from tensorlang.backends import accumulate, numba_rt
+
+    lines = accumulate.merge("a", "v", "    ")
+    code = compile("\n".join(lines), "<merge>", "exec")
+    special = [0.0, -0.0, 1.0, -1.0, 1e-300, 1e300, 3.0, np.inf, -np.inf, np.nan]
+    rng = np.random.default_rng(16)
+    values = [float(x) for x in  # (Python floats: no numpy warnings for inf - inf)
+              special + list(rng.standard_normal(20) * 10.0 ** rng.integers(-20, 20, 20))]
+    for s in values:
+        for c in (0.0, 1e-17, -3e-5, np.nan):
+            for v in values:
+                env = {"a_s": s, "a_c": c, "v": v}
+                exec(code, env)
+                want = np.array([env["a_s"], env["a_c"]])
+                for got in (np.array(numba_rt.tl_neumaier(s, c, v)),
+                            np.array(accumulate.neumaier(s, c, v))):
+                    _same_bits_or_nan(got, want, (s, c, v))
+
+
+def _same_bits_or_nan(got: np.ndarray, want: np.ndarray, what: object) -> None:
+    """Equal bit for bit, except that a NaN's sign and payload (which the hardware takes from
+    either operand) are not compared."""
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan), (what, got, want)
+    assert got[~nan].tobytes() == want[~nan].tobytes(), (what, got, want)
