@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import pathlib
+import subprocess
 import sys
 from typing import Any
 
@@ -62,3 +64,12 @@ def derived_random_case(case: Any, kind: str) -> tuple[Any, Any, dict[str, Any]]
     core = tssa.to_core(p)
     sizes = {q.name: args[q.name] for q in d.params if isinstance(q.type, ast.TSize)}
     return p, core, random_args(core, sizes, np.random.default_rng(0))
+
+
+def run_under_cudasim(script: str, cache: pathlib.Path) -> None:
+    """Run `script` in a fresh process under Numba's CUDA simulator (the simulator must be
+    chosen before numba is imported); it must print "ok" last."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", TENSORLANG_CACHE_DIR=str(cache))
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]

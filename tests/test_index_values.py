@@ -4,15 +4,12 @@ SSA, derivatives against JAX (the index is a constant), every backend against th
 interpreter, printing, the REPL, the random programs."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import tensorlang as tl
-from examples_util import assert_same
+from examples_util import assert_same, run_under_cudasim
 from tensorlang.ir import ast, tssa
 from tensorlang.proofs.normal_forms_ssa import is_tensor_ssa
 from tensorlang.syntax.errors import TypeCheckError
@@ -267,10 +264,7 @@ print("ok")
 
 
 def test_cuda_backend_under_the_simulator(tmp_path):
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", TENSORLANG_CACHE_DIR=str(tmp_path))
-    proc = subprocess.run([sys.executable, "-c", CUDA_SCRIPT.format(path=__file__)],
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
+    run_under_cudasim(CUDA_SCRIPT.format(path=__file__), tmp_path)
 
 
 # -- printing, REPL, random programs -------------------------------------------------------------

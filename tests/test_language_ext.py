@@ -3,15 +3,12 @@ literals -- grammar, located errors, meaning (numpy), cost, derivatives against 
 hessian; ties in max/min shared equally), every backend against the interpreter, printing."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import tensorlang as tl
-from examples_util import ROOT, assert_same
+from examples_util import ROOT, assert_same, run_under_cudasim
 from tensorlang.ir import ast
 from tensorlang.syntax.errors import ParseError, TypeCheckError
 from tensorlang.syntax.parser import parse_expr, parse_module
@@ -334,10 +331,7 @@ print("ok")
 
 
 def test_cuda_backend_under_the_simulator(tmp_path):
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", TENSORLANG_CACHE_DIR=str(tmp_path))
-    proc = subprocess.run([sys.executable, "-c", CUDA_SCRIPT.format(path=__file__)],
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
+    run_under_cudasim(CUDA_SCRIPT.format(path=__file__), tmp_path)
 
 
 # -- REPL ----------------------------------------------------------------------------------------
