@@ -4,7 +4,6 @@ SSA, derivatives against JAX (the index is a constant), every backend against th
 interpreter, printing, the REPL, the random programs."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 

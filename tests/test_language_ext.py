@@ -3,7 +3,6 @@ literals -- grammar, located errors, meaning (numpy), cost, derivatives against 
 hessian; ties in max/min shared equally), every backend against the interpreter, printing."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
