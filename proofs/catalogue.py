@@ -65,17 +65,6 @@ class Rule:
     check: Callable[[Any], Verdict] | None = None  # any other rule: checks one instance
 
 
-# Checks that fail because SPEC itself conflicts, kept open for a decision (docs/
-# derivatives.md): the derivative rules of max/min reductions (SPEC 12) keep the meaning and
-# reach Tensor SSA, but sharing ties equally (JAX's convention, which SPEC 12 asks for) costs
-# about 4n per output point against the n - 1 of the reduction, so Theorem 6.1's and 6.55's
-# budgets cannot hold where the reduced body is cheap.  Shown as OPEN in the tables and listed
-# by `tl prove`; these rules still fail on any other check.
-OPEN_COST: dict[str, str] = {
-    name: "ties shared equally cost ~4n against n - 1 (SPEC 12 vs SPEC 6)"
-    for name in ("FWD-extreme", "ADJ-extreme")}
-
-
 @dataclass(frozen=True)
 class RuleReport:
     name: str
@@ -89,13 +78,8 @@ class RuleReport:
 
     @property
     def ok(self) -> bool:
-        return (self.meaning_ok and (self.cost_ok or self.is_open)
+        return (self.meaning_ok and self.cost_ok
                 and self.normal_form_ok is not False and self.instances > 0)
-
-    @property
-    def is_open(self) -> bool:
-        """Only the cost check failed, and that failure is an open one (`OPEN_COST`)."""
-        return not self.cost_ok and self.name in OPEN_COST
 
 
 RULES: dict[str, Rule] = {}
@@ -401,7 +385,7 @@ def format_table(reports: Iterable[RuleReport]) -> str:
             "worst cost ratio")
     reports = list(reports)
     rows = [head] + [(r.name, r.pass_, str(r.instances), _yes(r.meaning_ok),
-                      "OPEN" if r.is_open else _yes(r.cost_ok), _yes(r.normal_form_ok),
+                      _yes(r.cost_ok), _yes(r.normal_form_ok),
                       _ratio(r.worst_ratio))
                      for r in reports]
     return _table(rows, left=2) + _counterexamples(reports)
@@ -425,7 +409,6 @@ class TheoremRow:
     ok_all: bool                  # no check failed
     worst: float                  # bounds: max cost / bound; derivatives: max relative error
     counterexample: str | None    # the failures, if any
-    open: str | None = None       # failures that are open (`OPEN_COST`: max/min reductions)
 
     @property
     def ok(self) -> bool:
@@ -440,9 +423,8 @@ def bound_rows(max_examples: int) -> list[TheoremRow]:
     rows = []
     for r in theorems.check_theorems(max_examples, examples=True):
         cex = "\n".join(r.violations[:3] + r.source[:1]) if r.violations else None
-        opened = "\n".join(r.open[:3]) if r.open else None
         rows.append(TheoremRow(f"{r.theorem} bound", r.level, r.programs, r.instances, r.ok,
-                               r.worst_ratio, cex, opened))
+                               r.worst_ratio, cex))
     return rows
 
 
@@ -556,13 +538,10 @@ def format_theorem_table(rows: Iterable[TheoremRow]) -> str:
         if not r.ok:
             out += ["", f"{r.name} ({r.level}) on {r.programs}: counterexample",
                     r.counterexample or "(no program was checked)"]
-        if r.open:
-            out += ["", f"{r.name} ({r.level}) on {r.programs}: OPEN on programs with max/min "
-                    f"reductions ({next(iter(OPEN_COST.values()))})", r.open]
     return _table(table, left=3) + ("\n" + "\n".join(out) if out else "")
 
 
-__all__ = ["OPEN_COST", "Rule", "RuleReport", "RULES", "register", "load_rule_modules",
+__all__ = ["Rule", "RuleReport", "RULES", "register", "load_rule_modules",
            "values_close",
            "compare", "check_instance", "check_rule", "check_all", "all_ok", "format_table",
            "PassEntry", "PassReport", "PASSES", "register_pass", "check_pass_instance",

@@ -16,6 +16,7 @@ inputs.  The check of one instance (interpreter as oracle, on `tssa.to_core`):
 * cost: the rule's budget, the one that sums to the theorems over a program's statements:
   FWD-*: the tangent statements cost at most 3 C(f) (Theorem 6.1);
   ADJ-*: the vjp program costs at most 4 C(f) + size(inputs) + size(output) (Theorem 6.55);
+  both plus 4 E(f) for the points E(f) a max/min reduction visits (`semantics.bounds`);
   the reported ratio is cost / budget;
 * normal form: the derivative program is Tensor SSA (`normal_forms_ssa.is_tensor_ssa`).
 
@@ -42,7 +43,8 @@ from tensorlang.passes.vjp import VJP_RULES, vjp_program
 from tensorlang.semantics.builtins import INDICATOR_PARTIALS, TOWER_END
 from tensorlang.syntax.ssa_printer import to_text
 
-from tensorlang.semantics.bounds import type_size
+from tensorlang.semantics.bounds import jvp_bound, type_size, vjp_bound
+from tensorlang.semantics.cost import extreme_points
 
 from .catalogue import Rule, Verdict, register, values_close
 from .normal_forms_ssa import is_tensor_ssa
@@ -321,11 +323,13 @@ def check_jvp(name: str, inst: Instance, budget_of: Budget | None = None) -> Ver
     err = _rel_err(flat(ty), _fd(p, args, wrt, dx))
     meaning = values_close(y, y0, 1e-12) and err <= FD_TOL
     cf, cj = program_cost(p, args), program_cost(j, args)
-    budget = 3 * cf if budget_of is None else budget_of(p, args, cf, wrt)
+    budget = jvp_bound(cf, extreme_points(p, args)) - cf if budget_of is None else \
+        budget_of(p, args, cf, wrt)
     cost = cj - cf <= budget
     what = ([] if values_close(y, y0, 1e-12) else ["the primal differs"])
     what += [] if err <= FD_TOL else [f"tangent vs finite differences: error {err:.2e}"]
-    what += [] if cost else [f"tangent costs {cj - cf} > 3 C(f) = {budget}" if budget_of is None
+    what += [] if cost else [f"tangent costs {cj - cf} > 3 C(f) + 4 E(f) = {budget}"
+                             if budget_of is None
                              else f"tangent costs {cj - cf} > the per-box budget {budget}"]
     what += [] if nf is None else [f"not Tensor SSA: {nf}"]
     return Verdict(meaning, cost, nf is None, _ratio(cj - cf, budget),
@@ -358,14 +362,15 @@ def check_vjp(name: str, inst: Instance, budget_of: Budget | None = None) -> Ver
     meaning = same and dot_err <= DOT_TOL and fd_err <= FD_TOL
     cf, cv = program_cost(p, args), program_cost(v, args)
     sizes = {"N": int(args["N"]), "M": int(args["M"])}
-    budget = 4 * cf + sum(type_size(p.param_types[x], sizes) for x in wrt) + type_size(
-        p.ret, sizes) if budget_of is None else budget_of(p, args, cf, wrt)
+    budget = vjp_bound(cf, sum(type_size(p.param_types[x], sizes) for x in wrt),
+                       type_size(p.ret, sizes), extreme_points(p, args)) \
+        if budget_of is None else budget_of(p, args, cf, wrt)
     cost = cv <= budget
     what = [] if same else ["the primal differs"]
     what += [] if dot_err <= DOT_TOL else [f"dot-product test vs jvp: error {dot_err:.2e}"]
     what += [] if fd_err <= FD_TOL else [f"dot-product test vs finite differences: error "
                                          f"{fd_err:.2e}"]
-    what += [] if cost else [f"C(vjp) = {cv} > 4 C(f) + |in| + |out| = {budget}"
+    what += [] if cost else [f"C(vjp) = {cv} > 4 C(f) + |in| + |out| + 4 E(f) = {budget}"
                              if budget_of is None else
                              f"C(vjp) = {cv} > the per-box budget {budget}"]
     what += [] if nf is None else [f"not Tensor SSA: {nf}"]

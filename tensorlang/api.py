@@ -1008,12 +1008,18 @@ class DerivedFunction(Function):
                                {q.name for q in self.params} and _is_real_valued(p.type))
         s_in = sum(type_size(p.type, sizes) for p in self.base.params if p.name in xs)
         s_out = type_size(self.base.ret_type, sizes) if self.base.ret_type else 0
+        from tensorlang.semantics.cost import extreme_points
+
+        # E(f), the points f's max/min reductions visit (semantics/bounds.py): 0 for most f
+        e = extreme_points(self.base.run_to("ssa"), args)
+        plus = " + 4 E(f)" if e else ""
         if self.kind == "jvp":
-            return cf, jvp_bound(cf), "C(f) + 3 C(f)"
+            return cf, jvp_bound(cf, e), f"C(f) + 3 C(f){plus}"
         if self.kind in ("vjp", "grad"):
-            return cf, vjp_bound(cf, s_in, s_out), "4 C(f) + |in| + |out|"
-        if self.kind == "hvp":  # jvp of grad: (1 + 3) (4 C(f) + |in| + |out|)
-            return cf, jvp_bound(vjp_bound(cf, s_in, s_out)), "4 (4 C(f) + |in| + |out|)"
+            return cf, vjp_bound(cf, s_in, s_out, e), f"4 C(f) + |in| + |out|{plus}"
+        if self.kind == "hvp":  # jvp of grad: (1 + 3) (4 C(f) + |in| + |out|) (+ 4 E(f) twice)
+            return (cf, jvp_bound(vjp_bound(cf, s_in, s_out, e), e),
+                    f"4 (4 C(f) + |in| + |out|{plus}){plus}")
         return cf, None, "none (materialised; see docs/derivatives.md)"
 
     def __repr__(self) -> str:

@@ -669,12 +669,6 @@ def cmd_prove(ns: argparse.Namespace) -> int:
     print(catalogue.format_theorem_table(theorems))
     failed = [r.name for r in [*reports, *passes] if not r.ok]
     failed += [f"{r.name} ({r.level}) on {r.programs}" for r in theorems if not r.ok]
-    opened = [r.name for r in reports if r.is_open]
-    opened += [f"{r.name} ({r.level}) on {r.programs}" for r in theorems if r.open]
-    if opened:   # known and undecided (catalogue.OPEN_COST): listed, not counted as failed
-        print(f"{len(opened)} open check{'s' if len(opened) > 1 else ''} (max/min reduction "
-              f"derivatives over budget, docs/derivatives.md): {', '.join(opened)}",
-              file=sys.stderr)
     if failed:
         print(f"{len(failed)} check{'s' if len(failed) > 1 else ''} failed: "
               f"{', '.join(failed)}", file=sys.stderr)

@@ -131,9 +131,8 @@ class GenOptions:
     dead_lets: bool = False
     invariant_sums: bool = False
     mixed_indices: bool = False
-    # max/min reductions `max i:n. e` (SPEC 12; kinked, so not with `smooth`).  Off in
-    # `theorem_programs()`: the equal split of ties cannot meet Theorem 6.1's constant for
-    # cheap bodies (docs/derivatives.md, tests/test_catalogue.py).
+    # max/min reductions `max i:n. e` (SPEC 12; kinked, so not with `smooth`); their
+    # derivative bounds have a term per visited point (semantics/bounds.py).
     extremes: bool = True
     # Indices and sizes as values (SPEC 12): `i`, `2*i - 1`, `N + 1` where a real is expected.
     index_values: bool = True
@@ -926,7 +925,6 @@ def theorem_programs(max_size: int = 5, max_depth: int = 3, max_statements: int 
     `T0[k + 2]`, `y[M - k - 1]`).  Differentiate in every input: all four are real."""
     for shape in ("dead_lets", "invariant_sums", "mixed_indices"):
         options.setdefault(shape, True)
-    options.setdefault("extremes", False)
     opts = _options(max_size=max_size, max_depth=max_depth, no_pairs=True, no_relations=True,
                     **options)
 

@@ -374,7 +374,8 @@ def test_options_are_validated() -> None:
 
 THEOREM_EXPECTED = {"let:dead", "sum:invariant", "sum:nested", "let_in:Gen", "let_in:Sum",
                     "index:reverse", "index:reverse_other", "index:shift", "index:shift_far",
-                    "index:two_vars", "Let", "Gen", "Sum", "Access", "Add", "Mul", "Call"}
+                    "index:two_vars", "Let", "Gen", "Sum", "Access", "Add", "Mul", "Call",
+                    "Max", "Min"}
 
 
 def test_theorem_programs_signature_and_constructs() -> None:

@@ -269,3 +269,19 @@ def cost_program(p: tssa.Program, args: Mapping[str, Any]) -> SSACost:
     per = {s.var: prim_cost(s.rhs, env) for s in p.stmts}
     return SSACost(sum(c[0] for c in per.values()), sum(c[1] for c in per.values()),
                    sum(c[2] for c in per.values()), per)
+
+
+def extreme_points(p: tssa.Program, args: Mapping[str, Any]) -> int:
+    """E(p): the points the max/min reductions of an SSA program visit (live output points
+    times the reduced extent), the measure of the per-reduction term in SPEC 6's bounds
+    (`tensorlang.semantics.bounds`)."""
+    stmts = [s for s in p.stmts if isinstance(s.rhs, tssa.ExtremeRhs)]
+    if not stmts:
+        return 0
+    env = bind_args(p, {k: v for k, v in args.items()
+                        if k in {q.name for q in p.params}}, values=False)
+    total = 0
+    for s in stmts:
+        box = env.bind_indices(zip(s.rhs.gen_names(), (grid.extent(d, env) for d in s.rhs.dims)))
+        total += grid.total(grid.count(s.rhs.pred, box), box) * grid.extent(s.rhs.sdims[0], box)
+    return int(total)
