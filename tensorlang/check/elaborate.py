@@ -40,8 +40,8 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Union
 
 from tensorlang.ir.ast import (
-    REAL, Access, Add, Affine, Box, Call, Cmp, Const, Def, DefCall, DerivedDef, Exists, Expr,
-    Gen, IndexValue, Iverson, Let, Mul, Node, Pair, Param, Pred, Proj, PTrue, RelCall, Sum, TArr,
+    REAL, Access, Add, Affine, And, Box, Call, Cmp, Const, Def, DefCall, DerivedDef, Exists, Expr,
+    Gen, IndexValue, Iverson, Let, Mul, Node, Or, Pair, Param, Pred, Proj, PTrue, RelCall, Sum, TArr,
     TIndex, TPair, TReal, TRel, TSize, Type, Var, binder_name, fresh, map_fields, pred_and, scalar_of, shape_of,
     subst, tensor, walk, Cond, CondAnd, CondCmp, CondNot, CondOr, CondPred, Extremum, IfThen,
     cmp_pred, free_names, has_binders, pred_not,
@@ -51,7 +51,7 @@ from tensorlang.syntax import printer
 from tensorlang.syntax.errors import Loc, TypeCheckError
 from tensorlang.check import prelude
 from tensorlang.check.quasi import is_quasi_pred, lower_indices, lower_pred, lowered_access
-from tensorlang.ir.ast import QuasiAffine
+from tensorlang.ir.ast import IndexRead, QuasiAffine, quasi_term
 from tensorlang.check.typecheck import (
     SIZE, DeriveCore, TLWarning, TypeEnv, role_text, access_result, access_warning, box_type,
     INDEX, format_affine,
@@ -321,6 +321,38 @@ _SELECT_ARGS: dict[str, tuple[int, int]] = {">=": (0, 0), "<=": (1, 0), ">": (1,
 _INDEX_ROLES = frozenset({INDEX, SIZE})
 
 
+def _surface_pred(c: Cond, env: TypeEnv) -> Pred | None:
+    """The condition of an `if` as an index predicate before quasi-affine lowering, or None
+    where it compares values (or negates a relation call or `exists`)."""
+    if isinstance(c, CondPred):
+        return c.pred
+    if isinstance(c, CondCmp):
+        lhs, rhs = (_index_reading(e, a, env) for e, a in ((c.lhs, c.alhs), (c.rhs, c.arhs)))
+        return None if lhs is None or rhs is None else cmp_pred(c.op, lhs, rhs, c.loc)
+    if isinstance(c, (CondAnd, CondOr)):
+        a, b = _surface_pred(c.a, env), _surface_pred(c.b, env)
+        if a is None or b is None:
+            return None
+        return (And if isinstance(c, CondAnd) else Or)(a, b, loc=c.loc)
+    if isinstance(c, CondNot):
+        a = _surface_pred(c.a, env)
+        return None if a is None else pred_not(a)
+    raise _err(f"not a condition: {c!r}", c.loc)
+
+
+def _index_reading(e: Expr | None, a: Affine | None, env: TypeEnv
+                   ) -> Affine | QuasiAffine | None:
+    """A side of a comparison in a condition as an index expression, or None where it is a
+    value: the affine reading when it names only indices and sizes, else an entry of an index
+    array (`idx[i]`, the parser reads it as an access)."""
+    if a is not None:
+        return a if all(env.role(v) in _INDEX_ROLES for v in a.vars()) else None
+    if isinstance(e, Access) and isinstance(e.e, Var) and \
+            isinstance(env.rel_type(e.e.name), TIndex):
+        return quasi_term(IndexRead(e.e.name, e.idx, loc=e.loc))
+    return None
+
+
 def _signature_text(params: Iterable[Param]) -> str:
     return ", ".join(f"{p.name}: {format_type(p.type)}" for p in params)
 
@@ -488,11 +520,15 @@ class _Elaborator:
         arranged for the operator), a compound condition a 0/1 value k and `sel_ge(k, 0.5,
         a, b)`.  The selection is piecewise constant in differentiation (its tangent selects
         the branch's tangent); both branches are evaluated, as with numpy's `where`."""
-        p = self.index_cond(e.cond, env, loc)
+        # negated before lowering: `not (i % 2 == 0)` is `i % 2 != 0`, an index predicate
+        p = _surface_pred(e.cond, env)
         q = pred_not(p) if p is not None else None
         if p is not None and q is not None:
+            ploc = pick_loc(e.cond.loc, loc)
+            p, q = self.pred(p, env, ploc), self.pred(q, env, ploc)
             return self.expr(Add(Iverson(p, e.a, loc=loc), Iverson(q, e.b, loc=loc), loc=loc),
                              env, loc)
+        p = None if p is None else self.pred(p, env, pick_loc(e.cond.loc, loc))
         branches = []
         for part, word in ((e.a, "then"), (e.b, "else")):
             v, t = self.expr(part, env, loc)
@@ -513,30 +549,10 @@ class _Elaborator:
         return _wrap_lets(lets, Call("sel_ge", (k, Const(0.5), a, b), (), loc=loc)), REAL
 
     def index_cond(self, c: Cond, env: TypeEnv, loc: Loc | None) -> Pred | None:
-        """The condition as an index predicate, or None where it compares values."""
-        loc = pick_loc(c.loc, loc)
-        if isinstance(c, CondPred):
-            check_pred(c.pred, env, loc)
-            return c.pred
-        if isinstance(c, CondCmp):
-            sides = (c.alhs, c.arhs)
-            if any(a is None or any(env.role(v) not in _INDEX_ROLES for v in a.vars())
-                   for a in sides):
-                return None
-            lhs, rhs = sides
-            assert lhs is not None and rhs is not None
-            p = cmp_pred(c.op, lhs, rhs)
-            check_pred(p, env, loc)
-            return p
-        if isinstance(c, (CondAnd, CondOr)):
-            a, b = self.index_cond(c.a, env, loc), self.index_cond(c.b, env, loc)
-            if a is None or b is None:
-                return None
-            return (And if isinstance(c, CondAnd) else Or)(a, b, loc=loc)
-        if isinstance(c, CondNot):
-            a = self.index_cond(c.a, env, loc)
-            return None if a is None else pred_not(a)
-        raise _err(f"not a condition: {c!r}", loc)
+        """The condition as a checked index predicate (quasi-affine parts lowered), or None
+        where it compares values."""
+        p = _surface_pred(c, env)
+        return None if p is None else self.pred(p, env, pick_loc(c.loc, loc))
 
     def real_side(self, e: Expr | None, c: CondCmp, env: TypeEnv, loc: Loc | None) -> Expr:
         loc = pick_loc(c.loc, loc)

@@ -623,7 +623,11 @@ class _Converter:
             a1, a2 = self.maybe(self.affine, a_t), self.maybe(self.affine, b_t)
             for e, a, side in ((e1, a1, a_t), (e2, a2, b_t)):
                 if e is None and a is None:
-                    self.expr(side)   # raises its error
+                    # `i % 2 == 0`, `i // 2 < j`: only an index reading, so an index predicate
+                    p = self.maybe(self.p_cmp, t)
+                    if p is None:
+                        self.expr(side)   # raises its error
+                    return CondPred(p.with_loc(loc), loc=loc)
             return CondCmp(str(op), e1, e2, a1, a2, loc=loc)
         if t.data in ("true", "false", "exists") or (
                 t.data == "call" and str(t.children[0]) not in BUILTINS):
