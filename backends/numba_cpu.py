@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ast as pyast
 import hashlib
+import math
 import os
 import threading
 import types
@@ -40,6 +41,7 @@ import numpy as np
 from tensorlang.ir import ast
 from tensorlang.semantics import interp, relation
 from tensorlang.ir import tssa
+from tensorlang.ir.canon import conjuncts
 from tensorlang.syntax import ssa_printer
 from tensorlang.syntax.errors import TLError
 from tensorlang.ir.tssa import Program
@@ -206,8 +208,10 @@ class CompiledProgram:
             work = self._work[sizes] = cost_bound(self.program, named) if self._rel_names \
                 else self._cost(named)
         if self._rel_names and work > AOT_MAX_WORK:
-            work = self._cost({**{n: int(bound[n]) for n in self._size_names},
-                               **{n: bound[n].mask() for n in self._rel_names}})
+            # the relations' members bound the masked statements (not the exact cost: that
+            # evaluates every point of the dense box, longer than a gather's whole call)
+            work = cost_bound(self.program, {n: int(bound[n]) for n in self._size_names},
+                              {n: bound[n].nnz for n in self._rel_names})
         return "aot" if work <= AOT_MAX_WORK else "jit"
 
     def _cost(self, args: Mapping[str, Any]) -> int:
@@ -361,19 +365,32 @@ def pattern_arrays(mask: np.ndarray, order: tuple[int, ...], nbound: int
     return relation.from_value(mask, tuple(mask.shape)).pattern(tuple(order), nbound)
 
 
-def cost_bound(p: Program, sizes: Mapping[str, int]) -> int:
+def cost_bound(p: Program, sizes: Mapping[str, int],
+               nnz: Mapping[str, int] | None = None) -> int:
     """An upper bound of `p`'s SPEC 3 cost at `sizes` whatever its relations hold: per
     statement, every point of its box live (a contraction: its multiplications and one
-    addition per point).  A box statement counts as unbounded."""
+    addition per point).  A box statement counts as unbounded.  With `nnz` (members per
+    relation), a statement masked by a relation call `R(i, j, ...)` on distinct indices of
+    its box counts at most nnz(R) points per value of its other indices: the bound of an
+    index-array gather is its entries, not the dense box (no mask is looked at)."""
     work = 0
     for s in p.stmts:
         if isinstance(s.rhs, (tssa.Input, tssa.ConstRhs, tssa.IndexRhs)):
             continue
         if isinstance(s.rhs, tssa.BoxRhs):
             return 1 << 62
-        points = 1
-        for d in (*s.rhs.dims, *s.rhs.sdims):
-            points *= max(0, int(d.evaluate(sizes)))
+        extents = dict(zip((*s.rhs.gen_names(), *s.rhs.sum_names()),
+                           (max(0, int(d.evaluate(sizes))) for d in (*s.rhs.dims,
+                                                                      *s.rhs.sdims))))
+        points = math.prod(extents.values())
+        for c in conjuncts(s.rhs.pred) if nnz else ():
+            if not isinstance(c, ast.RelCall) or c.name not in nnz:
+                continue
+            names = [a.terms[0][0] for a in c.args
+                     if not a.const and len(a.terms) == 1 and a.terms[0][1] == 1]
+            if len(names) == len(c.args) == len(set(names)) and set(names) <= set(extents):
+                rest = math.prod(n for k, n in extents.items() if k not in names)
+                points = min(points, nnz[c.name] * rest)
         work += points * (len(s.rhs.operands) + 1 if isinstance(s.rhs, tssa.SumRhs) else 1)
     return work
 

@@ -35,6 +35,8 @@ import tempfile
 import time
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from .tasks import EXAMPLES, ROOT
 
 HESSIAN_FILE = EXAMPLES / "qform.tl"
@@ -70,14 +72,17 @@ import tensorlang as tl
 from tensorlang import cli
 m = tl.load(sys.argv[1])
 fn = m[sys.argv[2]]
-args = cli.build_args(fn, {{}}, {{p.name: {n} for p in fn.params
-                              if tl.api.format_type(p.type) == "size"}}, 0)
+if len(sys.argv) > 3:        # inputs that must be well formed (SPD matrices)
+    args = {{k: v[()] for k, v in np.load(sys.argv[3]).items()}}
+else:
+    args = cli.build_args(fn, {{}}, {{p.name: {n} for p in fn.params
+                                  if tl.api.format_type(p.type) == "size"}}, 0)
 t1, c1 = time.perf_counter(), time.process_time()
 fn(**args)
 t2, c2 = time.perf_counter(), time.process_time()
 c = fn.compile("numba")._run
 print(json.dumps({{"import_and_load": t1 - t0, "first_call": t2 - t1,
-                  "first_call_cpu": c2 - c1, "engine": c.last_engine}}))
+                  "first_call_cpu": c2 - c1, "engine": getattr(c, "last_engine", "staged")}}))
 """
 
 
@@ -135,7 +140,7 @@ def _timed(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[float, 
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
-        raise RuntimeError(f"{' '.join(cmd[:4])}...: {tail[:300]}")
+        raise RuntimeError(f"exit {proc.returncode}: {tail[:300]}")   # cmd[2] is a script
     _timed.last_stdout = proc.stdout
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return wall, cpu
@@ -144,16 +149,29 @@ def _timed(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[float, 
 _timed.last_stdout = ""
 
 
-def derived_functions() -> list[tuple[str, str]]:
-    """(example file, derived function) for every derived def of every example."""
+def _derived() -> list[tuple[str, str, str]]:
+    """(example file, derived function, the function it differentiates)."""
     import re
 
     out = []
-    for path in sorted(EXAMPLES.glob("*.tl")):
-        for m in re.finditer(r"^def\s+(\w+)\s*=\s*(grad|jvp|vjp|hvp|hessian|jacobian)\(",
-                             path.read_text(encoding="utf-8"), re.M):
-            out.append((path.name, m.group(1)))
+    for path in sorted(EXAMPLES.rglob("*.tl")):
+        for m in re.finditer(r"^def\s+(\w+)\s*=\s*(?:grad|jvp|vjp|hvp|hessian|jacobian)"
+                             r"\(\s*(\w+)", path.read_text(encoding="utf-8"), re.M):
+            out.append((str(path.relative_to(EXAMPLES)), m.group(1), m.group(2)))
     return out
+
+
+def _inputs_file(tmp: str, file: str, base: str, k: int) -> list[str]:
+    """For a linear-algebra example, its workload's well-formed inputs (random matrices are
+    not positive definite) saved to an .npz the cold call reads; [] for the others."""
+    from .linalg import _refs
+
+    for w in _refs().LINALG_WORKLOADS.values():
+        if w.file == file and w.func == base:
+            path = os.path.join(tmp, f"inputs{k}.npz")
+            np.savez(path, **w.inputs(w.sizes(SIZES_FOR_COLD), np.random.default_rng(0)))
+            return [path]
+    return []
 
 
 def run(rounds: int = 5, progress: Callable[[str], None] = lambda s: None,
@@ -214,16 +232,18 @@ def run(rounds: int = 5, progress: Callable[[str], None] = lambda s: None,
 
 def _cold(tmp: str, timeout: float, progress: Callable[[str], None],
           only: Sequence[str] = ()) -> list[dict[str, Any]]:
-    jobs = [(str(EXAMPLES / f), fn) for f, fn in derived_functions() if not only or fn in only]
+    jobs = [(str(EXAMPLES / f), fn, base) for f, fn, base in _derived()
+            if not only or fn in only]
     t50 = os.path.join(tmp, "terms50.tl")
     with open(t50, "w", encoding="utf-8") as fh:
         fh.write(terms50_source())
     if not only or "terms50_hess" in only:
-        jobs.append((t50, "terms50_hess"))
+        jobs.append((t50, "terms50_hess", "terms50"))
     records = []
-    for k, (path, fn) in enumerate(jobs):
+    for k, (path, fn, base) in enumerate(jobs):
         env = _env(os.path.join(tmp, f"cold{k}"))
-        cmd = [sys.executable, "-c", _COLD.format(n=SIZES_FOR_COLD), path, fn]
+        cmd = [sys.executable, "-c", _COLD.format(n=SIZES_FOR_COLD), path, fn,
+               *_inputs_file(tmp, os.path.relpath(path, EXAMPLES), base, k)]
         rec: dict[str, Any] = {"file": os.path.basename(path), "function": fn}
         try:
             wall, used = _timed(cmd, env, timeout)

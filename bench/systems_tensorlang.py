@@ -68,11 +68,12 @@ class System:
         per measurement as the JAX column puts its inputs on the device once: the calls then
         reuse its coordinate forms instead of converting the mask each time."""
         import tensorlang as tl
-        from tensorlang.ir.ast import TRel
+        from tensorlang.ir.ast import TIndex, TRel
 
         out = dict(args)
-        for fn in fns:
-            rels = [p.name for p in fn.params if isinstance(p.type, TRel)]
+        for fn in fns:   # (an index array stays an integer array: the API takes only that)
+            rels = [p.name for p in fn.params
+                    if isinstance(p.type, TRel) and not isinstance(p.type, TIndex)]
             if any(not isinstance(out.get(n), tl.Relation) for n in rels):
                 bound = fn.bind(**{p.name: out[p.name] for p in fn.params if p.name in out})
                 out.update({n: bound[n] for n in rels})
