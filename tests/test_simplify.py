@@ -155,7 +155,7 @@ def _all_examples() -> list[tuple[str, str]]:
 
 # The simplifier gives up here (every candidate raises the cost at some checked size): loud and
 # correct, but a gap; strict, so a fix shows up.
-GIVES_UP = {("embedding", "gnn_grad")}
+GIVES_UP = {("embedding", "gnn_grad"), ("attention", "attention_grad")}
 
 
 @pytest.mark.parametrize("file,name", [
@@ -164,11 +164,6 @@ GIVES_UP = {("embedding", "gnn_grad")}
 def test_every_example_is_simplified(file: str, name: str) -> None:
     p = example(file, name)
     q, report = simplify(p, strict=True)
-    if any(s.rhs.kind == "extreme" for s in p.stmts):
-        # max/min reductions: the documented exclusion (docs/simplifier.md), not a failure
-        assert report.mode == "unchanged" and not report.failed and q is p
-        assert "not encoded in the e-graph" in report.text()
-        return
     assert report.mode in ("full", "full+repaired"), report.text()
     assert not report.failed, report.text()
     for n, seed in ((2, 1), (3, 2)):

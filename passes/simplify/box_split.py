@@ -10,14 +10,16 @@ check on the whole.
 
 An index value `v = gen I. a(I)` (`IndexRhs`, SPEC 12) is opened the same way: a free leaf
 whose reads the rules see as reads of a parameter (with their access's free indices, so
-loop-invariance is judged right); it reads nothing and costs nothing.
+loop-invariance is judged right); it reads nothing and costs nothing.  So is a max/min
+reduction (`ExtremeRhs`, SPEC 12), which the e-graph has no term for: the rest of the
+program is simplified around it, its own cost untouched.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from tensorlang.ir import ast, tssa
-from tensorlang.ir.tssa import BoxRhs, ContractRhs, IndexRhs, Input, Program, Stmt
+from tensorlang.ir.tssa import BoxRhs, ContractRhs, ExtremeRhs, IndexRhs, Input, Program, Stmt
 
 from ..jvp.emit import project
 
@@ -28,15 +30,20 @@ class Opened:
     reads: tuple[str, ...]        # the variables they read, in output order
 
 
+LEAVES = (BoxRhs, IndexRhs, ExtremeRhs)   # the statements the e-graph sees as leaves
+
+
 def has_boxes(p: Program) -> bool:
-    """Whether `p` has statements the e-graph sees as leaves (boxes, index values)."""
-    return any(isinstance(s.rhs, (BoxRhs, IndexRhs)) for s in p.stmts)
+    """Whether `p` has statements the e-graph sees as leaves (boxes, index values, max/min
+    reductions)."""
+    return any(isinstance(s.rhs, LEAVES) for s in p.stmts)
 
 
 def opaque(p: Program) -> set[str]:
     """The boxes, and the dense products that read a box's output (what the box rules
     emit as one BLAS call: the e-graph would trade them for masked triangular loops, fewer
-    operations in the cost model but ten times slower), and the index values."""
+    operations in the cost model but ten times slower), the index values and the max/min
+    reductions."""
     boxes = {s.var for s in p.stmts if isinstance(s.rhs, BoxRhs)}
     full = _fully_read(p)
     low = _low_rank(p)
@@ -45,7 +52,7 @@ def opaque(p: Program) -> set[str]:
              and isinstance(s.rhs.pred, ast.PTrue) and s.var in full
              and any(o.var in boxes for o in s.rhs.operands)
              and not any(o.var in low for o in s.rhs.operands)}
-    return boxes | dense | {s.var for s in p.stmts if isinstance(s.rhs, IndexRhs)}
+    return boxes | dense | {s.var for s in p.stmts if isinstance(s.rhs, (IndexRhs, ExtremeRhs))}
 
 
 def _low_rank(p: Program) -> set[str]:

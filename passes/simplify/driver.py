@@ -115,7 +115,7 @@ def simplify(p: Program, sizes: Mapping[str, int] | None = None, *,
     `rules_egg.RULES`); `budget`: the search's limits.  With `verify_cost`, the result's
     cost is checked against `p`'s (module doc).  `strict` (default: `TENSORLANG_STRICT`):
     raise `SimplifyError` on failure instead of returning `p`."""
-    if box_split.has_boxes(p):  # linear-algebra boxes are opaque leaves (box_split.py)
+    if box_split.has_boxes(p):  # boxes, index values, max/min: opaque leaves (box_split.py)
         opened, info = box_split.open_boxes(p)
         res = simplify(opened, sizes, budget=budget, rules=rules, verify_cost=verify_cost,
                        strict=strict)
@@ -130,13 +130,6 @@ def simplify(p: Program, sizes: Mapping[str, int] | None = None, *,
                      + " make an input's dimension negative: simplified as without sizes")
         given = None
     report = Report(p.name, budget, given, cost_points(p.size_params(), given), notes=notes)
-    excluded = sorted({s.rhs.op for s in p.stmts if isinstance(s.rhs, tssa.ExtremeRhs)})
-    if excluded:
-        # A documented exclusion, not a failure: the e-graph has no term for max/min
-        # reductions (SPEC 12) yet, so such a program runs as converted (docs/simplifier.md).
-        report.notes.append(f"not simplified: {'/'.join(excluded)} reductions are not encoded "
-                            "in the e-graph (docs/simplifier.md)")
-        return Simplified(p, report)
     try:
         checked = verify.panel(p, given) if verify_cost else []
         if verify_cost and not checked:
