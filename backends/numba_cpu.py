@@ -107,6 +107,9 @@ ENV_ENGINE = "TENSORLANG_ENGINE"
 # operations) at the call's sizes is at most this: ~10 ms of serial work, less than Numba's
 # own start-up (docs/caching.md, "Engines").
 AOT_MAX_WORK = 1_000_000
+# Above this bound the engine is chosen on the bound (JIT): the exact cost would take longer
+# than the call (about 0.1 s here).
+EXACT_COST_MAX_POINTS = 1 << 24
 
 
 class CompiledProgram:
@@ -203,10 +206,13 @@ class CompiledProgram:
             if len(self._work) > 64:
                 self._work.clear()
             named = {n: int(bound[n]) for n in self._size_names}
-            # with relations, first a bound from the sizes alone: no mask is built for a
-            # call that is small however many entries its relations have
-            work = self._work[sizes] = cost_bound(self.program, named) if self._rel_names \
-                else self._cost(named)
+            # first a bound from the sizes alone (with relations: however many entries they
+            # have); the exact cost only where it decides and is cheap to evaluate (it
+            # visits every point of each statement's box: a gather `x[i // 2]` has N^2)
+            work = cost_bound(self.program, named)
+            if not self._rel_names and AOT_MAX_WORK < work <= EXACT_COST_MAX_POINTS:
+                work = self._cost(named)
+            self._work[sizes] = work
         if self._rel_names and work > AOT_MAX_WORK:
             # the relations' members bound the masked statements (not the exact cost: that
             # evaluates every point of the dense box, longer than a gather's whole call)

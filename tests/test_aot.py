@@ -72,6 +72,31 @@ def test_auto_engine_weighs_parallel_kernels(cache_dir):
     assert c.last_engine == "aot" and c.cache_stats() == {"hits": 0, "misses": 0}
 
 
+def test_engine_choice_never_evaluates_a_dense_box(cache_dir, monkeypatch):
+    """A gather through an index array or a quasi-affine index (`x[i // 2]`) has a dense box
+    of N^2 points or more: the engine is chosen from a bound (relation members, sizes), not
+    the exact cost, which would take longer than the call (minutes at these sizes)."""
+    def refuse(self, args):
+        raise AssertionError("the exact cost was evaluated")
+
+    stencil = tl.load(str(EXAMPLES / "stencil.tl"))
+    embedding = tl.load(str(EXAMPLES / "embedding.tl"))
+    up = numba_cpu.compile_program(stencil.upsample.run_to("ssa"))
+    bag = numba_cpu.compile_program(embedding.embag_grad.run_to("ssa"))
+    monkeypatch.setattr(numba_cpu.CompiledProgram, "_cost", refuse)
+    n, m = 2000, 8
+    assert up.engine_for({"N": n, "M": m, "x": np.zeros((n, m)),
+                          "s": np.zeros((2 * n, 2 * m))}) == "jit"
+    rng = np.random.default_rng(0)
+    args = {"B": 1000, "K": 8, "V": 1000, "D": 16, "tok": rng.integers(0, 1000, (1000, 8)),
+            "E": np.zeros((1000, 16)),
+            "w": np.zeros(16), "y": np.zeros(1000)}
+    assert bag.engine_for(args) == "aot"   # 8000 entries: small, though the box is 10^8
+    assert numba_cpu.cost_bound(bag.program, {"B": 1000, "K": 8, "V": 1000, "D": 16},
+                                {"tok": 8000}) < numba_cpu.cost_bound(
+        bag.program, {"B": 1000, "K": 8, "V": 1000, "D": 16}) // 100
+
+
 def test_unknown_engine_is_an_error(cache_dir):
     with pytest.raises(tl.TLError, match="unknown engine"):
         numba_cpu.compile_program(_qform_hess()[1], engine="fast")
