@@ -191,10 +191,10 @@ def simplify_exists(p: Exists) -> Pred:
     * inner `exists` of C are simplified first;
     * one-point rule: a conjunct `k == e` (k with coefficient +-1) gives
       `0 <= e < n and C[k := e]`;
-    * C a conjunction of comparisons with k's coefficients in {-1, 0, 1}: Fourier-Motzkin
-      elimination of k from `0 <= k < n` and C (every lower bound at most every upper
-      bound); with unit coefficients the bounds are integers, so this is exact over the
-      integers;
+    * C a conjunction of comparisons: Fourier-Motzkin elimination of k from `0 <= k < n`
+      and C (every lower bound at most every upper bound), where it is exact over the
+      integers (`_project_cmps`: unit coefficients, or pairs whose dark shadow always
+      holds, as the quotients of `//` and `%` give);
     * k not free in C: `0 < n and C`."""
     k, n = p.idx, p.size
     parts: list[Pred] = []
@@ -227,24 +227,34 @@ def simplify_exists(p: Exists) -> Pred:
 
 
 def _project_cmps(k: str, n: Affine, parts: Sequence[Cmp]) -> Pred | None:
+    """`exists k:n. parts` without k, or None where that is not exact.  An integer k with
+    lower bounds `b k >= L` and upper bounds `a k <= U` exists iff every pair has one, i.e.
+    `ceil(L / b) <= floor(U / a)`: with a = 1 or b = 1 that is the real shadow `a L <= b U`
+    (Fourier-Motzkin); otherwise the pair is dropped where its dark shadow
+    `b U - a L >= (a - 1)(b - 1)` holds for every value (a constant difference: `2 k <= i <=
+    2 k + 1`, every i has its k, as `i // 2` lowers), and not projected where it does not."""
     cons: list[Affine] = [Affine.var(k), n - Affine.var(k) - 1]
     for q in parts:
         cons += cmp_constraints(q)
-    lower: list[Affine] = []    # a = k + r >= 0: k >= -r
-    upper: list[Affine] = []    # a = -k + r >= 0: k <= r
+    lower: list[tuple[int, Affine]] = []    # (b, L): c k + r >= 0 with c = b > 0, L = -r
+    upper: list[tuple[int, Affine]] = []    # (a, U): c k + r >= 0 with c = -a < 0, U = r
     rest: list[Pred] = []
     for a in cons:
         c = a.coeff(k)
-        if c not in (-1, 0, 1):
-            return None
         r = a - Affine.var(k) * c
         if c == 0:
             rest.append(Cmp("<=", Affine.lit(0), a))
-        elif c == 1:
-            lower.append(r)
+        elif c > 0:
+            lower.append((c, -r))
         else:
-            upper.append(r)
-    rest += [Cmp("<=", Affine.lit(0), lo + hi) for lo in lower for hi in upper]
+            upper.append((-c, r))
+    for b, lo in lower:
+        for a, hi in upper:
+            gap = hi * b - lo * a                 # b U - a L
+            if a == 1 or b == 1:
+                rest.append(Cmp("<=", Affine.lit(0), gap))
+            elif not (gap.is_const() and gap.const >= (a - 1) * (b - 1)):
+                return None
     return pred_and(*rest) if rest else PTrue()
 
 

@@ -76,6 +76,45 @@ def test_exists_elimination_is_exact(p, n, seed):
     np.testing.assert_array_equal(_truth(q, n, rel), _truth(p, n, rel))
 
 
+@st.composite
+def quotient_preds(draw) -> Pred:
+    """`exists k:n. c k <= e and e <= c k + w` (and a second such pair, or a comparison):
+    the shape `e // c` and `e % c` lower to, with widths w around c - 1 (exact or not)."""
+    k = "k0"
+    parts: list[Pred] = []
+    for _ in range(draw(st.integers(1, 2))):
+        c = draw(st.sampled_from([2, 3, 4]))
+        e = _affine(draw, NAMES)
+        w = Affine.lit(draw(st.integers(c - 3, c + 1)))
+        ck = Affine.var(k) * c
+        parts += [Cmp("<=", ck, e), Cmp("<=", e, ck + w)]
+    if draw(st.booleans()):
+        parts.append(Cmp(draw(st.sampled_from(["<", "<="])), _affine(draw, NAMES + (k,)),
+                         _affine(draw, NAMES + ("N",))))
+    body = parts[0]
+    for q in parts[1:]:
+        body = And(body, q)
+    size = draw(st.sampled_from([Affine.var("N"), Affine.var("N") + 1, Affine.lit(3)]))
+    return Exists(k, size, body)
+
+
+@settings(max_examples=300)
+@given(quotient_preds(), st.integers(0, 6))
+def test_exists_elimination_with_quotient_coefficients_is_exact(p, n):
+    """Coefficients 2-4 (`_project_cmps`: a pair is dropped only where its dark shadow always
+    holds): equivalent to the quantified predicate on every point."""
+    q = simplify_exists(p)
+    rel = np.zeros((n + 3, n + 3), dtype=bool)
+    np.testing.assert_array_equal(_truth(q, n, rel), _truth(p, n, rel))
+
+
+def test_quotient_guards_are_no_loops():
+    """upsampling's gradient masks `exists k0:N. 2 k0 <= i0 <= 2 k0 + 1`: every i0 in range
+    has its k0, decided without a loop over N (it was O(N M) per point)."""
+    src = generated_source(tl.load(EXAMPLES / "stencil.tl")["upsample_grad"].run_to("simplified"))
+    assert "_exists" not in src
+
+
 def test_trivially_true_exists_is_no_loop():
     """nbody's `exists k0:N. i0 + 1 <= k0` under `i0 + 1 <= i1`: decided, no flag loop."""
     src = generated_source(tl.load(EXAMPLES / "nbody.tl")["nbody"].run_to("ssa"))
