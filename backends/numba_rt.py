@@ -183,6 +183,21 @@ def tl_matmul_loops(a, b):  # type: ignore[no-untyped-def]
     m, k = a.shape
     n = b.shape[1]
     out = np.zeros((m, n))
+    if n == 1:   # matrix-vector: a dot product per row, four partial sums (no inner loop of 1)
+        for i in range(m):
+            s0 = s1 = s2 = s3 = 0.0
+            t = 0
+            while t + 4 <= k:
+                s0 += a[i, t] * b[t, 0]
+                s1 += a[i, t + 1] * b[t + 1, 0]
+                s2 += a[i, t + 2] * b[t + 2, 0]
+                s3 += a[i, t + 3] * b[t + 3, 0]
+                t += 4
+            while t < k:
+                s0 += a[i, t] * b[t, 0]
+                t += 1
+            out[i, 0] = (s0 + s1) + (s2 + s3)
+        return out
     for i in range(m):
         for t in range(k):
             x = a[i, t]

@@ -13,6 +13,7 @@ import warnings
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tensorlang as tl
 from examples_util import EXAMPLES, ROOT, WORKLOADS, assert_same, to_program
@@ -23,6 +24,7 @@ from tensorlang.testing import programs
 from conftest import forget_in_process
 
 numba_cpu = pytest.importorskip("tensorlang.backends.numba_cpu")
+numba_rt = pytest.importorskip("tensorlang.backends.numba_rt")
 
 QFORM = EXAMPLES / "qform.tl"
 
@@ -170,3 +172,14 @@ def test_damaged_image_is_rebuilt(cache_dir, damage):
     assert any("damaged AOT image" in str(w.message) for w in caught)
     recorded = json.loads(meta.read_text())["aot"]
     assert list(recorded.values()) == [cache.sha256(image.read_bytes())]   # rebuilt, recorded
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 5), st.integers(0, 9), st.sampled_from([1, 1, 2, 3]),
+       st.integers(0, 2 ** 16))
+def test_the_images_matmul_loops_are_a_matmul(m, k, n, seed):
+    """`numba_rt.tl_matmul_loops` (what AOT images call for BLAS): any shape, the
+    matrix-vector path (n = 1, four partial sums) included."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    np.testing.assert_allclose(numba_rt.tl_matmul_loops(a, b), a @ b, rtol=1e-12, atol=1e-12)
