@@ -443,6 +443,12 @@ class ExprPrinter:
         # (statement, access) -> a local holding that element, computed earlier in the same
         # body (sibling loop fusion, backends/sibling_fusion.py)
         self.locals: dict[tuple[str, tuple[Affine, ...]], str] = {}
+        # Checked reads at constant indices of these arrays (the kernel's inputs, set by the
+        # emitter) are read once, at the top of the kernel, into the locals `hoisted` names
+        # (text of the read -> local): each checked read is a branch, and Numba's compile
+        # time grows faster than linearly with the branches of a function.
+        self.hoistable: frozenset[str] = frozenset()
+        self.hoisted: dict[str, str] = {}
 
     def var(self, v: str) -> str:
         return self.nm.get(VALUE, v)
@@ -485,7 +491,10 @@ class ExprPrinter:
                 checks.append(f"{ix[k]} < {name}.shape[{k}]")
         if not checks:
             return read
-        return f"({read} if {' and '.join(checks)} else 0.0)"
+        checked = f"({read} if {' and '.join(checks)} else 0.0)"
+        if o.var in self.hoistable and all(a.is_const() for a in o.idx):
+            return self.hoisted.setdefault(checked, f"_in{len(self.hoisted)}")
+        return checked
 
     def fused(self, v: str, idx: Sequence[Affine], facts: Facts, pre: list[str],
               base: Facts) -> str:

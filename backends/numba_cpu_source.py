@@ -37,6 +37,12 @@ PART_LINES = 150
 # region carries all their bodies, and a kernel whose nests are shared is no cheaper to
 # lower in parallel than the same kernel with a nest per statement.
 MAX_PARALLEL_LOOPS = 48
+# A kernel with more float constants than this keeps them as literals: each `tl_c[k]` read
+# costs Numba about 2 ms of compile time, twice what a statement costs (a chain of 10,000
+# statements `y = y * 0.5 + x[1]` compiled in 136 s with its 10,000 constants as
+# arguments), and a program that long gains nothing from sharing its module with programs
+# differing only in constants.
+MAX_CONSTANT_ARGS = 1_000
 
 
 class SourceWriter:
@@ -89,6 +95,8 @@ class NumbaEmitter:
         self.w = SourceWriter()
         self.counted = {s.var: k for k, s in enumerate(plan.counted())}
         self.shared_loops = 0   # prange loops that n statements share count n - 1 times here
+        # a statement's position, its tag in local names (a dict: `list.index` is quadratic)
+        self.positions = {s.var: k for k, s in enumerate(plan.stmts)}
 
     # -- names -------------------------------------------------------------------------------
 
@@ -185,6 +193,7 @@ class NumbaEmitter:
         w(0, "")   # the decorator, once we know whether there is a parallel loop
         w(0, f"def {KERNEL}({', '.join(a[1] for a in args)}):")
         body_start = len(w.lines)
+        self.ex.hoistable = frozenset(s.var for s in self.plan.stmts if s.mode == "input")
         for unit in sibling_fusion.schedule(self.plan):
             for s in unit:
                 w(1, "# " + safe_comment(ssa_printer.fmt_stmt(tssa.Stmt(s.var, s.rhs))))
@@ -197,6 +206,10 @@ class NumbaEmitter:
                 self.emit_loops(unit[0])
         outs = [self.var(v) for v in self.p.output_vars()]
         w(1, f"return ({', '.join(outs)},)")
+        if self.ex.hoisted:
+            w.lines[body_start:body_start] = (
+                [INDENT + "# the inputs' elements at constant indices, read once"] +
+                [f"{INDENT}{local} = {read}" for read, local in self.ex.hoisted.items()])
         if self.constants_as_args:
             self.abstract_constants(body_start)
         loops = sum(ln.count("prange(") for ln in w.lines[body_start:]) + self.shared_loops
@@ -224,7 +237,8 @@ class NumbaEmitter:
         mostly mean "absent", "unit" and "negate") by `tl_c[k]`, an element of the argument
         `tl_c` (`_hoist_constants` later reads each into a local at the top of the function
         that uses it), and floats in comments by `c`: programs that differ only in their
-        constants then share one module, one Numba compilation and one cache entry."""
+        constants then share one module, one Numba compilation and one cache entry.  A
+        kernel with more than `MAX_CONSTANT_ARGS` constants is left as it is."""
         w = self.w
         body = w.lines[body_start:]
         edits: dict[int, list[tuple[int, int, str]]] = {}
@@ -249,6 +263,9 @@ class NumbaEmitter:
             elif tok.type == tokenize.COMMENT:
                 edits.setdefault(row, []).append(
                     (tok.start[1], tok.end[1], _FLOAT.sub("c", tok.string)))
+        if len(self.constants) > MAX_CONSTANT_ARGS:
+            self.constants.clear()   # the literals stay (see MAX_CONSTANT_ARGS)
+            return
         for row, changes in edits.items():
             line = body[row]
             for a, b, text in sorted(changes, reverse=True):
@@ -325,7 +342,7 @@ class NumbaEmitter:
     # -- loops -------------------------------------------------------------------------------
 
     def _tag(self, s: StmtPlan) -> str:
-        return str(self.plan.stmts.index(s))
+        return str(self.positions[s.var])
 
     def emit_loops(self, s: StmtPlan) -> None:
         w, rhs, name = self.w, s.rhs, self.var(s.var)

@@ -42,6 +42,7 @@ import tempfile
 import threading
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 from tensorlang.syntax.errors import TLError
 
@@ -468,7 +469,8 @@ class _ProgramUnpickler:
     ALLOWED = ("tensorlang.ir.",)
 
     @classmethod
-    def loads(cls, data: bytes, extra: frozenset[tuple[str, str]] = frozenset()) -> object:
+    def loads(cls, data: bytes, extra: frozenset[tuple[str, str]] = frozenset(),
+              flat: bool = False) -> object:
         import io
         import pickle
 
@@ -478,7 +480,8 @@ class _ProgramUnpickler:
                     return super().find_class(module, name)
                 raise pickle.UnpicklingError(f"{module}.{name} is not tensorlang IR")
 
-        return Restricted(io.BytesIO(data)).load()
+        reader = Restricted(io.BytesIO(data))
+        return load_flat(reader) if flat else reader.load()
 
 
 PROGRAMS = "programs"
@@ -537,8 +540,61 @@ def put_checked(key: str, checked: object) -> None:
             return NotImplemented
 
     out = io.BytesIO()
-    Located(out, protocol=5).dump(checked)
+    dump_flat(Located(out, protocol=5), checked)
     put_blob(CHECKED, key, out.getvalue())
+
+
+FLAT = "tensorlang-flat-pickle"
+
+
+def dump_flat(pickler: "pickle.Pickler", obj: object) -> None:
+    """Pickle `obj` without recursing into its IR trees: first each IR node reachable from
+    it, children before parents, as its own pickle (the pickler's memo then writes a node
+    already written as a reference), then `obj`.  Pickle recurses once per level of nesting,
+    and since Python 3.12 that depth is bounded by a C recursion limit that
+    `sys.setrecursionlimit` does not raise: a def of 10,000 statements nests 10,000 deep.
+    `load_flat` reads it back."""
+    from tensorlang.ir.ast import Node
+
+    order: list[object] = []
+    seen: set[int] = set()
+    # (object, expanded): an explicit stack, the nodes in post-order
+    stack: list[tuple[object, bool]] = [(obj, False)]
+    while stack:
+        item, expanded = stack.pop()
+        if expanded:
+            order.append(item)
+            continue
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, Node):
+            stack.append((item, True))
+            parts: Any = item.fields()
+        elif isinstance(item, (tuple, list, set, frozenset)):
+            parts = item
+        elif isinstance(item, dict):
+            parts = [*item.keys(), *item.values()]
+        elif hasattr(item, "__dataclass_fields__"):
+            parts = [getattr(item, f) for f in item.__dataclass_fields__]
+        else:
+            continue
+        stack.extend((part, False) for part in reversed(list(parts)))
+    pickler.dump((FLAT, len(order)))
+    for node in order:
+        pickler.dump(node)
+    pickler.dump(obj)
+
+
+def load_flat(unpickler: "pickle.Unpickler") -> object:
+    """The object `dump_flat` wrote (the unpickler's memo holds the nodes read first)."""
+    head = unpickler.load()
+    if not (isinstance(head, tuple) and len(head) == 2 and head[0] == FLAT
+            and isinstance(head[1], int)):
+        raise ValueError("not a flat pickle")
+    for _ in range(head[1]):
+        unpickler.load()
+    return unpickler.load()
 
 
 def get_checked(key: str) -> object | None:
@@ -550,7 +606,7 @@ def get_checked(key: str) -> object | None:
     if data is None:
         return None
     try:
-        return _ProgramUnpickler.loads(data, _CHECKED_CLASSES)
+        return _ProgramUnpickler.loads(data, _CHECKED_CLASSES, flat=True)
     except (pickle.UnpicklingError, AttributeError, EOFError, TypeError, ValueError) as err:
         _damaged(namespace(CHECKED) / f"{key}.blob", f"not a checked module: {err}")
         return None

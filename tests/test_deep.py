@@ -3,6 +3,7 @@
 limits (tensorlang/syntax/limits.py) a located `LimitError`, never a `RecursionError`."""
 from __future__ import annotations
 
+import math
 import re
 import sys
 
@@ -200,3 +201,107 @@ def test_a_memory_rlimit_that_refuses_the_deep_worker(tmp_path):
     assert float(small) == pytest.approx(EXPECTED["statements"](50), rel=1e-12)
     assert deep == "LimitError True"
     assert tl.parse(testing.DEEP_PROGRAMS["brackets"](5000)) is not None  # on the worker
+
+
+# ---------------------------------------------------------------------------------------------
+# Running long programs on the default backend (Numba), from the CLI and the API, with a fresh
+# cache; docs/tutorial.md "Limits" has the times.
+
+def _deep_file(tmp_path, family: str, n: int):
+    path = tmp_path / f"{family}{n}.tl"
+    path.write_text(testing.DEEP_PROGRAMS[family](n))
+    np.save(tmp_path / "x.npy", X)
+    return path
+
+
+def _run_cli_and_api(tmp_path, capsys, monkeypatch, family: str, n: int) -> None:
+    monkeypatch.setenv("TENSORLANG_CACHE_DIR", str(tmp_path / "cache"))
+    path = _deep_file(tmp_path, family, n)
+    want = EXPECTED[family](n)
+    assert cli.main(["run", str(path), "f", "--arg", "N=2", "--arg",
+                     f"x={tmp_path / 'x.npy'}"]) == 0
+    out, err = capsys.readouterr()
+    assert float(out.strip().splitlines()[-1]) == pytest.approx(want, rel=1e-12)
+    assert "Traceback" not in err and "internal error" not in err
+    f = tl.load(str(path))["f"]
+    assert f(N=2, x=X) == pytest.approx(want, rel=1e-12)
+    assert f.interpret(N=2, x=X) == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("family, n", [("statements", 300), ("terms", 1000), ("defs", 100),
+                                       ("brackets", 300)])
+def test_long_programs_run_on_the_default_backend(tmp_path, capsys, monkeypatch, family, n):
+    _run_cli_and_api(tmp_path, capsys, monkeypatch, family, n)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family, n", [("statements", 10_000), ("terms", 10_000),
+                                       ("defs", 1000), ("brackets", 1000)])
+def test_the_sizes_of_issue_13_run_on_the_default_backend(tmp_path, capsys, monkeypatch,
+                                                          family, n):
+    _run_cli_and_api(tmp_path, capsys, monkeypatch, family, n)
+
+
+def test_constant_reads_of_inputs_are_hoisted():
+    """`x[0]` read by 300 statements is one checked read (one branch) at the kernel's top:
+    Numba's compile time grows with the branches of a function."""
+    f = tl.parse(testing.DEEP_PROGRAMS["terms"](300)).f
+    source = f.generated_source("numba")
+    assert source.count("if 0 < v_x.shape[0] else 0.0") == 1
+    assert source.count("if 1 < v_x.shape[0] else 0.0") == 1
+    from tensorlang.backends import numba_cpu
+
+    plain = numba_cpu.compile_program(f.final_program(), jit=False)
+    for x in (X, np.array([3.0])):  # x[1] outside: reads 0 as the interpreter
+        assert plain(N=len(x), x=x) == pytest.approx(f.interpret(N=len(x), x=x), rel=1e-12)
+
+
+def test_straight_line_statements_weigh_less_in_the_split():
+    from tensorlang.backends import kernel_split
+
+    straight = [f"    v{k} = (v{k - 1} + 1.0)" if k else "    v0 = 1.0" for k in range(1000)]
+    branchy = [f"    v{k} = (a[0] if 0 < n else 0.0)" for k in range(1000)]
+    cut_straight = kernel_split.split_body(straight + ["    return (v999,)"], ["a", "n"], 150)
+    cut_branchy = kernel_split.split_body(branchy + ["    return (v999,)"], ["a", "n"], 150)
+    assert cut_straight is not None and cut_branchy is not None
+    assert len(cut_branchy[0]) == 7            # a line with a branch weighs one: 1000 / 150
+    assert len(cut_straight[0]) == math.ceil(1000 * kernel_split.STRAIGHT / 150)
+
+
+def test_many_constants_stay_literals(monkeypatch):
+    from tensorlang.backends import numba_cpu, numba_cpu_source
+
+    f = tl.parse(testing.DEEP_PROGRAMS["statements"](40)).f
+    p = f.final_program()
+    _, constants = numba_cpu_source.abstract_source(p)
+    assert len(constants) == 40 <= numba_cpu_source.MAX_CONSTANT_ARGS
+    monkeypatch.setattr(numba_cpu_source, "MAX_CONSTANT_ARGS", 39)
+    text, constants = numba_cpu_source.abstract_source(p)
+    assert constants == () and "tl_c[" not in text and "0.5" in text
+    plain = numba_cpu.compile_program(p, jit=False)
+    assert plain(N=2, x=X) == pytest.approx(EXPECTED["statements"](40), rel=1e-12)
+
+
+def test_programs_beyond_the_simplifier_limit_run_unsimplified(monkeypatch):
+    from tensorlang.passes.simplify import simplify
+
+    f = tl.parse(testing.DEEP_PROGRAMS["statements"](30)).f
+    p = f.run_to("ssa")
+    monkeypatch.setattr(limits, "MAX_SIMPLIFY_STATEMENTS", len(p.stmts) - 1)
+    out = simplify(p, strict=True)
+    assert out.program is p
+    assert any("not simplified" in note and "Limits" in note for note in out.report.notes)
+
+
+def test_deep_checked_modules_are_cached_without_recursion(tmp_path, monkeypatch):
+    """The checked-module cache pickles node by node (`cache.dump_flat`): pickle recurses
+    once per level, and on Python >= 3.12 a C limit that `sys.setrecursionlimit` does not
+    raise bounds that (here, outside the deep worker, the default limit does)."""
+    from tensorlang import api, cache
+
+    monkeypatch.setenv("TENSORLANG_CACHE_DIR", str(tmp_path / "cache"))
+    checked = api.check_source(testing.DEEP_PROGRAMS["terms"](3000), "deep.tl")
+    cache.put_checked("deep", checked)
+    back = cache.get_checked("deep")
+    assert back is not None and back.defs["f"] is checked.defs["f"]  # hash-consed
+    assert back.defs["f"].body.loc == checked.defs["f"].body.loc

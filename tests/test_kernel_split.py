@@ -19,7 +19,8 @@ from tensorlang.testing import programs, random_args
 @pytest.fixture
 def split_everything(monkeypatch, cache_dir):
     monkeypatch.setattr(numba_cpu_source, "SPLIT_LINES", 0)
-    monkeypatch.setattr(numba_cpu_source, "PART_LINES", 1)
+    # the weight of one line of straight code: one statement per part
+    monkeypatch.setattr(numba_cpu_source, "PART_LINES", kernel_split.STRAIGHT)
 
 
 def _same(a, b):
@@ -95,7 +96,8 @@ def test_names_read_before_assignment_become_parameters():
     body = ["    a = x + 1.0", "    for i in range(n):", "        b = a * i",
             "    c = 0.0", "    if a > 0:", "        c = a", "    d = c + y",
             "    return (d,)"]
-    parts, new_body = kernel_split.split_body(body, ["x", "y", "n"], 1)
+    parts, new_body = kernel_split.split_body(body, ["x", "y", "n"],
+                                              kernel_split.STRAIGHT)
     # the loop's `b` and `i` stay local; the `if` may not assign `c`, so it takes it too
     assert [p.params for p in parts] == [["x"], ["a", "n"], [], ["a", "c"], ["c", "y"]]
     assert [p.returns for p in parts] == [["a"], [], ["c"], ["c"], ["d"]]
@@ -108,7 +110,8 @@ def test_kernels_with_many_parallel_loops_compile_serially(monkeypatch, cache_di
     assert "parallel=TL_PARALLEL" in parallel
     monkeypatch.setattr(numba_cpu_source, "MAX_PARALLEL_LOOPS", 0)
     monkeypatch.setattr(numba_cpu_source, "SPLIT_LINES", 0)
-    monkeypatch.setattr(numba_cpu_source, "PART_LINES", 1)
+    # the weight of one line of straight code: one statement per part
+    monkeypatch.setattr(numba_cpu_source, "PART_LINES", kernel_split.STRAIGHT)
     serial, _ = numba_cpu_source.abstract_source(p)
     assert "parallel=TL_PARALLEL" not in serial and "def tl_part1" in serial
     assert serial.count("parallel=False") == serial.count("@njit(")

@@ -25,6 +25,7 @@ from typing import Mapping, NamedTuple, Sequence
 from tensorlang.ir import tssa
 from tensorlang.ir.ast import Def
 from tensorlang.ir.tssa import Program
+from tensorlang.syntax import limits
 
 from . import box_split, verify
 from .budget import DEFAULT_BUDGET, Budget, RunStats
@@ -130,6 +131,13 @@ def simplify(p: Program, sizes: Mapping[str, int] | None = None, *,
                      + " make an input's dimension negative: simplified as without sizes")
         given = None
     report = Report(p.name, budget, given, cost_points(p.size_params(), given), notes=notes)
+    if len(p.stmts) > limits.MAX_SIMPLIFY_STATEMENTS:
+        # A documented limit, not a failure: the extraction is quadratic in a chain of
+        # statements (tensorlang/syntax/limits.py, docs/tutorial.md "Limits").
+        report.notes.append(f"not simplified: {len(p.stmts):,} statements, more than the "
+                            f"{limits.MAX_SIMPLIFY_STATEMENTS:,} the simplifier takes "
+                            f"({limits.LIMITS_DOC})")
+        return Simplified(p, report)
     try:
         checked = verify.panel(p, given) if verify_cost else []
         if verify_cost and not checked:

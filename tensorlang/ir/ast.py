@@ -884,15 +884,17 @@ def _free_names(e: Node, memo: Any) -> frozenset[str]:
     elif isinstance(e, RelCall):
         out = frozenset((e.name,)).union(*(a.vars() for a in e.args))
     elif isinstance(e, IndexRead):
-        out = frozenset((e.name,)).union(*(_free_names(a, memo) for a in e.args))
+        out = frozenset((e.name,)).union(*[_free_names(a, memo) for a in e.args])
     elif isinstance(e, DefCall):
-        out = frozenset().union(*(_free_names(a, memo) for a in e.args))
+        out = frozenset().union(*[_free_names(a, memo) for a in e.args])
     elif isinstance(e, (Gen, Sum, Exists, Extremum)):
         out = e.size.vars() | (_free_names(e.body, memo) - {e.idx})
     elif isinstance(e, Let):
         out = _free_names(e.value, memo) | (_free_names(e.body, memo) - {e.name})
     else:
-        out = frozenset().union(*(_free_names(c, memo) for c in children(e)))
+        # a list, not a generator: the recursion then passes through no C call, whose depth
+        # Python >= 3.12 bounds by a limit `sys.setrecursionlimit` does not raise
+        out = frozenset().union(*[_free_names(c, memo) for c in children(e)])
     memo[e] = out
     return out
 
@@ -913,7 +915,7 @@ def _free_vars(e: Node, memo: Any) -> frozenset[str]:
     elif isinstance(e, Let):
         out = _free_vars(e.value, memo) | (_free_vars(e.body, memo) - {e.name})
     else:
-        out = frozenset().union(*(_free_vars(c, memo) for c in children(e)))
+        out = frozenset().union(*[_free_vars(c, memo) for c in children(e)])  # (as above)
     memo[e] = out
     return out
 

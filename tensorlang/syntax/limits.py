@@ -11,6 +11,10 @@ error at the place that exceeds one:
     (`a + b + c` is `(a + b) + c`).  The limit applies to the def as written and to the def
     after the defs it calls are inlined.  A def of 10,000 statements, each a sum of 10,000
     terms, is within it.
+  * `MAX_SIMPLIFY_STATEMENTS`: the e-graph simplifier (SPEC 7) takes programs of at most
+    this many Tensor-SSA statements; a longer one runs as converted, unsimplified, and the
+    simplifier's report says so (its extraction keeps each class's sub-DAG, quadratic in a
+    chain of statements: 10,000 statements took over 20 GB).  Not an error.
   * `MAX_BINDERS`: index variables (`gen`, `sum` and `exists` binders) in scope at once,
     inlined calls included.  The interpreter gives each an array axis, and numpy arrays have
     at most 32 axes in the operations it uses.
@@ -36,6 +40,7 @@ from tensorlang.syntax.errors import LimitError, Loc
 
 MAX_DEPTH = 25_000
 MAX_BINDERS = 32
+MAX_SIMPLIFY_STATEMENTS = 2_000
 
 LIMITS_DOC = "see 'Limits' in docs/tutorial.md"
 
@@ -185,5 +190,5 @@ def entry(where: Callable[..., Loc | None] | None = None) -> Callable[[Callable[
     return wrap
 
 
-__all__ = ["MAX_DEPTH", "MAX_BINDERS", "LIMITS_DOC", "check_def", "too_deep", "run", "entry",
+__all__ = ["MAX_DEPTH", "MAX_BINDERS", "MAX_SIMPLIFY_STATEMENTS", "LIMITS_DOC", "check_def", "too_deep", "run", "entry",
            "inside", "STACK_BYTES", "RECURSION_LIMIT"]
