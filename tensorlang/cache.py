@@ -410,13 +410,15 @@ def structure_text(node: object) -> str:
         if hasattr(x, "_fields") and hasattr(x, "fields"):
             k = ids.get(id(x))
             if k is None:
-                inner = ", ".join(ref(f) for f in x.fields())  # type: ignore[attr-defined]
+                # lists, not generators: the recursion passes through no C call (whose
+                # depth Python >= 3.12 bounds, whatever `sys.setrecursionlimit` says)
+                inner = ", ".join([ref(f) for f in x.fields()])  # type: ignore[attr-defined]
                 k = ids[id(x)] = len(lines)
                 keep.append(x)
                 lines.append(f"#{k} = {type(x).__name__}({inner})")
             return f"#{k}"
         if isinstance(x, (tuple, list)):
-            return "(" + "".join(ref(y) + ", " for y in x) + ")"
+            return "(" + "".join([ref(y) + ", " for y in x]) + ")"
         if isinstance(x, float):
             return x.hex() if x == x else "nan"
         if isinstance(x, (str, int, bool)) or x is None:

@@ -99,6 +99,11 @@ def check_def(d: Def, what: str = "") -> None:
 # hundred bytes to a few KiB) per Python frame.  The limit keeps RECURSION_LIMIT frames
 # well inside STACK_BYTES, so running out is a RecursionError, never a segfault.  The stack
 # is virtual memory: only the pages a deep program touches are ever committed.
+# Python >= 3.12 also counts the C frames of a recursion against a fixed limit that
+# `sys.setrecursionlimit` does not raise (about 500 levels on 3.12): recursive walks must not
+# pass through a C call at each level (a generator consumed by `frozenset.union`, `join`,
+# `any`; `pickle`), so they use list comprehensions (inlined since 3.12) and the cache
+# pickles node by node (`cache.dump_flat`).  What still exhausts it is a `LimitError`.
 STACK_BYTES = 1 << 30
 RECURSION_LIMIT = 150_000
 
