@@ -21,6 +21,7 @@ numbered name, so no user text reaches generated code unchecked.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
@@ -29,11 +30,12 @@ from typing import Mapping, Sequence
 
 from tensorlang.ir import ast
 from tensorlang.ir import tssa
-from tensorlang.ir.ast import Affine, Cmp, PFalse, Pred, PTrue, TRel, TSize
+from tensorlang.ir.ast import Affine, Cmp, Exists, PFalse, Pred, PTrue, TIndex, TRel, TSize
 from tensorlang.ir.tssa import (AddRhs, ConstRhs, ContractRhs, ExtremeRhs, IndexRhs, Input,
                                 MapRhs, Operand, Program, ReduceRhs, Rhs)
 
-from .codegen_nest import Facts, Part, RelNames, in_bounds, plan_alternatives, pred_code
+from .codegen_nest import (Facts, Part, RelNames, in_bounds, index_array_exists,
+                           plan_alternatives, pred_code, row_test)
 
 # ---------------------------------------------------------------------------------------------
 # Names
@@ -319,6 +321,7 @@ def plan_program(p: Program, use_blas: bool = True, use_relations: bool = True
                  ) -> ProgramPlan:
     sizes = [q.name for q in p.params if isinstance(q.type, TSize)]
     rel_dims = {q.name: tuple(q.type.sizes) for q in p.params if isinstance(q.type, TRel)}
+    p = with_index_array_facts(p, rel_dims, sizes)
     blas: dict[str, BlasPlan] = {}
     composed: dict[str, ContractRhs] = {}   # reduces of products run as contractions
     absorbed: set[str] = set()              # their producers (computed by the BLAS call)
@@ -359,7 +362,54 @@ def plan_program(p: Program, use_blas: bool = True, use_relations: bool = True
         for part in (plans[-1].outer or []) + (plans[-1].inner or []):
             if part.driver is not None and part.driver.pattern not in patterns:
                 patterns.append(part.driver.pattern)
+    if use_relations:   # the patterns of `exists` that are CSR row tests (codegen_nest)
+        for s in p.stmts:
+            for q in _quantifiers(s.rhs):
+                rt = row_test(q, rel_dims, sizes)
+                if rt is not None and rt.pattern not in patterns:
+                    patterns.append(rt.pattern)
     return ProgramPlan(p, plans, fused, sizes, rel_dims, patterns)
+
+
+def with_index_array_facts(p: Program, rel_dims: Mapping[str, tuple[Affine, ...]],
+                           sizes: Sequence[str]) -> Program:
+    """`p` with `exists v. idx(i..., v)` over an index array's value a range test of the i
+    (`codegen_nest.index_array_exists`).  Done here, from the parameters' types, rather
+    than in a pass: it holds only for arguments bound as index arrays (each entry checked
+    when bound), which is what a backend receives; the program's meaning over arbitrary
+    relations (the interpreter's, the passes') is left alone."""
+    arrays = frozenset(q.name for q in p.params if isinstance(q.type, TIndex))
+    if not arrays:
+        return p
+
+    def rewrite(q: Pred) -> Pred:
+        return index_array_exists(q, rel_dims, arrays, sizes)
+    stmts = []
+    for s in p.stmts:
+        rhs = s.rhs
+        fields = getattr(rhs, "_fields", ())
+        if "pred" in fields:
+            vals = [rewrite(getattr(rhs, f)) if f == "pred" else
+                    tuple(rewrite(x) for x in getattr(rhs, f)) if f == "supports" else
+                    getattr(rhs, f) for f in fields]
+            if any(v is not getattr(rhs, f) and v != getattr(rhs, f)
+                   for v, f in zip(vals, fields)):
+                rhs = type(rhs)(*vals)
+        stmts.append(s if rhs is s.rhs else tssa.Stmt(s.var, rhs))
+    return dataclasses.replace(p, stmts=tuple(stmts))
+
+
+def _quantifiers(rhs: Rhs) -> list[Exists]:
+    """The outermost `exists` of a statement's mask and supports."""
+    out: list[Exists] = []
+    todo = [rhs.pred, *getattr(rhs, "supports", ())]
+    while todo:
+        q = todo.pop()
+        if isinstance(q, Exists):
+            out.append(q)
+        elif isinstance(q, (ast.And, ast.Or)):
+            todo += [q.a, q.b]
+    return out
 
 
 def _loop_plan(var: str, rhs: Rhs, scalar: bool, sizes: list[str],

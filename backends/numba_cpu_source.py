@@ -84,7 +84,8 @@ class NumbaEmitter:
         self.constants: list[float] = []
         self.nm = Namer()
         self.counter = [0]
-        self.rels = RelNames(lambda r: self.nm.get(MASK, r), self._pattern_names)
+        self.rels = RelNames(lambda r: self.nm.get(MASK, r), self._pattern_names,
+                             plan.rel_dims, plan.patterns, plan.sizes)
         self.ex = ExprPrinter(plan, self.nm, self.rels, self.counter, INDENT)
         self.w = SourceWriter()
         self.counted = {s.var: k for k, s in enumerate(plan.counted())}
