@@ -387,10 +387,13 @@ class Driver:
     order: tuple[int, ...]
     nbound: int
     conjunct: RelCall
+    # an index array's value read at known indices: no loop, `v = coords[flat index, -1]`
+    # (its coordinates in C order, one member per index tuple)
+    lookup: bool = False
 
     @property
     def pattern(self) -> tuple[str, tuple[int, ...], int]:
-        return (self.rel, self.order, self.nbound)
+        return (self.rel, self.order, 0 if self.lookup else self.nbound)
 
     def driven(self) -> tuple[str, ...]:
         return tuple(self.args[k] for k in self.order[self.nbound:])
@@ -416,7 +419,8 @@ class Part:
         return self.nest.feasible
 
     def has_loop(self) -> bool:
-        return self.driver is not None or any(lv.loop is not None for lv in self.nest.levels)
+        return (self.driver is not None and not self.driver.lookup) or \
+            any(lv.loop is not None for lv in self.nest.levels)
 
 
 MAX_ALTERNATIVES = 16
@@ -425,7 +429,8 @@ MAX_ALTERNATIVES = 16
 def plan_alternatives(vars_sizes: Sequence[tuple[str, Affine]], conj: Sequence[Pred],
                       rel_dims: Mapping[str, tuple[Affine, ...]], sizes: Iterable[str],
                       use_relations: bool = True, budget: int = MAX_ALTERNATIVES,
-                      facts: Facts | None = None) -> list[Part]:
+                      facts: Facts | None = None,
+                      index_arrays: frozenset[str] = frozenset()) -> list[Part]:
     """Nests that together visit each point of the conjunction `conj` exactly once.
 
     A conjunct `D1 or ... or Dk` whose every disjunct pins a variable (an equality, a
@@ -454,11 +459,11 @@ def plan_alternatives(vars_sizes: Sequence[tuple[str, Affine]], conj: Sequence[P
             if others is None:
                 continue
             subs = plan_alternatives(vars_sizes, tssa.conjuncts(d) + others, rel_dims, sizes,
-                                     use_relations, budget // len(ds), facts)
+                                     use_relations, budget // len(ds), facts, index_arrays)
             out += [Part(sp.vars, sp.driver, sp.nest, sp.conj, sp.exclude + tuple(ds[:t]))
                     for sp in subs]
         return out
-    part = plan_part(vars_sizes, simple, rel_dims, sizes, use_relations)
+    part = plan_part(vars_sizes, simple, rel_dims, sizes, use_relations, index_arrays)
     return [part] if part.feasible else []
 
 
@@ -488,15 +493,17 @@ def _pins(d: Pred, names: set[str]) -> bool:
 
 def plan_part(vars_sizes: Sequence[tuple[str, Affine]], conj: Sequence[Pred],
               rel_dims: Mapping[str, tuple[Affine, ...]], sizes: Iterable[str],
-              use_relations: bool = True) -> Part:
+              use_relations: bool = True, index_arrays: frozenset[str] = frozenset()
+              ) -> Part:
     """Loops binding `vars_sizes` (outermost first) at the points where the conjunction
-    `conj` holds; every other name is known (sizes, outer indices)."""
+    `conj` holds; every other name is known (sizes, outer indices).  `index_arrays`: the
+    relations that are index arrays (a value read at known indices is a lookup)."""
     names = tuple(v for v, _ in vars_sizes)
     conj = tuple(conj)
     nest0 = loop_nest(list(vars_sizes), pred_and(*conj))
     if not nest0.feasible or not use_relations:
         return Part(names, None, nest0, conj)
-    drv = _choose_driver(names, conj, nest0, rel_dims)
+    drv = _choose_driver(names, conj, nest0, rel_dims, index_arrays)
     if drv is None:
         return Part(names, None, nest0, conj)
     driven = set(drv.driven())
@@ -514,7 +521,8 @@ def plan_part(vars_sizes: Sequence[tuple[str, Affine]], conj: Sequence[Pred],
 
 
 def _choose_driver(names: tuple[str, ...], conj: Sequence[Pred], nest0: LoopNest,
-                   rel_dims: Mapping[str, tuple[Affine, ...]]) -> Driver | None:
+                   rel_dims: Mapping[str, tuple[Affine, ...]],
+                   index_arrays: frozenset[str] = frozenset()) -> Driver | None:
     loops = {lv.var for lv in nest0.levels if lv.loop is not None}
     best: Driver | None = None
     for c in conj:
@@ -530,7 +538,9 @@ def _choose_driver(names: tuple[str, ...], conj: Sequence[Pred], nest0: LoopNest
         # Driven positions in the relation's own order (`driven` is already): with the
         # bound ones in order too, the pattern is the relation's sorted coordinates, and
         # otherwise one stable pass per bound column sorts it (semantics/relation.py).
-        d = Driver(c.name, args, tuple(bound) + tuple(driven), len(bound), c)  # type: ignore
+        lookup = c.name in index_arrays and driven == [len(args) - 1]
+        d = Driver(c.name, args, tuple(bound) + tuple(driven), len(bound), c,  # type: ignore
+                   lookup)
         if best is None or len(driven) > len(best.driven()):
             best = d
     return best
@@ -698,6 +708,16 @@ def _driver_steps(d: Driver, nm: NameFn, rels: RelNames, tag: str) -> list[Step]
     steps: list[Step] = []
     e = f"_e{tag}"
     head = [f"{nm(v)} = {coords}[{e}, {d.nbound + t}]" for t, v in enumerate(d.driven())]
+    if d.lookup:   # (a 0-d index array has the one member: flat index 0)
+        bound = [nm(v) for v in d.bound()]
+        dims = [rels.dim(d.rel, t, nm) for t in range(len(bound))]
+        if bound:
+            steps.append(Guard(" and ".join(f"0 <= {b} < {n}" for b, n in zip(bound, dims))))
+        key = bound[0] if bound else "0"
+        for t in range(1, len(bound)):
+            key = f"({key}) * {dims[t]} + {bound[t]}"
+        steps.append(Assign(nm(d.driven()[0]), f"{coords}[{key}, {d.nbound}]"))
+        return steps
     if d.nbound == 0:
         steps.append(Loop(e, "0", f"{coords}.shape[0]", head))
         return steps

@@ -212,12 +212,11 @@ def index_array(values: np.ndarray, bound: int) -> Relation:
     nnz = math.prod(index_shape)
     coords = np.empty((nnz, arity), dtype=np.int64)
     if nnz:
-        rest = np.arange(nnz, dtype=np.int64)
-        for k in range(arity - 2, 0, -1):
-            rest, coords[:, k] = np.divmod(rest, index_shape[k])
-        if arity > 1:
-            coords[:, 0] = rest
-        coords[:, -1] = values.reshape(-1)
+        grid = coords.reshape(*index_shape, arity)
+        for k, n in enumerate(index_shape):   # column k: index k, broadcast over the others
+            grid[..., k] = np.arange(n, dtype=np.int64).reshape(
+                (n,) + (1,) * (len(index_shape) - k - 1))
+        grid[..., -1] = values
     rel = Relation.__new__(Relation)
     rel.shape = (*index_shape, int(bound))
     rel._mask = None
