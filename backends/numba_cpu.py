@@ -10,8 +10,9 @@ cache=True, error_model="numpy")`) in a generated module.  Per statement (decisi
   * inputs are kernel arguments; scalars are float locals; tensors are arrays allocated
     with `np.zeros` (the value where the statement's mask fails);
   * a statement's loops come from the index solver: equalities remove loops, inequalities
-    narrow bounds, a relation call iterates the relation's coordinates (O(nnz)), and
-    `or`/`exists`/other relation tests are guards;
+    narrow bounds, a relation call iterates the relation's coordinates (O(nnz); an index
+    array read at known indices is a lookup), `exists` over a relation is a CSR row test
+    (over an index array's value, a range test), and `or`/other relation tests are guards;
   * the outermost generator loop is `prange`; a sum whose output has no generator loop
     (a scalar, or a point fixed by equalities) is split into a fixed number of chunks
     (independent of the thread count) reduced in parallel and added in chunk order;

@@ -6,6 +6,8 @@ members; and every kernel agrees with the interpreter on random index arrays, em
 included, and reports out-of-range entries and relations that are not index arrays."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -44,6 +46,13 @@ def used(B: size, K: size, V: size, tok: Z[B, K] in V, y: R[V]) -> R[V]:
 
 def gather(B: size, K: size, V: size, D: size, tok: Z[B, K] in V, E: R[V, D]) -> R[B, D]:
     return gen b:B, d:D. sum k:K. E[tok[b, k], d]
+
+def scatter(B: size, K: size, V: size, D: size, tok: Z[B, K] in V, E: R[V, D],
+            w: R[B, D]) -> R:
+    return sum b:B, d:D. w[b, d] * (sum k:K. E[tok[b, k], d])
+
+def window(B: size, K: size, V: size, tok: Z[B, K] in V, E: R[V, B]) -> R[B, B]:
+    return gen b:B, c:B. [b <= c] * (sum k:K. E[tok[b, k], c])
 """
 MODULE = tl.parse(SOURCE)
 RELATION_DEFS = ("rows", "cols", "shifted", "anywhere", "narrow")
@@ -88,7 +97,7 @@ def test_exists_over_an_index_array(name):
 @pytest.mark.parametrize("fn", ["embag_grad", "gnn_grad", "embag", "gnn"])
 def test_example_kernels_build_no_mask(fn):
     f = tl.load(str(EXAMPLES / "embedding.tl"))[fn]
-    code = body(numba_cpu.generated_source(f.run_to("ssa")))
+    code = body(numba_cpu.generated_source(f.final_program()))
     assert "_exists" not in code
     assert "rm_" not in code.split("def tl_kernel", 1)[1].split(":", 1)[1]
 
@@ -234,3 +243,48 @@ def test_patterns_of_wide_relations():
 def test_plan_registers_the_row_test_patterns():
     plan = codegen.plan_program(MODULE["used"].run_to("ssa"))
     assert ("tok", (2, 0, 1), 1) in plan.patterns
+
+
+# -- loops: lookups, rows of sums, BLAS under size guards ---------------------------------
+
+
+def test_index_array_read_at_known_indices_is_a_lookup():
+    f = tl.load(str(EXAMPLES / "embedding.tl"))["gnn"]
+    source = numba_cpu.generated_source(f.final_program())   # (simplified)
+    assert "('coords', ('src', (0, 1), 0))" in source      # C-order coordinates, no CSR
+    code = body(source)
+    assert "rp0_src" not in code and re.search(r"= rc0_src\[i\d, 1\]", code)
+    assert "tl_matmul" in code and "1 <= n_V" in code       # the `[1 <= V]` contraction
+
+
+@pytest.mark.parametrize("name", ["gather", "window"])
+def test_gathers_sum_a_row_at_a_time(name):
+    assert "_buf" in body(kernel_source(name))
+
+
+@pytest.mark.parametrize("same", [False, True])
+def test_row_sums_agree_when_their_blocks_close(same):
+    """The adjoint in E sums every (b, k) reading row v: with every token the same, row 0
+    has B K = 400 terms, so the blocks of 128 close (and the compensated totals are used)."""
+    f = tl.grad(MODULE["scatter"], "E")
+    source = body(numba_cpu.generated_source(f.run_to("ssa")))
+    assert "_buf" in source
+    rng = np.random.default_rng(3)
+    B, K, V, D = 100, 4, 5, 3
+    tok = np.zeros((B, K), dtype=np.int64) if same else rng.integers(0, V, (B, K))
+    args = {"B": B, "K": K, "V": V, "D": D, "tok": tok, "E": rng.uniform(-1, 1, (V, D)),
+            "w": rng.uniform(-1, 1, (B, D)) * 1e3}
+    want = f.compile("interp")(**args)
+    assert_same(f.compile("numba")(**args), want)
+    kernel = numba_cpu.compile_program(f.run_to("ssa"), jit=False)
+    assert_same(kernel(args), want)
+
+
+@settings(max_examples=30, deadline=None)
+@given(index_case())
+def test_windowed_row_sums_agree_with_the_interpreter(args):
+    f = MODULE["window"]
+    rng = np.random.default_rng(args["B"])
+    a = {"B": args["B"], "K": args["K"], "V": args["V"], "tok": args["tok"],
+         "E": rng.uniform(-1, 1, (args["V"], args["B"]))}
+    assert_same(f.compile("numba")(**a), f.compile("interp")(**a), atol=1e-12)

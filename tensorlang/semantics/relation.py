@@ -9,6 +9,11 @@ a backend has asked of it, built on first use:
   * `pattern(order, nbound)`: the coordinates with columns in `order`, sorted, and the CSR
     row pointer over the first `nbound` columns (what a compiled relation loop iterates).
 
+An index array's relation `{(i..., idx[i...])}` is built by `index_array` in O(nnz), its
+coordinates sorted by construction; `is_index_array` tells whether a relation is one.
+Patterns are sorted by stable passes over the key columns (radix sorts for columns of at
+most 2**16 values), never by a lexicographic sort of the whole coordinate array.
+
 Coordinates given are kept as given (checked, and sorted and deduplicated only when they
 are not already): nothing is densified.  Pass the same `Relation` to every call to convert
 it once.  A plain numpy array is converted again on every call, except a read-only one
