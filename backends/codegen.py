@@ -21,6 +21,7 @@ numbered name, so no user text reaches generated code unchecked.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
@@ -29,11 +30,12 @@ from typing import Mapping, Sequence
 
 from tensorlang.ir import ast
 from tensorlang.ir import tssa
-from tensorlang.ir.ast import Affine, Cmp, PFalse, Pred, PTrue, TRel, TSize
+from tensorlang.ir.ast import Affine, Cmp, Exists, PFalse, Pred, PTrue, TIndex, TRel, TSize
 from tensorlang.ir.tssa import (AddRhs, ConstRhs, ContractRhs, ExtremeRhs, IndexRhs, Input,
                                 MapRhs, Operand, Program, ReduceRhs, Rhs)
 
-from .codegen_nest import Facts, Part, RelNames, in_bounds, plan_alternatives, pred_code
+from .codegen_nest import (Facts, Part, RelNames, in_bounds, index_array_exists,
+                           plan_alternatives, pred_code, row_test)
 
 # ---------------------------------------------------------------------------------------------
 # Names
@@ -146,17 +148,26 @@ class BlasPlan:
     i_left: tuple[str, ...]
     i_right: tuple[str, ...]
     out_perm: tuple[int, ...]
+    guard: Pred = PTrue()   # a condition on sizes only: where it fails, the result is 0
 
 
-def blas_plan(rhs: Rhs, shapes: Mapping[str, tuple[Affine, ...]]) -> BlasPlan | None:
+def blas_plan(rhs: Rhs, shapes: Mapping[str, tuple[Affine, ...]],
+              sizes: Sequence[str] = ()) -> BlasPlan | None:
     """The BLAS form of a contraction, or None.  Conditions (docs/backends.md): a contract
-    with summation indices, predicate `true`, every access a list of distinct plain
-    indices spanning the operand's whole axes (`u[j0, i1]`, so no zero extension or
+    with summation indices, a predicate that holds at every point of the box or at none
+    (true where its index ranges hold, else a condition on the `sizes` alone, such as
+    the `[1 <= V]` derivatives leave: the call's guard), every access a list of distinct
+    plain indices spanning the operand's whole axes (`u[j0, i1]`, so no zero extension or
     cropping), every summation index read by both operands, every generator index by
     exactly one, and at least one generator index (a matrix-vector or matrix-matrix
     product; a plain dot product stays a loop)."""
-    if not isinstance(rhs, ContractRhs) or not rhs.sdims or not isinstance(rhs.pred, PTrue):
+    if not isinstance(rhs, ContractRhs) or not rhs.sdims:
         return None
+    guard = rhs.pred
+    if not isinstance(guard, PTrue):
+        guard = Facts.of(rhs.ranges(), sizes).simplify(guard)
+        if ast.free_names(guard) - set(sizes) or isinstance(guard, PFalse):
+            return None
     ranges = rhs.ranges()
     gens, sums = rhs.gen_names(), rhs.sum_names()
     vars_of: list[tuple[str, ...]] = []
@@ -183,7 +194,7 @@ def blas_plan(rhs: Rhs, shapes: Mapping[str, tuple[Affine, ...]]) -> BlasPlan | 
         rperm = tuple(rv.index(n) for n in sums + ir)
         order = il + ir
         oper = tuple(order.index(g) for g in gens)
-        cand = BlasPlan(lo, ro, lperm, rperm, il, ir, oper)
+        cand = BlasPlan(lo, ro, lperm, rperm, il, ir, oper, guard)
         if best is None or _transposes(cand) < _transposes(best):
             best = cand
     return best
@@ -319,6 +330,8 @@ def plan_program(p: Program, use_blas: bool = True, use_relations: bool = True
                  ) -> ProgramPlan:
     sizes = [q.name for q in p.params if isinstance(q.type, TSize)]
     rel_dims = {q.name: tuple(q.type.sizes) for q in p.params if isinstance(q.type, TRel)}
+    p = with_index_array_facts(p, rel_dims, sizes)
+    arrays = frozenset(q.name for q in p.params if isinstance(q.type, TIndex))
     blas: dict[str, BlasPlan] = {}
     composed: dict[str, ContractRhs] = {}   # reduces of products run as contractions
     absorbed: set[str] = set()              # their producers (computed by the BLAS call)
@@ -326,11 +339,11 @@ def plan_program(p: Program, use_blas: bool = True, use_relations: bool = True
         for s in p.stmts:
             if isinstance(s.rhs, Input):
                 continue
-            b = blas_plan(s.rhs, p.shapes)
+            b = blas_plan(s.rhs, p.shapes, sizes)
             if b is None:
                 ab = absorbed_contract(p, s.var)
                 if ab is not None:
-                    b = blas_plan(ab[0], p.shapes)
+                    b = blas_plan(ab[0], p.shapes, sizes)
                     if b is not None:
                         composed[s.var] = ab[0]
                         absorbed.add(ab[1])
@@ -355,15 +368,63 @@ def plan_program(p: Program, use_blas: bool = True, use_relations: bool = True
             plans.append(StmtPlan(s.var, composed.get(s.var, rhs), "blas", scalar,
                                   blas=blas[s.var]))
             continue
-        plans.append(_loop_plan(s.var, rhs, scalar, sizes, rel_dims, use_relations))
+        plans.append(_loop_plan(s.var, rhs, scalar, sizes, rel_dims, use_relations, arrays))
         for part in (plans[-1].outer or []) + (plans[-1].inner or []):
             if part.driver is not None and part.driver.pattern not in patterns:
                 patterns.append(part.driver.pattern)
+    if use_relations:   # the patterns of `exists` that are CSR row tests (codegen_nest)
+        for s in p.stmts:
+            for q in _quantifiers(s.rhs):
+                rt = row_test(q, rel_dims, sizes)
+                if rt is not None and rt.pattern not in patterns:
+                    patterns.append(rt.pattern)
     return ProgramPlan(p, plans, fused, sizes, rel_dims, patterns)
 
 
+def with_index_array_facts(p: Program, rel_dims: Mapping[str, tuple[Affine, ...]],
+                           sizes: Sequence[str]) -> Program:
+    """`p` with `exists v. idx(i..., v)` over an index array's value a range test of the i
+    (`codegen_nest.index_array_exists`).  Done here, from the parameters' types, rather
+    than in a pass: it holds only for arguments bound as index arrays (each entry checked
+    when bound), which is what a backend receives; the program's meaning over arbitrary
+    relations (the interpreter's, the passes') is left alone."""
+    arrays = frozenset(q.name for q in p.params if isinstance(q.type, TIndex))
+    if not arrays:
+        return p
+
+    def rewrite(q: Pred) -> Pred:
+        return index_array_exists(q, rel_dims, arrays, sizes)
+    stmts = []
+    for s in p.stmts:
+        rhs = s.rhs
+        fields = getattr(rhs, "_fields", ())
+        if "pred" in fields:
+            vals = [rewrite(getattr(rhs, f)) if f == "pred" else
+                    tuple(rewrite(x) for x in getattr(rhs, f)) if f == "supports" else
+                    getattr(rhs, f) for f in fields]
+            if any(v is not getattr(rhs, f) and v != getattr(rhs, f)
+                   for v, f in zip(vals, fields)):
+                rhs = type(rhs)(*vals)
+        stmts.append(s if rhs is s.rhs else tssa.Stmt(s.var, rhs))
+    return dataclasses.replace(p, stmts=tuple(stmts))
+
+
+def _quantifiers(rhs: Rhs) -> list[Exists]:
+    """The outermost `exists` of a statement's mask and supports."""
+    out: list[Exists] = []
+    todo = [rhs.pred, *getattr(rhs, "supports", ())]
+    while todo:
+        q = todo.pop()
+        if isinstance(q, Exists):
+            out.append(q)
+        elif isinstance(q, (ast.And, ast.Or)):
+            todo += [q.a, q.b]
+    return out
+
+
 def _loop_plan(var: str, rhs: Rhs, scalar: bool, sizes: list[str],
-               rel_dims: dict[str, tuple[Affine, ...]], use_relations: bool) -> StmtPlan:
+               rel_dims: dict[str, tuple[Affine, ...]], use_relations: bool,
+               arrays: frozenset[str] = frozenset()) -> StmtPlan:
     gens = list(zip(rhs.gen_names(), rhs.dims))
     sums = list(zip(rhs.sum_names(), rhs.sdims))
     conj = tssa.conjuncts(rhs.pred)
@@ -372,7 +433,8 @@ def _loop_plan(var: str, rhs: Rhs, scalar: bool, sizes: list[str],
     if not sums:
         if isinstance(rhs, AddRhs):
             conj = conj + _live(rhs, facts)
-        outer = plan_alternatives(gens, conj, rel_dims, sizes, use_relations, facts=around)
+        outer = plan_alternatives(gens, conj, rel_dims, sizes, use_relations, facts=around,
+                                  index_arrays=arrays)
         return StmtPlan(var, rhs, "loops", scalar, outer=outer, facts=facts)
     snames = {n for n, _ in sums}
     oconj = [c for c in conj if not (ast.free_names(c) & snames)]
@@ -380,9 +442,10 @@ def _loop_plan(var: str, rhs: Rhs, scalar: bool, sizes: list[str],
     # An empty sum is 0, so a sum's mask may lean on its reduced index being in range; an
     # empty max/min is -inf/+inf, so its mask (over I only) must be tested as it stands.
     ofacts = Facts.of(dict(gens), sizes) if isinstance(rhs, ExtremeRhs) else around
-    outer = plan_alternatives(gens, oconj, rel_dims, sizes, use_relations, facts=ofacts)
+    outer = plan_alternatives(gens, oconj, rel_dims, sizes, use_relations, facts=ofacts,
+                              index_arrays=arrays)
     inner = plan_alternatives(sums, iconj, rel_dims, sizes, use_relations,
-                              facts=around.add(oconj))
+                              facts=around.add(oconj), index_arrays=arrays)
     return StmtPlan(var, rhs, "loops", scalar, outer=outer, inner=inner, facts=facts)
 
 

@@ -258,6 +258,108 @@ def _project_cmps(k: str, n: Affine, parts: Sequence[Cmp]) -> Pred | None:
     return pred_and(*rest) if rest else PTrue()
 
 
+# ---------------------------------------------------------------------------------------------
+# `exists` over a relation: a CSR row test, or (an index array's value) a range test
+
+
+@dataclass(frozen=True)
+class RowTest:
+    """`exists ks. R(args) and rest`, where each k is one of R's arguments (a plain
+    variable, in one position, ranging at least over that extent) and `rest` does not
+    mention the ks: R's CSR row keyed by the other arguments (`key`, positions
+    `order[:nbound]`) is not empty.  With `nbound` 0: R is not empty."""
+
+    rel: str
+    order: tuple[int, ...]
+    nbound: int
+    key: tuple[Affine, ...]
+    rest: tuple[Pred, ...]
+
+    @property
+    def pattern(self) -> tuple[str, tuple[int, ...], int]:
+        return (self.rel, self.order, self.nbound)
+
+
+def _quantified(p: Exists) -> tuple[dict[str, Affine], list[Pred]] | None:
+    """The variables of a block of `exists` (nested, or conjuncts of the body) with their
+    ranges, and the body's other conjuncts; None when a name is bound twice or the block's
+    names are also free in `p` (pulling an inner `exists` out would capture them)."""
+    qs: dict[str, Affine] = {}
+    parts: list[Pred] = []
+    todo = [p]
+    while todo:
+        q = todo.pop()
+        if q.idx in qs:
+            return None
+        qs[q.idx] = q.size
+        for c in tssa.conjuncts(q.body):
+            (todo if isinstance(c, Exists) else parts).append(c)
+    if free_names(p) & qs.keys() or any(free_names(n) & qs.keys() for n in qs.values()):
+        return None
+    return qs, parts
+
+
+def row_test(p: Exists, rel_dims: Mapping[str, tuple[Affine, ...]],
+             sizes: Iterable[str]) -> RowTest | None:
+    """`p` as a `RowTest`, when it is one (docs/backends.md, "Guards")."""
+    got = _quantified(p)
+    if got is None:
+        return None
+    qs, parts = got
+    calls = [c for c in parts if free_names(c) & qs.keys()]
+    if len(calls) != 1 or not isinstance(calls[0], RelCall) or calls[0].name not in rel_dims:
+        return None
+    r = calls[0]
+    dims = rel_dims[r.name]
+    at: dict[str, int] = {}
+    for t, a in enumerate(r.args):
+        if not a.vars() & qs.keys():
+            continue
+        v = a.as_var()
+        if v is None or v in at:
+            return None
+        at[v] = t
+    known = Facts.of({}, sizes)
+    for v, t in at.items():   # k ranges over all of R's extent t (or more)
+        if qs[v] != dims[t] and not known.implies(Cmp("<=", dims[t], qs[v])):
+            return None
+    rest = [c for c in parts if c is not r]
+    rest += [Cmp("<", Affine.lit(0), n) for v, n in qs.items() if v not in at]
+    free = [t for t in range(len(r.args)) if t not in at.values()]
+    return RowTest(r.name, tuple(free) + tuple(sorted(at.values())), len(free),
+                   tuple(r.args[t] for t in free), tuple(rest))
+
+
+def index_array_exists(p: Pred, rel_dims: Mapping[str, tuple[Affine, ...]],
+                       index_arrays: frozenset[str], sizes: Iterable[str]) -> Pred:
+    """`p` with each `exists ks. idx(a..., k)` over an index array's value replaced by
+    the range test of its other arguments: an index array is a total function (its
+    binding checks every entry), so every in-range `(a...)` has exactly one value
+    (SPEC 12).  Derivatives produce these as supports (`exists v. tok(b, k, v)`); as flag
+    loops they cost O(V) per point."""
+    if isinstance(p, (And, Or)):
+        a = index_array_exists(p.a, rel_dims, index_arrays, sizes)
+        b = index_array_exists(p.b, rel_dims, index_arrays, sizes)
+        if a is p.a and b is p.b:
+            return p
+        return pred_and(a, b) if isinstance(p, And) else pred_or(a, b)
+    if not isinstance(p, Exists):
+        return p
+    rt = row_test(p, rel_dims, sizes)
+    if rt is not None and rt.rel in index_arrays:
+        dims = rel_dims[rt.rel]
+        value = len(dims) - 1
+        if value in rt.order[rt.nbound:]:
+            ranges: list[Pred] = []
+            for t, a in zip(rt.order[:rt.nbound], rt.key):
+                ranges += in_bounds([a], [dims[t]])
+            ranges += [Cmp("<", Affine.lit(0), dims[t]) for t in rt.order[rt.nbound:]
+                       if t != value]
+            return pred_and(*rt.rest, *ranges)
+    body = index_array_exists(p.body, rel_dims, index_arrays, sizes)
+    return p if body is p.body else Exists(p.idx, p.size, body)
+
+
 def _negation_constraints(p: Cmp) -> list[Affine]:
     """`not p` is the disjunction of `a >= 0` over the returned constraints."""
     return [alt[0] for alt in _negations(p)]
@@ -285,10 +387,13 @@ class Driver:
     order: tuple[int, ...]
     nbound: int
     conjunct: RelCall
+    # an index array's value read at known indices: no loop, `v = coords[flat index, -1]`
+    # (its coordinates in C order, one member per index tuple)
+    lookup: bool = False
 
     @property
     def pattern(self) -> tuple[str, tuple[int, ...], int]:
-        return (self.rel, self.order, self.nbound)
+        return (self.rel, self.order, 0 if self.lookup else self.nbound)
 
     def driven(self) -> tuple[str, ...]:
         return tuple(self.args[k] for k in self.order[self.nbound:])
@@ -314,7 +419,8 @@ class Part:
         return self.nest.feasible
 
     def has_loop(self) -> bool:
-        return self.driver is not None or any(lv.loop is not None for lv in self.nest.levels)
+        return (self.driver is not None and not self.driver.lookup) or \
+            any(lv.loop is not None for lv in self.nest.levels)
 
 
 MAX_ALTERNATIVES = 16
@@ -323,7 +429,8 @@ MAX_ALTERNATIVES = 16
 def plan_alternatives(vars_sizes: Sequence[tuple[str, Affine]], conj: Sequence[Pred],
                       rel_dims: Mapping[str, tuple[Affine, ...]], sizes: Iterable[str],
                       use_relations: bool = True, budget: int = MAX_ALTERNATIVES,
-                      facts: Facts | None = None) -> list[Part]:
+                      facts: Facts | None = None,
+                      index_arrays: frozenset[str] = frozenset()) -> list[Part]:
     """Nests that together visit each point of the conjunction `conj` exactly once.
 
     A conjunct `D1 or ... or Dk` whose every disjunct pins a variable (an equality, a
@@ -352,11 +459,11 @@ def plan_alternatives(vars_sizes: Sequence[tuple[str, Affine]], conj: Sequence[P
             if others is None:
                 continue
             subs = plan_alternatives(vars_sizes, tssa.conjuncts(d) + others, rel_dims, sizes,
-                                     use_relations, budget // len(ds), facts)
+                                     use_relations, budget // len(ds), facts, index_arrays)
             out += [Part(sp.vars, sp.driver, sp.nest, sp.conj, sp.exclude + tuple(ds[:t]))
                     for sp in subs]
         return out
-    part = plan_part(vars_sizes, simple, rel_dims, sizes, use_relations)
+    part = plan_part(vars_sizes, simple, rel_dims, sizes, use_relations, index_arrays)
     return [part] if part.feasible else []
 
 
@@ -386,15 +493,17 @@ def _pins(d: Pred, names: set[str]) -> bool:
 
 def plan_part(vars_sizes: Sequence[tuple[str, Affine]], conj: Sequence[Pred],
               rel_dims: Mapping[str, tuple[Affine, ...]], sizes: Iterable[str],
-              use_relations: bool = True) -> Part:
+              use_relations: bool = True, index_arrays: frozenset[str] = frozenset()
+              ) -> Part:
     """Loops binding `vars_sizes` (outermost first) at the points where the conjunction
-    `conj` holds; every other name is known (sizes, outer indices)."""
+    `conj` holds; every other name is known (sizes, outer indices).  `index_arrays`: the
+    relations that are index arrays (a value read at known indices is a lookup)."""
     names = tuple(v for v, _ in vars_sizes)
     conj = tuple(conj)
     nest0 = loop_nest(list(vars_sizes), pred_and(*conj))
     if not nest0.feasible or not use_relations:
         return Part(names, None, nest0, conj)
-    drv = _choose_driver(names, conj, nest0, rel_dims)
+    drv = _choose_driver(names, conj, nest0, rel_dims, index_arrays)
     if drv is None:
         return Part(names, None, nest0, conj)
     driven = set(drv.driven())
@@ -412,7 +521,8 @@ def plan_part(vars_sizes: Sequence[tuple[str, Affine]], conj: Sequence[Pred],
 
 
 def _choose_driver(names: tuple[str, ...], conj: Sequence[Pred], nest0: LoopNest,
-                   rel_dims: Mapping[str, tuple[Affine, ...]]) -> Driver | None:
+                   rel_dims: Mapping[str, tuple[Affine, ...]],
+                   index_arrays: frozenset[str] = frozenset()) -> Driver | None:
     loops = {lv.var for lv in nest0.levels if lv.loop is not None}
     best: Driver | None = None
     for c in conj:
@@ -425,9 +535,12 @@ def _choose_driver(names: tuple[str, ...], conj: Sequence[Pred], nest0: LoopNest
         if not driven or any(args[k] not in loops for k in driven):
             continue
         bound = [k for k, a in enumerate(args) if a not in names]
-        # Driven positions in the order of the loops they replace (outermost first).
-        driven.sort(key=lambda k: names.index(args[k]))
-        d = Driver(c.name, args, tuple(bound) + tuple(driven), len(bound), c)  # type: ignore
+        # Driven positions in the relation's own order (`driven` is already): with the
+        # bound ones in order too, the pattern is the relation's sorted coordinates, and
+        # otherwise one stable pass per bound column sorts it (semantics/relation.py).
+        lookup = c.name in index_arrays and driven == [len(args) - 1]
+        d = Driver(c.name, args, tuple(bound) + tuple(driven), len(bound), c,  # type: ignore
+                   lookup)
         if best is None or len(driven) > len(best.driven()):
             best = d
     return best
@@ -467,17 +580,43 @@ Step = Guard | Loop | Assign | Lines
 
 
 class RelNames:
-    """Code names of a relation's mask and of the coordinate/CSR arrays of its patterns."""
+    """Code names of a relation's mask and of the coordinate/CSR arrays of its patterns.
+
+    `dims`: each relation's extents (its parameter type's sizes), printed with the name
+    function of the caller: bounds checks of relation arguments read sizes, never the
+    mask, so a kernel that only iterates coordinates is not passed a mask built per call.
+    `patterns`: the patterns the kernel is given (those a row-nonempty test may use);
+    `sizes`: the size names (what `row_test` decides coverage with).  Without `dims` (a
+    key that is compared, never run: sibling fusion) a dimension prints symbolically."""
 
     def __init__(self, mask: Callable[[str], str],
-                 pattern: Callable[[tuple[str, tuple[int, ...], int]], tuple[str, str]]):
+                 pattern: Callable[[tuple[str, tuple[int, ...], int]], tuple[str, str]],
+                 dims: Mapping[str, tuple[Affine, ...]] | None = None,
+                 patterns: Iterable[tuple[str, tuple[int, ...], int]] = (),
+                 sizes: Iterable[str] = ()):
         self.mask = mask
         self.pattern = pattern
+        self.dims = dims
+        self.patterns = frozenset(patterns)
+        self.sizes = frozenset(sizes)
+
+    def dim(self, r: str, k: int, nm: NameFn) -> str:
+        """Extent `k` of relation `r` as code."""
+        if self.dims is None:
+            return f"dim({self.mask(r)}, {k})"
+        return affine_to_python(self.dims[r][k], nm)
+
+    def row_test(self, p: Exists) -> "RowTest | None":
+        """`p` as a test of one CSR row, when the kernel is given that row's pattern."""
+        if self.dims is None:
+            return None
+        rt = row_test(p, self.dims, self.sizes)
+        return rt if rt is not None and rt.pattern in self.patterns else None
 
 
-def rel_test(mask: str, args: list[str]) -> str:
-    """A bounds-checked read of a relation's boolean mask."""
-    checks = [f"0 <= {a} < {mask}.shape[{k}]" for k, a in enumerate(args)]
+def rel_test(mask: str, args: list[str], dims: list[str]) -> str:
+    """A bounds-checked read of a relation's boolean mask (`dims`: its extents as code)."""
+    checks = [f"0 <= {a} < {d}" for a, d in zip(args, dims)]
     return "(" + " and ".join(checks + [f"{mask}[{', '.join(args) or '()'}]"]) + ")"
 
 
@@ -486,9 +625,42 @@ def pred_code(preds: Sequence[Pred], nm: NameFn, rels: RelNames, counter: list[i
     """A guard for the conjunction of `preds` (flag loops for `exists` in `pre`; their
     lines are relative to the guard's own depth)."""
     pre: list[str] = []
-    rel: RelFn = lambda r, args: rel_test(rels.mask(r), args)  # noqa: E731
-    code = " and ".join(pred_to_python(p, nm, rel, pre, "", indent, counter) for p in preds)
+    code = " and ".join(_pred_python(p, nm, rels, pre, "", indent, counter) for p in preds)
     return Guard(code, pre)
+
+
+def _pred_python(p: Pred, nm: NameFn, rels: RelNames, pre: list[str], pad: str, indent: str,
+                 counter: list[int]) -> str:
+    """`pred_to_python`, with an `exists` that is a CSR row test (`row_test`) printed as
+    one: O(1) per point instead of a flag loop over the quantified box."""
+    if isinstance(p, (And, Or)):
+        op = " and " if isinstance(p, And) else " or "
+        return ("(" + _pred_python(p.a, nm, rels, pre, pad, indent, counter) + op
+                + _pred_python(p.b, nm, rels, pre, pad, indent, counter) + ")")
+    if isinstance(p, Exists):
+        rt = rels.row_test(p)
+        if rt is not None:
+            return _row_code(rt, nm, rels, pre, pad, indent, counter)
+
+    def rel(r: str, args: list[str]) -> str:
+        return rel_test(rels.mask(r), args, [rels.dim(r, k, nm) for k in range(len(args))])
+    return pred_to_python(p, nm, rel, pre, pad, indent, counter)
+
+
+def _row_code(rt: "RowTest", nm: NameFn, rels: RelNames, pre: list[str], pad: str,
+              indent: str, counter: list[int]) -> str:
+    coords, ptr = rels.pattern(rt.pattern)
+    parts = [_pred_python(q, nm, rels, pre, pad, indent, counter) for q in rt.rest]
+    if not rt.nbound:
+        return "(" + " and ".join(parts + [f"{coords}.shape[0] > 0"]) + ")"
+    args = [affine_to_python(a, nm) for a in rt.key]
+    dims = [rels.dim(rt.rel, t, nm) for t in rt.order[:rt.nbound]]
+    parts += [f"0 <= {a} < {d}" for a, d in zip(args, dims)]
+    key = args[0]
+    for a, d in zip(args[1:], dims[1:]):
+        key = f"({key}) * {d} + {a}"
+    parts.append(f"{ptr}[{key} + 1] > {ptr}[{key}]")
+    return "(" + " and ".join(parts) + ")"
 
 
 def part_steps(part: Part, nm: NameFn, rels: RelNames, counter: list[int],
@@ -532,20 +704,29 @@ def _or_all(ps: Sequence[Pred]) -> Pred:
 
 
 def _driver_steps(d: Driver, nm: NameFn, rels: RelNames, tag: str) -> list[Step]:
-    mask = rels.mask(d.rel)
     coords, ptr = rels.pattern(d.pattern)
     steps: list[Step] = []
     e = f"_e{tag}"
     head = [f"{nm(v)} = {coords}[{e}, {d.nbound + t}]" for t, v in enumerate(d.driven())]
+    if d.lookup:   # (a 0-d index array has the one member: flat index 0)
+        bound = [nm(v) for v in d.bound()]
+        dims = [rels.dim(d.rel, t, nm) for t in range(len(bound))]
+        if bound:
+            steps.append(Guard(" and ".join(f"0 <= {b} < {n}" for b, n in zip(bound, dims))))
+        key = bound[0] if bound else "0"
+        for t in range(1, len(bound)):
+            key = f"({key}) * {dims[t]} + {bound[t]}"
+        steps.append(Assign(nm(d.driven()[0]), f"{coords}[{key}, {d.nbound}]"))
+        return steps
     if d.nbound == 0:
         steps.append(Loop(e, "0", f"{coords}.shape[0]", head))
         return steps
     bound = [nm(v) for v in d.bound()]
-    checks = [f"0 <= {b} < {mask}.shape[{d.order[t]}]" for t, b in enumerate(bound)]
-    steps.append(Guard(" and ".join(checks)))
+    dims = [rels.dim(d.rel, d.order[t], nm) for t in range(len(bound))]
+    steps.append(Guard(" and ".join(f"0 <= {b} < {n}" for b, n in zip(bound, dims))))
     key = bound[0]
     for t in range(1, len(bound)):
-        key = f"({key}) * {mask}.shape[{d.order[t]}] + {bound[t]}"
+        key = f"({key}) * {dims[t]} + {bound[t]}"
     steps.append(Lines([f"_k{tag} = {key}"]))
     steps.append(Loop(e, f"{ptr}[_k{tag}]", f"{ptr}[_k{tag} + 1]", head))
     return steps

@@ -10,8 +10,9 @@ cache=True, error_model="numpy")`) in a generated module.  Per statement (decisi
   * inputs are kernel arguments; scalars are float locals; tensors are arrays allocated
     with `np.zeros` (the value where the statement's mask fails);
   * a statement's loops come from the index solver: equalities remove loops, inequalities
-    narrow bounds, a relation call iterates the relation's coordinates (O(nnz)), and
-    `or`/`exists`/other relation tests are guards;
+    narrow bounds, a relation call iterates the relation's coordinates (O(nnz); an index
+    array read at known indices is a lookup), `exists` over a relation is a CSR row test
+    (over an index array's value, a range test), and `or`/other relation tests are guards;
   * the outermost generator loop is `prange`; a sum whose output has no generator loop
     (a scalar, or a point fixed by equalities) is split into a fixed number of chunks
     (independent of the thread count) reduced in parallel and added in chunk order;
@@ -43,7 +44,7 @@ from tensorlang.semantics import interp, relation
 from tensorlang.ir import tssa
 from tensorlang.ir.canon import conjuncts
 from tensorlang.syntax import ssa_printer
-from tensorlang.syntax.errors import TLError
+from tensorlang.syntax.errors import ShapeError, TLError
 from tensorlang.ir.tssa import Program
 
 from . import box_stages, kernel_cache
@@ -216,8 +217,12 @@ class CompiledProgram:
         if self._rel_names and work > AOT_MAX_WORK:
             # the relations' members bound the masked statements (not the exact cost: that
             # evaluates every point of the dense box, longer than a gather's whole call)
-            work = cost_bound(self.program, {n: int(bound[n]) for n in self._size_names},
-                              {n: bound[n].nnz for n in self._rel_names})
+            nnz = tuple([bound[n].nnz for n in self._rel_names])
+            work = self._work.get((*sizes, *nnz, -1))   # (-1: keys with members)
+            if work is None:
+                work = self._work[(*sizes, *nnz, -1)] = cost_bound(
+                    self.program, {n: int(bound[n]) for n in self._size_names},
+                    dict(zip(self._rel_names, nnz)))
         return "aot" if work <= AOT_MAX_WORK else "jit"
 
     def _cost(self, args: Mapping[str, Any]) -> int:
@@ -260,6 +265,7 @@ class CompiledProgram:
             shape = tuple(mask.shape)
             bound[name] = relation.from_value(
                 interp.index_array_relation(name, types[name], given[name], shape), shape)
+            check_index_array(name, types[name], bound[name])
         return bound
 
     def call_bound(self, bound: Mapping[str, Any]) -> Any:
@@ -362,6 +368,14 @@ class CompiledProgram:
             return {"hits": 0, "misses": 0}
         return {"hits": int(sum(st.cache_hits.values())),
                 "misses": int(sum(st.cache_misses.values()))}
+
+
+def check_index_array(name: str, t: ast.Type, rel: relation.Relation) -> None:
+    """A relation given for an index array must be one: the kernels take `exists v.
+    idx(i..., v)` as true for every in-range i (codegen.with_index_array_facts)."""
+    if isinstance(t, ast.TIndex) and not relation.is_index_array(rel):
+        raise ShapeError(f"index array {name!r}: the relation given has not exactly one "
+                         f"member per index of shape {rel.shape[:-1]}")
 
 
 def pattern_arrays(mask: np.ndarray, order: tuple[int, ...], nbound: int

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from tensorlang.ir import ast, tssa
-from tensorlang.ir.ast import Affine
+from tensorlang.ir.ast import Affine, PTrue
 from tensorlang.ir.tssa import Program
 from tensorlang.syntax import ssa_printer
 from tensorlang.syntax.errors import NotYetSupported
@@ -90,7 +90,8 @@ class NumbaEmitter:
         self.constants: list[float] = []
         self.nm = Namer()
         self.counter = [0]
-        self.rels = RelNames(lambda r: self.nm.get(MASK, r), self._pattern_names)
+        self.rels = RelNames(lambda r: self.nm.get(MASK, r), self._pattern_names,
+                             plan.rel_dims, plan.patterns, plan.sizes)
         self.ex = ExprPrinter(plan, self.nm, self.rels, self.counter, INDENT)
         self.w = SourceWriter()
         self.counted = {s.var: k for k, s in enumerate(plan.counted())}
@@ -310,7 +311,11 @@ class NumbaEmitter:
         w(1, f"{m} = {prod(b.i_left)}")
         w(1, f"{kk} = {prod(rhs.sum_names())}")
         w(1, f"{n} = {prod(b.i_right)}")
-        w(1, f"if {m} > 0 and {n} > 0 and {kk} > 0:")
+        guard, pre = "", []
+        if not isinstance(b.guard, PTrue):   # sizes only: no `exists` flags (`pre`)
+            guard = f" and {self.ex.pred([b.guard], pre)}"
+            assert not pre, pre
+        w(1, f"if {m} > 0 and {n} > 0 and {kk} > 0{guard}:")
         left = self._blas_operand(b.left.var, b.left_perm, f"({m}, {kk})", len(b.i_left))
         right = self._blas_operand(b.right.var, b.right_perm, f"({kk}, {n})",
                                    len(rhs.sum_names()))
@@ -368,6 +373,8 @@ class NumbaEmitter:
             if s.inner is None:  # pointwise: one value per point
                 depth = self.steps(osteps, 1, "prange", ctx)
                 self.body(depth, store, "=", rhs, s.body_facts(opart), ctx.cnt, sums=False)
+            elif self.sums_by_row(s, opart, osteps, otag, ctx, name):
+                pass
             else:   # a sum or a max/min: a reduction per point
                 mode = "prange" if opart.has_loop() else "seq"
                 depth = self.steps(osteps, 1, mode, ctx)
@@ -376,6 +383,80 @@ class NumbaEmitter:
             self.close(ctx)
         if self.instrument:
             w(1, f"{COUNTS}[{self.counted[s.var]}] += {cnt}")
+
+    def sums_by_row(self, s: StmtPlan, opart: Part, osteps: list[Step], otag: str,
+                    ctx: LoopContext, name: str) -> bool:
+        """A sum whose inner loops do not depend on the innermost outer loop `g` (a gather
+        `sum k. E[tok[b, k], d]`: the row of `b` is the same for every `d`) runs with `g`
+        innermost: the inner loops once per outer point, every term added to an array
+        of `g`'s sums (a contiguous, vectorisable loop), instead of walking the row again
+        for each `g`.  Each element sees the same terms in the same order and its blocks
+        close at the same counts (one count for all: no inner step depends on `g`), so the
+        result is the per-point sum's bit for bit.  False (nothing printed) when it does
+        not apply."""
+        if self.instrument or s.inner is None or len(s.inner) != 1 or len(s.outer or []) != 1 \
+                or isinstance(s.rhs, tssa.ExtremeRhs) or len(osteps) < 2:
+            return False
+        last = osteps[-1]
+        if not isinstance(last, Loop) or last.head or \
+                not any(isinstance(st, Loop) for st in osteps[:-1]):
+            return False
+        ipart = s.inner[0]
+        if not ipart.has_loop():
+            return False
+        itag = otag + "i"
+        isteps = part_steps(ipart, self.index, self.rels, self.counter, INDENT, itag,
+                            s.body_facts(opart, ipart))
+        g = last.var
+        word = re.compile(rf"\b{re.escape(g)}\b")
+        texts: list[str] = []
+        for st in isteps:
+            if isinstance(st, Guard):
+                texts += [st.code, *st.pre]
+            elif isinstance(st, Loop):
+                texts += [st.lo, st.stop, *st.head]
+            elif isinstance(st, Assign):
+                texts.append(st.expr)
+            else:
+                texts += st.lines
+        if any(word.search(t) for t in texts):
+            return False
+        w, rhs, t = self.w, s.rhs, otag
+        acc, glo, glen = f"_acc{self._tag(s)}", f"_glo{t}", f"_glen{t}"
+        depth = self.steps(osteps[:-1], 1, "prange", ctx)
+        w(depth, f"{glo} = {last.lo}")
+        w(depth, f"{glen} = max(0, {last.stop} - {glo})")
+        w.block(depth, [f"_buf{t} = np.zeros((3, {glen}))",   # (one allocation)
+                        f"{acc} = _buf{t}[0]", f"{acc}_s = _buf{t}[1]", f"{acc}_c = _buf{t}[2]",
+                        f"{acc}_n = 0", f"{acc}_m = False"])
+        ictx = LoopContext(itag, acc, [], [])
+        idepth = self.steps(isteps, depth, "seq", ictx)
+        w(idepth, f"for {g} in range({glo}, {glo} + {glen}):")
+        self.body(idepth + 1, f"{acc}[{g} - {glo}]", "+", rhs, s.body_facts(opart, ipart),
+                  "", sums=True)
+        at = f"{acc}[_g{t}]"
+        merge = [f"for _g{t} in range({glen}):",
+                 f"{INDENT}{acc}_s[_g{t}], {acc}_c[_g{t}] = "
+                 f"{accumulate.NEUMAIER}({acc}_s[_g{t}], {acc}_c[_g{t}], {at})"]
+        w.block(idepth, [f"{acc}_n += 1", f"if {acc}_n == {accumulate.BLOCK}:",
+                         *[INDENT + ln for ln in merge],
+                         f"{INDENT}{acc}[:] = 0.0", f"{INDENT}{acc}_n = 0",
+                         f"{INDENT}{acc}_m = True"])
+        self.close(ictx)
+        store = f"{name}[{', '.join(self.index(v) for v in rhs.gen_names())}]"
+        tot = f"_tot{t}"
+        # no block closed: each total is its one open block (merged into 0: itself)
+        w.block(depth, [f"if not {acc}_m:",
+                        f"{INDENT}for {g} in range({glo}, {glo} + {glen}):",
+                        f"{INDENT * 2}{store} = {acc}[{g} - {glo}]",
+                        "else:",
+                        *[INDENT + ln for ln in merge],
+                        f"{INDENT}for {g} in range({glo}, {glo} + {glen}):",
+                        f"{INDENT * 2}_s{t} = {acc}_s[{g} - {glo}]",
+                        f"{INDENT * 2}{tot} = _s{t} + {acc}_c[{g} - {glo}] "
+                        f"if _s{t} - _s{t} == 0.0 else _s{t}",
+                        f"{INDENT * 2}{store} = {tot}"])
+        return True
 
     def reduce_at(self, s: StmtPlan, opart: Part, otag: str, depth: int, cnt: str,
                   chunked: bool) -> str:
@@ -386,8 +467,12 @@ class NumbaEmitter:
         assert s.inner is not None
         acc = f"_acc{self._tag(s)}"
         extreme = isinstance(rhs, tssa.ExtremeRhs)
+        # without inner loops each part adds at most one term: fewer than a block, whose
+        # compensated merge into 0 is the plain total bit for bit (0.0 + t, inf, nan alike)
+        few = not extreme and not chunked and len(s.inner) <= accumulate.BLOCK and \
+            not any(ipart.has_loop() for ipart in s.inner)
         w.block(depth, accumulate.extreme_init(acc, rhs.op) if extreme else
-                accumulate.init(acc))
+                [f"{acc} = 0.0"] if few else accumulate.init(acc))
         for b, ipart in enumerate(s.inner):
             itag = otag if len(s.inner) == 1 else f"{otag}_{b}"
             isteps = part_steps(ipart, self.index, self.rels, self.counter, INDENT,
@@ -395,10 +480,10 @@ class NumbaEmitter:
             ictx = LoopContext(itag, acc, [], [cnt] if cnt else [])
             idepth = self.steps(isteps, depth, "chunk" if chunked and not extreme else "seq",
                                 ictx)
-            self.body(idepth, ictx.acc, rhs.op if extreme else "+=", rhs,
+            self.body(idepth, ictx.acc, rhs.op if extreme else "+" if few else "+=", rhs,
                       s.body_facts(opart, ipart), ictx.cnt, sums=True)
             self.close(ictx)
-        if extreme:
+        if extreme or few:
             return acc
         close, total = accumulate.result(acc, INDENT, self.neumaier_call)
         w.block(depth, close)
@@ -472,6 +557,8 @@ class NumbaEmitter:
             self.w(depth, f"{target} = {local}")
         elif op == "+=":   # a term of a sum: blocked, compensated (see accumulate.py)
             self.w.block(depth, accumulate.add(target, value, INDENT, self.neumaier_call))
+        elif op == "+":    # one of a sum's few terms (`reduce_at`): a plain addition
+            self.w(depth, f"{target} += {value}")
         elif op in ast.EXTREMA:   # a term of a max/min reduction
             self.w.block(depth, accumulate.extreme_update(target, op, value, INDENT))
         else:

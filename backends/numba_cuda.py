@@ -65,7 +65,7 @@ from typing import Any, Callable, Iterator, Mapping
 import numpy as np
 
 from tensorlang.ir import ast
-from tensorlang.semantics import interp
+from tensorlang.semantics import interp, relation
 from tensorlang.ir import tssa
 from tensorlang.syntax import ssa_printer
 from tensorlang.ir.ast import TRel
@@ -76,7 +76,7 @@ from tensorlang.syntax.errors import NotYetSupported
 from . import accumulate, box_stages, kernel_cache
 from .codegen import MASK, SIZE, ProgramPlan, StmtPlan, plan_program, safe_comment
 from .codegen_nest import part_steps, pred_code
-from .numba_cpu import INDENT, pattern_arrays
+from .numba_cpu import INDENT, check_index_array, pattern_arrays
 from .numba_cpu_source import LoopContext, NumbaEmitter, SourceWriter
 from .scalar_builtins import FUNCS
 
@@ -369,6 +369,10 @@ class CompiledProgram:
     def __call__(self, args: Mapping[str, Any] | None = None, /, **kwargs: Any) -> Any:
         from numba import cuda
         env = interp.bind_args(self._sig, dict(args or {}, **kwargs))
+        for q in self.program.params:
+            if q.name in env.rels:
+                check_index_array(q.name, q.type, relation.from_value(
+                    env.rels[q.name], tuple(env.rels[q.name].shape)))
         dev: dict[str, Any] = {v: cuda.to_device(self._input(env, v)) for v in self._inputs}
         extra: dict[tuple[str, Any], Any] = {}   # masks and relation patterns, on demand
         for kernel, info in self.kernels:

@@ -465,8 +465,7 @@ def _converter(t: Type, sizes: Mapping[str, int], arrayed: bool = False
     tensor of pairs is a pair of tensors."""
     if isinstance(t, TIndex):   # an integer array: its entries checked on every call
         shape = tuple(int(d.evaluate(sizes)) for d in t.sizes)
-        return lambda v: relation.from_value(
-            interp.index_array_coordinates("", v, shape[:-1], shape[-1]), shape)
+        return lambda v: interp.index_array_rel("", v, shape[:-1], shape[-1])
     if isinstance(t, TRel):
         shape = tuple(int(d.evaluate(sizes)) for d in t.sizes)
         return lambda v: relation.from_value(v, shape)

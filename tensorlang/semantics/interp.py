@@ -314,6 +314,12 @@ def index_array_coordinates(name: str, v: Any, shape: tuple[int, ...], bound: in
     """An index-array argument (`idx: Z[n...] in m`, SPEC 12) as the `(k, arity)` coordinates
     of its relation `{(i..., idx[i...])}`; `ShapeError` naming the parameter and the first
     entry outside `0 <= idx[i...] < m`."""
+    return index_array_rel(name, v, shape, bound, what).coords()
+
+
+def index_array_rel(name: str, v: Any, shape: tuple[int, ...], bound: int,
+                    what: str | None = None) -> relation.Relation:
+    """`index_array_coordinates` as a `Relation` (built in O(nnz), entries checked once)."""
     what = what or f"index array {name!r}"
     arr = np.asarray(v)
     if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or (
@@ -322,15 +328,14 @@ def index_array_coordinates(name: str, v: Any, shape: tuple[int, ...], bound: in
         raise ShapeError(f"{what}: expected integers of shape {shape}, got {arr.dtype} array")
     if arr.shape != shape:
         raise ShapeError(f"{what}: expected shape {shape}, got shape {arr.shape}")
-    arr = arr.astype(np.int64)
+    arr = arr.astype(np.int64, copy=False)
     outside = (arr < 0) | (arr >= bound)
     if outside.any():
         at = tuple(int(k) for k in np.argwhere(outside)[0])
         where = ", ".join(str(k) for k in at)
         raise ShapeError(f"{what}: entry {name}[{where}] = {int(arr[at])} is outside the "
                          f"range it indexes, 0 <= {name}[...] < {bound}")
-    grid = np.indices(shape, dtype=np.int64).reshape(len(shape), -1)
-    return np.ascontiguousarray(np.vstack([grid, arr.reshape(1, -1)]).T)
+    return relation.index_array(arr, bound)
 
 
 def index_array_relation(name: str, t: ast.Type, v: Any, shape: tuple[int, ...]) -> Any:
@@ -339,9 +344,10 @@ def index_array_relation(name: str, t: ast.Type, v: Any, shape: tuple[int, ...])
     (mask or coordinates, what the API passes on) is returned as it is."""
     if not isinstance(t, ast.TIndex):
         return v
-    arr = np.asarray(v)
-    if arr.dtype != bool and arr.shape == shape[:-1] and np.issubdtype(arr.dtype, np.integer):
-        return index_array_coordinates(name, arr, shape[:-1], shape[-1])
+    arr = np.asarray(v) if not isinstance(v, relation.Relation) else None
+    if arr is not None and arr.dtype != bool and arr.shape == shape[:-1] and \
+            np.issubdtype(arr.dtype, np.integer):
+        return index_array_rel(name, arr, shape[:-1], shape[-1])
     return v
 
 
@@ -410,4 +416,4 @@ def evaluate_program(p: tssa.Program, args: Mapping[str, Any]) -> Any:
 
 __all__ = ["Env", "interpret", "evaluate_program", "eval_expr", "eval_pred", "eval_affine",
            "extent", "bind_args", "relation_mask", "soa_type", "index_array_coordinates",
-           "index_array_relation"]
+           "index_array_relation", "index_array_rel"]

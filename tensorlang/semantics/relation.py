@@ -9,6 +9,11 @@ a backend has asked of it, built on first use:
   * `pattern(order, nbound)`: the coordinates with columns in `order`, sorted, and the CSR
     row pointer over the first `nbound` columns (what a compiled relation loop iterates).
 
+An index array's relation `{(i..., idx[i...])}` is built by `index_array` in O(nnz), its
+coordinates sorted by construction; `is_index_array` tells whether a relation is one.
+Patterns are sorted by stable passes over the key columns (radix sorts for columns of at
+most 2**16 values), never by a lexicographic sort of the whole coordinate array.
+
 Coordinates given are kept as given (checked, and sorted and deduplicated only when they
 are not already): nothing is densified.  Pass the same `Relation` to every call to convert
 it once.  A plain numpy array is converted again on every call, except a read-only one
@@ -25,7 +30,8 @@ import numpy as np
 
 from tensorlang.syntax.errors import ShapeError
 
-__all__ = ["Relation", "from_value", "is_immutable", "frozen_array"]
+__all__ = ["Relation", "from_value", "is_immutable", "frozen_array", "index_array",
+           "is_index_array"]
 
 
 def frozen_array(arr: np.ndarray) -> np.ndarray:
@@ -164,23 +170,76 @@ def _row_compare(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _pattern(coords: np.ndarray, shape: tuple[int, ...], order: tuple[int, ...],
              nbound: int) -> tuple[np.ndarray, np.ndarray]:
-    if tuple(order) == tuple(range(coords.shape[1])):
-        cols = coords                     # the sorted coordinates themselves
-    elif len(coords):
-        cols = np.ascontiguousarray(coords[:, list(order)])
+    """O(nnz log nnz) at most: a least-significant-digit sort, one stable pass per column
+    (a radix sort, O(nnz), for a column of at most 2**16 values).  `coords` are sorted,
+    so when the columns after the row key keep their relative order (the usual case) the
+    passes over the row key's columns alone are exact."""
+    order = tuple(order)
+    dims = tuple(shape[k] for k in order)
+    if order == tuple(range(coords.shape[1])) or not len(coords):
+        cols = coords if len(coords) else np.zeros((0, len(order)), dtype=np.int64)
     else:
-        cols = np.zeros((0, len(order)), dtype=np.int64)
-    if list(order) != sorted(order) and len(cols):
-        cols = np.ascontiguousarray(cols[np.lexsort(cols.T[::-1])])
+        # column by column: numpy gathers 1-D arrays far faster than rows of a 2-D one
+        src = [np.ascontiguousarray(coords[:, k]) for k in order]
+        last = nbound if list(order[nbound:]) == sorted(order[nbound:]) else len(order)
+        perm = np.arange(len(coords))
+        for t in range(last - 1, -1, -1):
+            perm = perm[_stable_argsort(src[t][perm], dims[t])]
+        cols = np.empty((len(coords), len(order)), dtype=np.int64)
+        for t, col in enumerate(src):
+            cols[:, t] = col[perm]
+    cols = frozen_array(np.ascontiguousarray(cols))
     if not nbound:
-        return frozen_array(cols), frozen_array(np.zeros(1, dtype=np.int64))
-    dims = tuple(shape[k] for k in order[:nbound])
-    nrows = math.prod(dims)
-    keys = np.ravel_multi_index(tuple(cols[:, t] for t in range(nbound)), dims) \
+        return cols, frozen_array(np.zeros(1, dtype=np.int64))
+    nrows = math.prod(dims[:nbound])
+    keys = np.ravel_multi_index(tuple(cols[:, t] for t in range(nbound)), dims[:nbound]) \
         if len(cols) else np.zeros(0, dtype=np.int64)
     ptr = np.zeros(nrows + 1, dtype=np.int64)
     np.cumsum(np.bincount(keys, minlength=nrows), out=ptr[1:])
-    return frozen_array(cols), frozen_array(ptr)
+    return cols, frozen_array(ptr)
+
+
+def _stable_argsort(values: np.ndarray, extent: int) -> np.ndarray:
+    """A stable argsort of integers in `0 <= v < extent`."""
+    if extent <= 1 << 16:   # numpy's stable sort of 16-bit integers is a radix sort
+        return np.argsort((values - (1 << 15)).astype(np.int16), kind="stable")
+    return np.argsort(values, kind="stable")
+
+
+def index_array(values: np.ndarray, bound: int) -> Relation:
+    """The relation `{(i..., values[i...])}` of an index array (SPEC 12) whose integer
+    entries have been checked to lie in `0 <= v < bound`: its coordinates are built
+    sorted and distinct (the index tuples in C order, one value each), O(nnz), without
+    the checks and the sort a coordinate list given by a user takes."""
+    values = np.asarray(values)
+    index_shape = tuple(int(n) for n in values.shape)
+    arity = len(index_shape) + 1
+    nnz = math.prod(index_shape)
+    coords = np.empty((nnz, arity), dtype=np.int64)
+    if nnz:
+        grid = coords.reshape(*index_shape, arity)
+        for k, n in enumerate(index_shape):   # column k: index k, broadcast over the others
+            grid[..., k] = np.arange(n, dtype=np.int64).reshape(
+                (n,) + (1,) * (len(index_shape) - k - 1))
+        grid[..., -1] = values
+    rel = Relation.__new__(Relation)
+    rel.shape = (*index_shape, int(bound))
+    rel._mask = None
+    rel._coords = frozen_array(coords)
+    rel._patterns = {}
+    rel.nbytes = int(coords.nbytes)
+    return rel
+
+
+def is_index_array(rel: Relation) -> bool:
+    """`rel` is a total function of its first arguments (exactly one member per index
+    tuple of `shape[:-1]`): what a relation given for an index array must be wherever a
+    backend relies on it (`exists v. idx(i..., v)` is true for every in-range i).  O(nnz)."""
+    coords = rel.coords()
+    if len(coords) != math.prod(rel.shape[:-1]):
+        return False
+    prefix = coords[:, :-1]   # sorted: distinct prefixes differ from their neighbours
+    return len(coords) < 2 or bool(np.all(np.any(prefix[1:] != prefix[:-1], axis=1)))
 
 
 # ---------------------------------------------------------------------------------------------
