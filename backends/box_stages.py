@@ -190,14 +190,18 @@ class StagedProgram:
                 factored[key] = boxes.evaluate_parts(rhs.fn, operands, rhs.label,
                                                      key in self._first_only)
             vals[part.var] = factored[key][rhs.part]
+        # (not a nested function calling itself: that closure would be a reference cycle
+        # holding every intermediate array until the garbage collector runs, so that each
+        # call would allocate, and page-fault, fresh memory)
+        return _build(self.program.output, vals)
 
-        def build(o: tssa.Out) -> Any:
-            if isinstance(o, str):
-                x = vals[o]
-                return float(x) if np.ndim(x) == 0 else np.array(x, dtype=np.float64)
-            return tuple(build(c) for c in o)
 
-        return build(self.program.output)
+def _build(o: tssa.Out, vals: Mapping[str, Any]) -> Any:
+    """The program's output from the values of its variables (fresh float64 arrays)."""
+    if isinstance(o, str):
+        x = vals[o]
+        return float(x) if np.ndim(x) == 0 else np.array(x, dtype=np.float64)
+    return tuple(_build(c, vals) for c in o)
 
 
 def _box_key(rhs: BoxRhs) -> tuple[str, tuple[str, ...]]:

@@ -47,7 +47,7 @@ from tensorlang.syntax import ssa_printer
 from tensorlang.syntax.errors import ShapeError, TLError
 from tensorlang.ir.tssa import Program
 
-from . import box_stages, kernel_cache
+from . import box_stages, heap, kernel_cache
 
 BACKEND = "numba_cpu"
 INDENT = "    "
@@ -485,6 +485,7 @@ def compile_program(p: Program, instrument: bool = False, *, jit: bool = True,
     the interpreter's numpy functions), without Numba and without the disk cache: slow,
     but it checks the code generator itself in milliseconds per program (tests, debugging).
     """
+    heap.keep_freed_memory()    # a call's arrays reuse the last call's memory (heap.py)
     if box_stages.has_boxes(p):  # LAPACK between kernels (backends/box_stages.py)
         return box_stages.StagedProgram(p, lambda q: compile_program(q, instrument, jit=jit))
     if not jit:
