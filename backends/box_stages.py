@@ -125,9 +125,17 @@ def split_at_boxes(p: Program) -> list[Part]:
 
 
 class StagedProgram:
-    """Kernels and boxes called in turn; called like a `CompiledProgram`."""
+    """Kernels and boxes called in turn; called like a `CompiledProgram`.
 
-    def __init__(self, program: Program, compile_kernel: Callable[[Program], Any]) -> None:
+    `compile_kernel` compiles a kernel part.  With `compile_jit` and `jit_above`, a call
+    whose boxes do more than `jit_above` operations (SPEC 3 cost, `boxes.box_cost`) runs
+    its kernel parts as `compile_jit` compiles them instead (the Numba backend: on the JIT
+    engine -- a kernel's own cost may be small enough for the serial AOT image, which is
+    slower per operation, when the call as a whole is not: docs/linalg.md, "Performance")."""
+
+    def __init__(self, program: Program, compile_kernel: Callable[[Program], Any],
+                 compile_jit: Callable[[Program], Any] | None = None,
+                 jit_above: int | None = None) -> None:
         self.program = program
         self.parts: list[Any] = []
         for part in split_at_boxes(program):
@@ -137,6 +145,11 @@ class StagedProgram:
                 self.parts.append((part, None))
             else:
                 self.parts.append((part, None))
+        self._compile_jit = compile_jit if jit_above is not None else None
+        self._jit_above = jit_above if jit_above is not None else 0
+        self._jit_parts: list[Any] | None = None     # compiled on the first large call
+        self._large: dict[tuple[int, ...], bool] = {}
+        self._size_names = tuple(q.name for q in program.params if isinstance(q.type, ast.TSize))
         self._sig = ast.Def(program.name, program.params, program.ret, ast.Const(0.0))
         # the factorisations whose second part (Q of lq, V of eigh) no statement reads
         used: dict[tuple, set[int]] = {}
@@ -171,7 +184,7 @@ class StagedProgram:
                 v = v[k]
             vals[var] = v
         factored: dict[tuple, tuple[np.ndarray, ...]] = {}
-        for part, kernel in self.parts:
+        for part, kernel in self._parts_for(full):
             if kernel is not None:
                 call = dict(full)
                 call.update({q.name: vals[q.name] for q in part.program.params
@@ -196,6 +209,36 @@ class StagedProgram:
         return _build(self.program.output, vals)
 
 
+    def _parts_for(self, full: Mapping[str, Any]) -> list[Any]:
+        """The parts a call with these sizes runs (see the class docstring)."""
+        if self._compile_jit is None:
+            return self.parts
+        sizes = tuple([int(full[n]) for n in self._size_names])
+        large = self._large.get(sizes)
+        if large is None:
+            if len(self._large) > 64:
+                self._large.clear()
+            large = self._large[sizes] = \
+                boxes_work(self.program, dict(zip(self._size_names, sizes))) > self._jit_above
+        if not large:
+            return self.parts
+        if self._jit_parts is None:
+            self._jit_parts = [(part, None if kernel is None else self._compile_jit(part.program))
+                               for part, kernel in self.parts]
+        return self._jit_parts
+
+
+def boxes_work(p: Program, sizes: Mapping[str, int]) -> int:
+    """The SPEC 3 cost (adds + multiplications + calls) of `p`'s box statements at `sizes`."""
+    work = 0
+    for s in p.stmts:
+        if isinstance(s.rhs, BoxRhs):
+            shapes = [tuple(int(d.evaluate(sizes)) for d in shape)
+                      for shape in s.rhs.arg_shapes()]
+            work += sum(boxes.box_cost(s.rhs.fn, s.rhs.part, shapes))
+    return work
+
+
 def _build(o: tssa.Out, vals: Mapping[str, Any]) -> Any:
     """The program's output from the values of its variables (fresh float64 arrays)."""
     if isinstance(o, str):
@@ -213,4 +256,5 @@ def has_boxes(p: Program) -> bool:
     return any(isinstance(s.rhs, BoxRhs) for s in p.stmts)
 
 
-__all__ = ["split_at_boxes", "StagedProgram", "KernelPart", "ViewPart", "has_boxes"]
+__all__ = ["split_at_boxes", "StagedProgram", "KernelPart", "ViewPart", "has_boxes",
+           "boxes_work"]

@@ -487,7 +487,11 @@ def compile_program(p: Program, instrument: bool = False, *, jit: bool = True,
     """
     heap.keep_freed_memory()    # a call's arrays reuse the last call's memory (heap.py)
     if box_stages.has_boxes(p):  # LAPACK between kernels (backends/box_stages.py)
-        return box_stages.StagedProgram(p, lambda q: compile_program(q, instrument, jit=jit))
+        fixed = engine or os.environ.get(ENV_ENGINE)   # else large calls' kernels on the JIT
+        return box_stages.StagedProgram(
+            p, lambda q: compile_program(q, instrument, jit=jit, engine=engine),
+            None if fixed or not jit else
+            (lambda q: compile_program(q, instrument, jit=jit, engine="jit")), AOT_MAX_WORK)
     if not jit:
         source, consts = _abstract_source(p, instrument, jit=False)
         mod = types.ModuleType(f"tensorlang_kernels.python.{p.name}")
