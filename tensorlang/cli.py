@@ -282,8 +282,9 @@ def _random_real(t: Any, outer: tuple[int, ...], sizes: Mapping[str, int],
 
 
 def build_args(fn: Any, given: Mapping[str, Any], random_sizes: Mapping[str, int],
-               seed: int) -> dict[str, Any]:
-    """Complete keyword arguments for `fn`: given values, sizes, and random inputs."""
+               seed: int, backend: str = "numba") -> dict[str, Any]:
+    """Complete keyword arguments for `fn`: given values, sizes, and random inputs (refused
+    before they are made when the run on `backend` would exceed the memory limit)."""
     from tensorlang import api
     from tensorlang.ir import ast
 
@@ -313,9 +314,11 @@ def build_args(fn: Any, given: Mapping[str, Any], random_sizes: Mapping[str, int
                       f"{' '.join(n + '=INT' for n in unknown)}")
     from tensorlang.semantics import memory
 
-    # before making the random inputs; on the program a compiled backend runs (a warm
-    # process gets it from the front cache instead of deriving it)
-    memory.check(api.memory_program(fn, "numba"), {**fixed, **sizes}, fn.name)
+    # before making the random inputs; the estimate a call of the API makes on `backend`
+    # (`api.Compiled`): its program (for a derived function on a compiled backend the final
+    # one, from the front cache in a warm process) and no sum working arrays when compiled
+    memory.check(api.memory_program(fn, backend), {**fixed, **sizes}, fn.name,
+                 compiled=backend != "interp")
     rng = np.random.default_rng(seed)
     values = _random_args(fn, sizes, rng)
     out = dict(fixed)
@@ -394,7 +397,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
         jax_backend.request_host_devices(ns.devices)
     t2 = time.perf_counter()
     given = {name: parse_value(name, text) for name, text in ns.arg}
-    args = build_args(fn, given, dict(ns.random), ns.seed)
+    args = build_args(fn, given, dict(ns.random), ns.seed, ns.backend)
     if ns.devices is not None:   # rows of every tensor and relation over a mesh of N devices
         sizes = fn.bind(**args)
         compiled = fn.compile("jax", mesh=jax_backend.data_mesh(ns.devices),

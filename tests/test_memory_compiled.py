@@ -95,3 +95,33 @@ def test_compiled_call_checks_the_compiled_estimate(monkeypatch):
         grad.compile("interp")(**args)
     monkeypatch.setenv(memory.ENV_VAR, "1G")
     np.testing.assert_allclose(value, grad.compile("interp")(**args), rtol=1e-10)
+
+
+def test_cli_run_random_checks_the_estimate_of_its_backend(capsys):
+    """`tl run --random` refuses before making the inputs on the estimate the API's call
+    makes on the backend it runs on: with a limit between the two estimates the Numba run
+    goes through and the interpreter's is refused (it once used the interpreter's for all)."""
+    from tensorlang import cli
+
+    w = LINALG_WORKLOADS["blr_lq"]
+    sizes = w.sizes(40)
+    _, grad = _functions("blr_lq")
+    d = api.memory_program(grad, "numba")
+    bound = {**sizes, "X": np.broadcast_to(0.0, (sizes["D"], sizes["N"])),
+             "y": np.broadcast_to(0.0, sizes["N"]), "lam_y": 1.0, "lam_w": 1.0}
+    low = memory.estimate(d, bound, compiled=True).total
+    high = memory.estimate(d, bound).total
+    assert high > 4 * low
+    argv = ["run", str(EX / w.file), "blr_lq_grad", "--random", f"D={sizes['D']}",
+            "--random", f"N={sizes['N']}", "--arg", "lam_y=0.7", "--arg", "lam_w=1.3",
+            "--max-memory", str(2 * low)]
+    try:
+        assert cli.main(argv + ["--backend", "numba"]) == 0
+        out = capsys.readouterr().out
+        assert "d_lam_y" in out and "d_lam_w" in out
+        assert cli.main(argv + ["--backend", "interp"]) != 0
+        err = capsys.readouterr().err
+        assert "resource error" in err and "above the memory limit" in err
+        assert "Traceback" not in err
+    finally:
+        memory.set_limit(None)
