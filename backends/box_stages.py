@@ -209,6 +209,10 @@ class StagedProgram:
         return _build(self.program.output, vals)
 
 
+    def kernels_for(self, sizes: Mapping[str, int]) -> list[Any]:
+        """The compiled kernels a call with these sizes runs, in order."""
+        return [kernel for _, kernel in self._parts_for(sizes) if kernel is not None]
+
     def _parts_for(self, full: Mapping[str, Any]) -> list[Any]:
         """The parts a call with these sizes runs (see the class docstring)."""
         if self._compile_jit is None:
