@@ -21,7 +21,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 from numba import njit, types  # noqa: E402
-from numba.extending import intrinsic  # noqa: E402
+from numba.extending import get_cython_function_address, intrinsic  # noqa: E402
+from llvmlite import binding as llvm_binding  # noqa: E402
 
 from . import accumulate  # noqa: E402
 from .scalar_builtins import FUNCS  # noqa: E402
@@ -79,12 +80,46 @@ def tl_exp(x):  # type: ignore[no-untyped-def]
     return x if x != x else y
 
 
+# BLAS syrk (C = A A^T, half of gemm's work), called from kernels by its symbol name, which
+# the process resolves when it links a kernel (so that the disk-cached code holds no address)
+llvm_binding.add_symbol("tl_blas_dsyrk", get_cython_function_address(
+    "scipy.linalg.cython_blas", "dsyrk"))
+_dsyrk = types.ExternalFunction("tl_blas_dsyrk", types.void(*[types.voidptr] * 10))
+SYRK_MIN_K = 32     # below, gemm (the mirrored triangle would cost more than syrk saves)
+
+
 @njit(cache=True, nogil=True)
 def tl_matmul(a, b):  # type: ignore[no-untyped-def]
-    """`a @ b` for C-contiguous float64 matrices (BLAS gemm).  Kernels call this instead of
-    `np.dot` so that the linear-algebra typing is compiled (and disk-cached) once, not in
-    every kernel."""
+    """`a @ b` for C-contiguous float64 matrices (BLAS gemm; syrk when `b` is `a.T`, the
+    product `sum k. a[i, k] * a[j, k]`, with its triangle mirrored).  Kernels call this
+    instead of `np.dot` so that the linear-algebra typing is compiled (and disk-cached) once,
+    not in every kernel."""
+    m, k = a.shape
+    if (k >= SYRK_MIN_K and m > 0 and b.shape[0] == k and b.shape[1] == m
+            and a.ctypes.data == b.ctypes.data and a.strides[1] == 8 and a.strides[0] == 8 * k
+            and b.strides[0] == 8 and b.strides[1] == 8 * k):
+        return _syrk(a)
     return np.dot(a, b)
+
+
+@njit(cache=True, nogil=True)
+def _syrk(a):  # type: ignore[no-untyped-def]
+    """a a^T of a C-contiguous a (m x k): syrk on the Fortran view (a^T, k x m) fills one
+    triangle, which is copied to the other in 32 x 32 tiles."""
+    m, k = a.shape
+    c = np.empty((m, m))
+    ints = np.array([m, k, k, m], dtype=np.int32)          # n, k, lda, ldc (Fortran ints)
+    scal = np.array([1.0, 0.0])                              # alpha, beta
+    chars = np.array([ord("U"), ord("T")], dtype=np.uint8)   # C's upper (Fortran) = lower (C)
+    _dsyrk(chars[0:].ctypes, chars[1:].ctypes, ints[0:].ctypes, ints[1:].ctypes,
+           scal[0:].ctypes, a.ctypes, ints[2:].ctypes, scal[1:].ctypes, c.ctypes,
+           ints[3:].ctypes)
+    for ib in range(0, m, 32):
+        for jb in range(ib, m, 32):
+            for i in range(ib, min(ib + 32, m)):
+                for j in range(max(jb, i + 1), min(jb + 32, m)):
+                    c[i, j] = c[j, i]
+    return c
 
 
 __all__ = [f"tl_{name}" for name in FUNCS] + ["tl_matmul", "tl_matmul_loops", "tl_neumaier",

@@ -228,10 +228,12 @@ def _potri(l: np.ndarray, label: str, pos: tuple[int, ...]) -> np.ndarray:
 
 def lq_factor(a: np.ndarray, want_q: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
     """(L, Q) of one matrix with diag(L) >= 0 (Q None unless `want_q`: geqrf alone, no
-    orglq)."""
+    orglq).  L is C-ordered: its transpose, what a trisolve with L hands to trsm, is then
+    Fortran-ordered (no copy there)."""
     m, n = a.shape
     if a.size == 0:
         q, r = np.linalg.qr(a.T) if want_q else (None, np.linalg.qr(a.T, mode="r"))
+        l = np.array(r.T)
     else:
         # scipy's geqrf/orgqr with the optimal workspace: numpy's qr takes twice as long at
         # 200 x 600 (the same numbers); a.T of a C-ordered a is Fortran-ordered (no copy)
@@ -241,18 +243,18 @@ def lq_factor(a: np.ndarray, want_q: bool = True) -> tuple[np.ndarray, np.ndarra
         qr, tau, _, info = lapack.dgeqrf(a.T, lwork=lwork)
         if info != 0:
             raise BoxError(f"lq: LAPACK geqrf failed (info {info})")
-        r = np.triu(qr[:m, :])
+        l = np.tril(qr[:m, :].T)          # R^T: a C-ordered copy of R's triangle
         q = None
         if want_q:
             q, _, info = lapack.dorgqr(qr, tau, lwork=lwork, overwrite_a=1)
             if info != 0:
                 raise BoxError(f"lq: LAPACK orgqr failed (info {info})")
-    s = np.sign(np.diagonal(r)).copy()
+    s = np.sign(np.diagonal(l)).copy()
     s[s == 0] = 1.0
-    r *= s[:, None]            # in place: the transposes are views (no copies of Q)
+    l *= s[None, :]            # in place: Q's transpose is a view (no copy of Q)
     if q is not None:
         q *= s[None, :]
-    return r.T, (None if q is None else q.T)
+    return l, (None if q is None else q.T)
 
 
 def eigh_factor(a: np.ndarray, want_v: bool = True) -> tuple[np.ndarray, np.ndarray | None]:

@@ -1,0 +1,67 @@
+"""numba_rt.tl_matmul: a product `sum k. a[i, k] * a[j, k]` (b is a's transpose, the same
+memory) is BLAS syrk with its triangle mirrored -- half of gemm's work; any other product is
+gemm.  Against numpy on random shapes, and in a compiled program against the interpreter."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+
+numba = pytest.importorskip("numba")
+
+
+@pytest.fixture(scope="module")
+def products():
+    from tensorlang.backends import numba_rt
+
+    matmul = numba_rt.tl_matmul
+
+    @numba.njit
+    def gram(x):                          # as a kernel writes it: x.reshape(...) and x.T
+        return matmul(x.reshape(x.shape), x.T)
+
+    @numba.njit
+    def product(x, y):
+        return matmul(x, y)
+
+    return gram, product
+
+
+def test_gram_is_symmetric_and_agrees_with_numpy(products):
+    gram, _ = products
+    rng = np.random.default_rng(3)
+    for m, k in [(1, 1), (1, 32), (7, 31), (7, 32), (33, 64), (200, 40), (65, 300), (300, 33)]:
+        x = rng.standard_normal((m, k))
+        c = gram(x)
+        assert c.shape == (m, m) and c.flags.c_contiguous
+        assert np.array_equal(c, c.T)
+        np.testing.assert_allclose(c, x @ x.T, rtol=1e-12, atol=1e-12 * k)
+
+
+def test_other_products_are_gemm(products):
+    _, product = products
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((40, 40))
+    y = rng.standard_normal((40, 50))
+    np.testing.assert_allclose(product(x, x), x @ x, rtol=1e-12, atol=1e-12)  # not x x^T
+    np.testing.assert_allclose(product(x, y), x @ y, rtol=1e-12, atol=1e-12)
+    xt = np.ascontiguousarray(x.T)                  # equal values, other memory
+    np.testing.assert_allclose(product(x, xt), x @ x.T, rtol=1e-12, atol=1e-12)
+
+
+def test_gram_in_a_kernel_agrees_with_the_interpreter():
+    """On the JIT engine (the AOT image has loops instead of BLAS)."""
+    from tensorlang import api
+    from tensorlang.backends import numba_cpu
+
+    f = tl.parse("def gram(N: size, K: size, X: R[N, K]) -> R[N, N]:\n"
+                 "    G[i:N, j:N] = sum k:K. X[i, k] * X[j, k]\n"
+                 "    return G\n")["gram"]
+    run = numba_cpu.compile_program(api.final_program(f), engine="jit")
+    assert "tl_matmul(" in run.source
+    rng = np.random.default_rng(5)
+    for n, k in [(3, 40), (50, 64), (2, 5)]:
+        args = {"N": n, "K": k, "X": rng.standard_normal((n, k))}
+        got = run(args)
+        np.testing.assert_allclose(got, f.interpret(**args), rtol=1e-12, atol=1e-12)
