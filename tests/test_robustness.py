@@ -279,8 +279,17 @@ def test_memory_estimate_refuses_with_the_statement_and_size(qform, monkeypatch)
 
 def test_max_memory_option(capsys, own):
     path = own / "qform.tl"
+    # the estimate of the backend that runs: compiled (numba, the default), the sum is a
+    # loop and the input A (74.5 GiB) is what does not fit; the interpreter's also holds the
+    # sum's N x N working array
     code, out, err = run_main(capsys, "run", path, "qform_rb", "--random", "N=100000",
                               "--max-memory", "1G")
+    assert code == 1 and out == ""
+    assert "qform.tl:3:" in err and "resource error" in err and "statement y" in err
+    assert "inputs 74.5 GiB" in err and "100,000 entries" in err
+    assert "internal error" not in err
+    code, out, err = run_main(capsys, "run", path, "qform_rb", "--random", "N=100000",
+                              "--max-memory", "1G", "--backend", "interp")
     assert code == 1 and out == ""
     assert "qform.tl:3:" in err and "resource error" in err and "statement y" in err
     assert "10,000,000,000 entries" in err and "internal error" not in err
