@@ -1,6 +1,7 @@
 """numba_rt.tl_exp, the kernels' exp written without a library call (so that loops of it
 vectorise), against numpy's exp: within 1 ulp everywhere, exact on the special values, and
-the same in a vectorised loop as one call at a time."""
+the same in a vectorised loop as one call at a time, and vectorised (the loop's LLVM IR has
+vector operations; tests do not time)."""
 from __future__ import annotations
 
 import numpy as np
@@ -64,21 +65,11 @@ def test_exp_special_values(kernels):
     assert np.array_equal(scalar[ok], out[ok])
 
 
-def test_exp_loop_is_not_slower_than_numpy_by_much(kernels):
-    """The point of it: a loop of exps runs at SIMD speed (libm's call ran 5-8x slower than
-    numpy's exp).  Generous: within 3x of numpy (best of several runs)."""
-    import time
-
+def test_the_exp_loop_is_vectorised(kernels):
+    """The point of it: a loop of exps runs at SIMD width (libm's call cannot be vectorised
+    and ran 5-8x slower than numpy's exp).  Checked on the compiled loop's LLVM IR."""
     _, loop = kernels
-    xs = np.random.default_rng(0).uniform(-10, 0, 1 << 20)
-    out = np.empty_like(xs)
-    loop(xs, out)
-    ours = theirs = np.inf
-    for _ in range(15):
-        t = time.perf_counter()
-        loop(xs, out)
-        ours = min(ours, time.perf_counter() - t)
-        t = time.perf_counter()
-        np.exp(xs, out=out)
-        theirs = min(theirs, time.perf_counter() - t)
-    assert ours < 3 * theirs + 1e-4, (ours, theirs)
+    xs = np.linspace(-10.0, 0.0, 64)
+    loop(xs, np.empty_like(xs))
+    ir = "\n".join(loop.inspect_llvm().values())
+    assert "x double>" in ir and "@exp(" not in ir
