@@ -146,7 +146,7 @@ class CompiledProgram:
         self._aot_same = not header.parallel and not header.blas
         self._jit_only = header.parts
         self.engine = engine if module_key else "jit"
-        self._images: dict[str, Any] = {}
+        self._images: dict[tuple[Any, ...], Any] = {}
         self._work: dict[tuple[int, ...], int] = {}
         self.last_engine: str | None = None
         self._sig = ast.Def(program.name, program.params, program.ret, ast.Const(0.0))
@@ -233,9 +233,13 @@ class CompiledProgram:
 
     def _image(self, kargs: list[Any]) -> Any:
         """The AOT image's kernel for arguments of these types (loaded, or built here)."""
-        variant = _type_key(kargs)
-        fn = self._images.get(variant)
+        # keyed per call by the arguments' Numba-relevant traits (cheap); the image's name is
+        # their digest, taken only when this process first meets them
+        traits = tuple([(a.dtype.num, a.ndim, a.flags.c_contiguous, a.flags.writeable)
+                        if type(a) is np.ndarray else type(a) for a in kargs])
+        fn = self._images.get(traits)
         if fn is None:
+            variant = _type_key(kargs)
             module = kernel_cache.load_aot(BACKEND, self.module_key, variant)
             if module is None:
                 from . import aot_cpu
@@ -246,7 +250,7 @@ class CompiledProgram:
                 if module is None:
                     raise RuntimeError(f"the AOT image of kernel {self.module_key} "
                                        f"did not load after it was built")
-            fn = self._images[variant] = getattr(module, KERNEL)
+            fn = self._images[traits] = getattr(module, KERNEL)
         return fn
 
     # -- calling -----------------------------------------------------------------------------

@@ -59,6 +59,21 @@ def test_examples_with_blas_and_prange_agree(cache_dir, name):
                 atol=1e-9)
 
 
+def test_an_image_per_argument_type_read_only_inputs_included(cache_dir):
+    """The images are looked up per call by the arguments' traits: a read-only array is
+    another Numba type than a writeable one, so it gets (and keeps) an image of its own."""
+    fn = tl.load(str(QFORM))["qform"]
+    c = numba_cpu.compile_program(fn.run_to("ssa"), engine="aot")
+    x, A = np.arange(3.0), np.eye(3)
+    frozen = A.copy()
+    frozen.flags.writeable = False
+    for _ in range(2):
+        assert c({"N": 3, "x": x, "A": A}) == pytest.approx(5.0)
+        assert c({"N": 3, "x": x, "A": frozen}) == pytest.approx(5.0)
+    assert len(c._images) == 2 and len(set(c._images.values())) == 2
+    assert len(_images(cache_dir)) == 2
+
+
 def test_auto_engine_weighs_parallel_kernels(cache_dir):
     w = WORKLOADS["masked"]
     fn = tl.load(str(EXAMPLES / w.file))[w.func]

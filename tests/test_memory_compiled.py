@@ -125,3 +125,22 @@ def test_cli_run_random_checks_the_estimate_of_its_backend(capsys):
         assert "Traceback" not in err
     finally:
         memory.set_limit(None)
+
+
+def test_a_warm_compiled_call_reads_the_limit_the_environment_has_now(monkeypatch):
+    """The per-call limit is memoised by the environment's text: setting, changing and
+    removing TENSORLANG_MAX_MEMORY between calls of a warm compiled function takes effect."""
+    m = tl.parse("def f(N: size, x: R[N]) -> R[N]:\n    return gen i:N. 2.0 * x[i]\n")
+    run, x = m.f.compile("numba"), np.ones(4096)
+    monkeypatch.delenv(memory.ENV_VAR, raising=False)
+    assert run(x=x)[0] == 2.0
+    monkeypatch.setenv(memory.ENV_VAR, "1K")
+    with pytest.raises(ResourceError, match="above the memory limit of 1.0 KiB"):
+        run(x=x)
+    monkeypatch.setenv(memory.ENV_VAR, "1G")
+    assert run(x=x)[0] == 2.0
+    monkeypatch.setenv(memory.ENV_VAR, "2K")
+    with pytest.raises(ResourceError, match="above the memory limit of 2.0 KiB"):
+        run(x=x)
+    monkeypatch.delenv(memory.ENV_VAR)
+    assert run(x=x)[0] == 2.0

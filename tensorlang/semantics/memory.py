@@ -108,7 +108,20 @@ def limit() -> int | None:
     """The limit in bytes; None when there is none (physical memory unknown)."""
     if _limit is not None:
         return _limit
-    text = os.environ.get(ENV_VAR)
+    raw = _ENV_DATA.get(_ENV_KEY) if _ENV_DATA is not None else os.environ.get(ENV_VAR)
+    return _limit_from(raw.decode() if isinstance(raw, bytes) else raw)
+
+
+# Every compiled call asks for the limit, and `os.environ.get` of an unset name costs ~0.8 us
+# (it raises and catches KeyError): CPython's os.environ keeps its entries in a dict of
+# encoded names, which `os.environ[...] = ...` updates, so a lookup there is current and cheap.
+_ENV_DATA = getattr(os.environ, "_data", None)
+_ENV_KEY = os.environ.encodekey(ENV_VAR) if hasattr(os.environ, "encodekey") else ENV_VAR
+
+
+@functools.lru_cache(maxsize=8)
+def _limit_from(text: str | None) -> int | None:
+    """The limit the environment's text sets (memoised: every compiled call asks)."""
     if text:
         return parse_amount(text)
     phys = physical_memory()
