@@ -28,7 +28,7 @@ class Ops:
 
 
 PARAMS: dict[str, tuple[str, ...]] = {
-    "qform": ("x", "A"), "qform2": ("x", "A"), "conv": ("x", "w"),
+    "qform": ("x", "A"), "qform_sum": ("x", "A"), "qform2": ("x", "A"), "conv": ("x", "w"),
     "deconv_loss": ("x", "w", "b"), "arap_residuals": ("U", "V", "T"),
     "imgarap": ("U", "V", "T"), "nbody": ("P", "m"), "nnmatfac": ("A", "W", "H"),
     "logreg": ("X", "y", "w"), "matfac": ("Om", "T", "U", "V"), "masked": ("E", "A"),
@@ -208,7 +208,8 @@ def fourier_fit(ops: Ops, t: Any, c: Any, y: Any) -> Any:
 
 
 FORWARDS: dict[str, Callable[..., Any]] = {
-    "qform": qform, "qform2": qform2, "conv": conv, "deconv_loss": deconv_loss,
+    "qform": qform, "qform_sum": qform, "qform2": qform2, "conv": conv,
+    "deconv_loss": deconv_loss,
     "arap_residuals": arap_residuals, "imgarap": imgarap, "nbody": nbody,
     "nnmatfac": nnmatfac, "logreg": logreg, "matfac": matfac, "masked": masked,
     "trace_diag": trace_diag, "row_col": row_col, "skip_one": skip_one, "dead_code": dead_code,

@@ -447,7 +447,8 @@ def fourier_fit_grad(a: Args) -> np.ndarray:
 
 
 FORWARD: dict[str, Callable[[Args], Any]] = {
-    "qform": qform, "qform2": qform2, "conv": conv, "deconv_loss": deconv_loss,
+    "qform": qform, "qform_sum": qform, "qform2": qform2, "conv": conv,
+    "deconv_loss": deconv_loss,
     "arap_residuals": arap_residuals, "imgarap": imgarap, "arap_gn": arap_gn, "nbody": nbody,
     "nnmatfac": nnmatfac, "logreg": logreg, "matfac": matfac, "masked": masked,
     "trace_diag": trace_diag, "row_col": row_col, "skip_one": skip_one, "dead_code": dead_code,
@@ -458,7 +459,7 @@ FORWARD: dict[str, Callable[[Args], Any]] = {
 
 DERIVATIVES: dict[tuple[str, str], Callable[[Args], Any]] = {
     ("qform", "grad"): qform_grad, ("qform", "hessian"): qform_hessian,
-    ("qform2", "jvp"): qform2_jvp,
+    ("qform_sum", "grad"): qform_grad, ("qform2", "jvp"): qform2_jvp,
     ("conv", "vjp"): conv_vjp, ("deconv_loss", "grad"): deconv_grad,
     ("arap_residuals", "jtjv"): arap_jtjv, ("imgarap", "grad"): imgarap_grad,
     ("nbody", "grad"): nbody_grad, ("nbody", "hvp"): nbody_hvp,

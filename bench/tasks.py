@@ -103,6 +103,8 @@ def _tasks() -> dict[str, Task]:
     G, H = "grad", "hessian"
     specs = [
         Task("qform", (Deriv(G, ("x",), "qform_grad"), Deriv(H, ("x",), "qform_hess"))),
+        Task("qform_sum", (Deriv(G, ("x",), "qform_sum_grad"),),
+             note="qform spelled `sum i, j. x[i] * A[i, j] * x[j]`"),
         Task("qform2", (Deriv("jvp", ("A",), "qform2_jvp"),), max_n=300,
              note="as written it materialises A^T A: O(N^3) until the simplifier reassociates"),
         Task("conv", (Deriv("vjp", ("x",)),)),

@@ -266,6 +266,8 @@ def _upsample_inputs(s: dict[str, int], rng: np.random.Generator) -> Args:
 WORKLOADS: dict[str, Workload] = {w.name: w for w in [
     Workload("qform", "qform.tl", "qform", lambda n: {"N": n},
              lambda s, r: _vec_mat(s["N"], r), qform),
+    Workload("qform_sum", "qform_sum.tl", "qform_sum", lambda n: {"N": n},
+             lambda s, r: _vec_mat(s["N"], r), qform),
     Workload("qform2", "qform2.tl", "qform2", lambda n: {"N": n},
              lambda s, r: _vec_mat(s["N"], r), qform2),
     Workload("conv", "conv.tl", "conv", lambda n: {"N": n, "K": 5},
