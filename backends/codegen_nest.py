@@ -32,8 +32,8 @@ from tensorlang.ir.canon import disjuncts
 from tensorlang.ir.ast import (Affine, And, Cmp, Exists, Or, PFalse, Pred, PTrue, RelCall,
                             free_names, pred_and, pred_or)
 from tensorlang.ir.ast import subst as ast_subst
-from tensorlang.passes.indexsolve import (LoopNest, affine_to_python, fourier_motzkin,
-                                          loop_nest, pred_to_python)
+from tensorlang.passes.indexsolve import (Bound, LoopBound, LoopNest, affine_to_python,
+                                          fourier_motzkin, loop_nest, pred_to_python)
 
 NameFn = Callable[[str], str]
 RelFn = Callable[[str, list[str]], str]
@@ -420,7 +420,8 @@ class Part:
 
     def has_loop(self) -> bool:
         return (self.driver is not None and not self.driver.lookup) or \
-            any(lv.loop is not None for lv in self.nest.levels)
+            any(lv.loop is not None and point_level(lv.loop) is None
+                for lv in self.nest.levels)
 
 
 MAX_ALTERNATIVES = 16
@@ -675,7 +676,16 @@ def part_steps(part: Part, nm: NameFn, rels: RelNames, counter: list[int],
     if part.nest.guard:
         steps.append(pred_code(part.nest.guard, nm, rels, counter, indent))
     for lv in part.nest.levels:
-        if lv.loop is not None:
+        point = point_level(lv.loop) if lv.loop is not None else None
+        if point is not None:   # a loop over one value at most: assigned, then checked
+            at, lows, highs = point
+            var = nm(lv.var)
+            steps.append(Assign(var, at.upper_py(nm)))
+            checks = ([f"{b.lower_py(nm)} <= {var}" for b in lows] +
+                      [f"{var} <= {b.upper_py(nm)}" for b in highs])
+            if checks:
+                steps.append(Guard(" and ".join(checks)))
+        elif lv.loop is not None:
             lb = lv.loop
             stop = (affine_to_python(lb.upper[0].expr + 1, nm)
                     if len(lb.upper) == 1 and lb.upper[0].div == 1
@@ -694,6 +704,19 @@ def part_steps(part: Part, nm: NameFn, rels: RelNames, counter: list[int],
         g = pred_code([exclude], nm, rels, counter, indent)
         steps.append(Guard(f"not ({g.code})", g.pre))
     return steps
+
+
+def point_level(lb: LoopBound) -> tuple[Bound, list[Bound], list[Bound]] | None:
+    """For a loop that visits at most one value -- a lower bound `ceil(a / d)` equal to an
+    upper bound `floor((a + d - 1) / d)` at every point, as the quotient of `x[i // 2]`
+    gives (`2 j <= i <= 2 j + 1`) -- (that upper bound, the other lower bounds, the other
+    upper bounds): the loop is an assignment and a test, and a sum over it one term."""
+    for high in lb.upper:
+        for low in lb.lower:
+            if low.div == high.div and high.expr == low.expr + (high.div - 1):
+                return (high, [b for b in lb.lower if b is not low],
+                        [b for b in lb.upper if b is not high])
+    return None
 
 
 def _or_all(ps: Sequence[Pred]) -> Pred:

@@ -98,6 +98,7 @@ class NumbaEmitter:
         self.shared_loops = 0   # prange loops that n statements share count n - 1 times here
         # a statement's position, its tag in local names (a dict: `list.index` is quadratic)
         self.positions = {s.var: k for k, s in enumerate(plan.stmts)}
+        self._readers: dict[str, list[tuple[str, tuple[Any, ...]]]] | None = None
 
     # -- names -------------------------------------------------------------------------------
 
@@ -489,6 +490,17 @@ class NumbaEmitter:
         w.block(depth, close)
         return total
 
+    def _reads_of(self) -> dict[str, list[tuple[str, tuple[Any, ...]]]]:
+        """Per materialised value, its readers and accesses (`plan_reads` of every statement
+        with a body; computed once)."""
+        if self._readers is None:
+            self._readers = {}
+            for t in self.plan.stmts:
+                if t.mode not in ("fused", "input"):
+                    for v, idx in plan_reads(t.rhs, self.plan):
+                        self._readers.setdefault(v, []).append((t.var, idx))
+        return self._readers
+
     def emit_siblings(self, unit: list[StmtPlan]) -> None:
         """Statements whose outer nests print identically (`sibling_fusion.schedule`) as
         one nest: its body computes each member's element in turn (a reduction with its
@@ -497,9 +509,11 @@ class NumbaEmitter:
         w, first = self.w, unit[0]
         tag = self._tag(first)
         cnts = [f"_cnt{self._tag(s)}" for s in unit]
+        local_only = sibling_fusion.read_only_here(unit, self.plan, self._reads_of())
         for s in unit:
-            w(1, f"{self.var(s.var)} = "
-                 f"np.{storage.allocation(s, self.plan)}({self.shape(s.rhs.dims)})")
+            if s.var not in local_only:
+                w(1, f"{self.var(s.var)} = "
+                     f"np.{storage.allocation(s, self.plan)}({self.shape(s.rhs.dims)})")
         if self.instrument:
             for cnt in cnts:
                 w(1, f"{cnt} = 0")
@@ -522,6 +536,8 @@ class NumbaEmitter:
                 store = f"{self.var(s.var)}[{', '.join(self.index(g) for g in gens)}]"
                 local = f"_s{self._tag(s)}" if s.var in reused else ""
                 cnt = ctx.cnts[m] if ctx.cnts else ""
+                if s.var in local_only:   # (its readers are later members, at this point)
+                    store = ""
                 if s.inner is None:
                     self.body(depth, store, "=", s.rhs, s.body_facts(s.outer[a]), cnt,
                               sums=False, local=local)
@@ -531,7 +547,8 @@ class NumbaEmitter:
                     if local:
                         w(depth, f"{local} = {total}")
                         total = local
-                    w(depth, f"{store} = {total}")
+                    if store:
+                        w(depth, f"{store} = {total}")
                 if local:
                     self.ex.locals[(s.var, here)] = local
             self.ex.locals = {}
@@ -554,7 +571,8 @@ class NumbaEmitter:
         self.w.block(depth, pre)
         if local:
             self.w(depth, f"{local} = {value}")
-            self.w(depth, f"{target} = {local}")
+            if target:   # (none: a fused member only later members read, `emit_siblings`)
+                self.w(depth, f"{target} = {local}")
         elif op == "+=":   # a term of a sum: blocked, compensated (see accumulate.py)
             self.w.block(depth, accumulate.add(target, value, INDENT, self.neumaier_call))
         elif op == "+":    # one of a sum's few terms (`reduce_at`): a plain addition

@@ -28,7 +28,7 @@ stays per statement).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from tensorlang.ir.ast import Affine
 
@@ -105,6 +105,24 @@ def schedule(plan: ProgramPlan, max_weight: int | None = None) -> list[list[Stmt
     return units
 
 
+def read_only_here(unit: Sequence[StmtPlan], plan: ProgramPlan,
+                   readers: Mapping[str, Sequence[tuple[str, tuple[Affine, ...]]]]
+                   ) -> frozenset[str]:
+    """The members of a unit that need no array: not an output, and read only by later
+    members of the unit at the point being computed (from the local that holds it)."""
+    outputs = set(plan.program.output_vars())
+    here = identity(unit[0])
+    later: set[str] = set()
+    out = set()
+    for s in reversed(unit):
+        uses = readers.get(s.var, ())
+        if s.var not in outputs and uses and \
+                all(r in later and idx == here for r, idx in uses):
+            out.add(s.var)
+        later.add(s.var)
+    return frozenset(out)
+
+
 def _reads_at_point(s: StmtPlan, unit: Sequence[StmtPlan],
                     reads: Sequence[tuple[str, tuple[Affine, ...]]]) -> bool:
     members = {m.var for m in unit}
@@ -112,4 +130,4 @@ def _reads_at_point(s: StmtPlan, unit: Sequence[StmtPlan],
     return all(idx == here for v, idx in reads if v in members)
 
 
-__all__ = ["schedule", "nest_key", "identity"]
+__all__ = ["schedule", "nest_key", "identity", "read_only_here"]

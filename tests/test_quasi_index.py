@@ -339,3 +339,40 @@ def test_repl_binds_integer_arrays_as_index_arrays(tmp_path) -> None:
                                    want, rtol=1e-6)
     r.handle(f':set bad = load("{tmp_path / "bad.npy"}")')
     assert "entry bad[2] = 5" in r.handle("gen i:4. x[bad[i]]")
+
+
+# -- kernels: a quotient read is an assignment, not a loop ------------------------------------
+
+@settings(max_examples=25, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(d=st.integers(1, 4), c=st.integers(1, 3), n=st.integers(0, 4), m=st.integers(0, 3),
+       seed=st.integers(0, 3))
+def test_a_quotient_read_runs_as_one_assignment(d, c, n, m, seed) -> None:
+    """`x[i // d, j // c]` elaborates to a sum over `d j0 <= i <= d j0 + d - 1`: the loop
+    over j0 visits one value at most, so the kernel assigns it (`j0 = i // d`), tests the
+    other bounds, and adds one plain term (no blocked sum); the values are the
+    interpreter's, at every size (empty ones too)."""
+    numba_cpu = pytest.importorskip("tensorlang.backends.numba_cpu")
+    fn = tl.parse(f"def up(N: size, M: size, x: R[N, M], s: R[{d} * N, {c} * M])"
+                  f" -> R[{d} * N, {c} * M]:\n"
+                  f"    return gen i:{d} * N, j:{c} * M. x[i // {d}, j // {c}] * s[i, j]\n")["up"]
+    p = fn.run_to("ssa")
+    src = numba_cpu.generated_source(p, jit=False)
+    assert " in range(max(" not in src and "_n += 1" not in src, src
+    rng = np.random.default_rng(seed)
+    args = {"N": n, "M": m, "x": rng.standard_normal((n, m)),
+            "s": rng.standard_normal((d * n, c * m))}
+    got = numba_cpu.compile_program(p, jit=False)(args)
+    np.testing.assert_array_equal(got, fn.interpret(**args))
+
+
+def test_upsample_kernel_keeps_no_array_for_its_fused_gather() -> None:
+    """upsample's gather `v0` is read only by the product in the same nest: it lives in a
+    local, with no N x M array allocated or stored (the output is the product's)."""
+    numba_cpu = pytest.importorskip("tensorlang.backends.numba_cpu")
+    p = tl.load(str(EXAMPLES / "stencil.tl"))["upsample"].run_to("ssa")
+    src = numba_cpu.generated_source(p)
+    assert "v_v0" not in src and "v_v1 = np.empty(" in src, src
+    args = {"N": 3, "M": 2, "x": np.arange(6.0).reshape(3, 2), "s": np.ones((6, 4))}
+    want = np.repeat(np.repeat(args["x"], 2, 0), 2, 1)
+    np.testing.assert_array_equal(numba_cpu.compile_program(p)(args), want)
