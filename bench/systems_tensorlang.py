@@ -2,8 +2,9 @@
 
 `tl.load(examples/FILE)[func]` compiled once for the backend (the API's default unless one is
 asked for); a derivative is the derived def of the example file when it has one (`qform_hess`)
-or is built with `tl.grad`/`tl.vjp`/`tl.jvp`/`tl.hvp`/`tl.hessian`; J^T J v is the jvp of the
-function followed by its vjp.  Whatever the API raises `NotYetSupported` for is "n/a".
+or is built with `tl.grad`/`tl.vjp`/`tl.jvp`/`tl.hvp`/`tl.hessian`; J^T J v is the file's def
+when it names one (`arap_gn`: one program, as `jax.jit` compiles the jvp and vjp as one), else
+the jvp of the function followed by its vjp (two calls).  Whatever the API raises `NotYetSupported` for is "n/a".
 """
 from __future__ import annotations
 
@@ -87,6 +88,16 @@ class System:
     def derivative(self, task: Any, d: Any, args: dict[str, Any]) -> Callable[[], Any]:
         fns = self.parts(task, d)
         parts = [self._call(p) for p in fns]
+        if d.kind == "jtjv" and len(fns) == 1:
+            # a def of the file (arap_gn): f's parameters, then a direction per wrt input
+            names = [p.name for p in fns[0].params]
+            keys = [p.name for p in self.function(task).params] + [f"d_{w}" for w in d.wrt]
+            if len(names) != len(keys):
+                raise ValueError(f"{d.tl_def}: expected the parameters of {task.name} and "
+                                 f"one direction per input ({', '.join(keys)})")
+            call = fns[0].compile(self.backend)
+            given = {n: args[k] for n, k in zip(names, keys)}
+            return lambda: call(**given)
         if d.kind != "jtjv":   # (no relation in the J^T J v workloads)
             run, args = parts[0], self._relations(fns, args)
             return lambda: run(args)

@@ -109,7 +109,7 @@ def _tasks() -> dict[str, Task]:
              note="as written it materialises A^T A: O(N^3) until the simplifier reassociates"),
         Task("conv", (Deriv("vjp", ("x",)),)),
         Task("deconv_loss", (Deriv(G, ("x",), "deconv_grad"),)),
-        Task("arap_residuals", (Deriv("jtjv", ("U", "V", "T")),), max_n=300,
+        Task("arap_residuals", (Deriv("jtjv", ("U", "V", "T"), "arap_gn"),), max_n=300,
              note="N is the image side: W = H = N"),
         Task("imgarap", (Deriv(G, ("U", "V", "T"), "imgarap_grad"),), max_n=300,
              note="N is the image side: W = H = N"),

@@ -303,3 +303,22 @@ def test_cost_worker_counts_and_times_out():
         assert c is None and "over" in msg
     finally:
         worker.close()
+
+
+# -- the tensorlang column: what it times is what numpy computes -------------------------------
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_tensorlang_column_agrees_with_numpy(name):
+    """The functions and derivatives the tensorlang column times (derived defs of the file,
+    J^T J v as the file's def, relations bound once) against the numpy references, on the
+    interpreter (every workload) -- the numba column runs the same Functions."""
+    from bench import systems_tensorlang
+
+    _framework_case(systems_tensorlang.System("interp"), name)
+
+
+@pytest.mark.parametrize("name", ["arap_residuals", "qform_sum", "masked"])
+def test_tensorlang_numba_column_agrees_with_numpy(name):
+    from bench import systems_tensorlang
+
+    _framework_case(systems_tensorlang.System("numba"), name)
