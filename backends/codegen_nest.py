@@ -157,6 +157,11 @@ class Facts:
             parts = [self._simplify(q) for q in disjuncts(p)]
             if any(isinstance(q, PTrue) for q in parts):
                 return PTrue()
+            # a case split's union (`1 <= i or i <= 0`, from `(i - 1) % N`): true where
+            # no point satisfies every disjunct's negation
+            negation = _negation_alternatives(parts)
+            if negation is not None and self._all_infeasible(negation):
+                return PTrue()
             return pred_or(*parts)
         if isinstance(p, Cmp):
             if self._all_infeasible([[a] for a in _negation_constraints(p)]):
@@ -358,6 +363,25 @@ def index_array_exists(p: Pred, rel_dims: Mapping[str, tuple[Affine, ...]],
             return pred_and(*rt.rest, *ranges)
     body = index_array_exists(p.body, rel_dims, index_arrays, sizes)
     return p if body is p.body else Exists(p.idx, p.size, body)
+
+
+_MAX_NEGATION_ALTERNATIVES = 64
+
+
+def _negation_alternatives(parts: Sequence[Pred]) -> list[list[Affine]] | None:
+    """`not (p1 or p2 or ...)` as alternative constraint systems, for disjuncts that are
+    comparisons or conjunctions of them; None for others, or when there would be more than
+    `_MAX_NEGATION_ALTERNATIVES` systems."""
+    out: list[list[Affine]] = [[]]
+    for q in parts:
+        conj = list(tssa.conjuncts(q))
+        if not conj or not all(isinstance(c, Cmp) for c in conj):
+            return None
+        alts = [alt for c in conj for alt in _negations(c)]   # not (a and b) = not a or not b
+        if len(out) * len(alts) > _MAX_NEGATION_ALTERNATIVES:
+            return None
+        out = [sys + alt for sys in out for alt in alts]
+    return out
 
 
 def _negation_constraints(p: Cmp) -> list[Affine]:

@@ -15,10 +15,10 @@ import tensorlang as tl
 from examples_util import EXAMPLES, ROOT, assert_same
 from tensorlang.backends import numba_rt, scalar_builtins
 from tensorlang.backends.codegen import POWERS, plan_program
-from tensorlang.backends.codegen_nest import simplify_exists
+from tensorlang.backends.codegen_nest import Facts, simplify_exists
 from tensorlang.backends.common import machine_model, storage
 from tensorlang.backends.numba_cpu import compile_program, generated_source
-from tensorlang.ir.ast import Affine, And, Cmp, Exists, Pred, RelCall
+from tensorlang.ir.ast import Affine, And, Cmp, Exists, Or, Pred, PTrue, RelCall
 from tensorlang.semantics import builtins, grid
 from tensorlang.semantics.interp import interpret
 
@@ -106,6 +106,37 @@ def test_exists_elimination_with_quotient_coefficients_is_exact(p, n):
     q = simplify_exists(p)
     rel = np.zeros((n + 3, n + 3), dtype=bool)
     np.testing.assert_array_equal(_truth(q, n, rel), _truth(p, n, rel))
+
+
+@st.composite
+def disjunctions(draw) -> Pred:
+    """Disjunctions of comparisons and conjunctions of them over i, j and N: the case splits
+    of `(i - 1) % N` derivatives (`1 <= i or i <= 0`) and ones that are not true."""
+    parts: list[Pred] = []
+    for _ in range(draw(st.integers(2, 4))):
+        conj: Pred = Cmp(draw(st.sampled_from(["<", "<=", "=="])), _affine(draw, NAMES + ("N",)),
+                         _affine(draw, NAMES + ("N",)))
+        if draw(st.booleans()):
+            conj = And(conj, Cmp("<=", _affine(draw, NAMES), _affine(draw, NAMES + ("N",))))
+        parts.append(conj)
+    out = parts[0]
+    for q in parts[1:]:
+        out = Or(out, q)
+    return out
+
+
+@settings(max_examples=300)
+@given(disjunctions(), st.integers(0, 6))
+def test_facts_decide_disjunctions_soundly(p, n):
+    """`Facts.simplify` of a disjunction is equivalent to it at every point of the box (the
+    ONE evaluator); the case split of a periodic read is decided true."""
+    facts = Facts.of({"i": Affine.var("N"), "j": Affine.var("N")}, ["N"])
+    q = facts.simplify(p)
+    rel = np.zeros((n + 3, n + 3), dtype=bool)
+    np.testing.assert_array_equal(_truth(q, n, rel), _truth(p, n, rel))
+    i = Affine.var("i")
+    split = Or(Cmp("<=", Affine.lit(1), i), Cmp("<=", i, Affine.lit(0)))
+    assert isinstance(facts.simplify(split), PTrue)
 
 
 def test_quotient_guards_are_no_loops():
