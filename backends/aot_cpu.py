@@ -59,7 +59,7 @@ class Header:
     args: tuple[tuple[str, Any], ...]    # TL_ARGS: (kind, key) of each argument
     counted: tuple[str, ...]             # TL_COUNTED
     parallel: bool                       # some function is compiled with parallel loops
-    blas: bool                           # calls BLAS (tl_matmul)
+    blas: bool                           # calls BLAS (tl_matmul, tl_gram)
     parts: bool                          # the body is cut into separately compiled parts
 
     @classmethod
@@ -70,7 +70,8 @@ class Header:
                 if line.startswith(name + " = "):
                     values[name] = pyast.literal_eval(line[len(name) + 3:])
         return cls(values["TL_ARGS"], values["TL_COUNTED"],
-                   "@njit(parallel=TL_PARALLEL" in text, "tl_matmul(" in text,
+                   "@njit(parallel=TL_PARALLEL" in text,
+                   "tl_matmul(" in text or "tl_gram(" in text,
                    "\ndef tl_part" in text)
 
 
@@ -93,6 +94,7 @@ def build(text: str, args: Sequence[Any]) -> bytes:
                  "exec"), namespace)
     # (the functions are compiled below, reading their globals then)
     namespace["tl_matmul"] = numba_rt.tl_matmul_loops
+    namespace["tl_gram"] = numba_rt.tl_gram_loops
     params = ", ".join(f"a{k}" for k in range(len(args)))
     # A trampoline: pycc compiles what it exports with Python's error model; the kernel it
     # calls keeps error_model="numpy" (1/0 is inf), like the JIT kernel.

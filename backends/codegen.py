@@ -6,6 +6,8 @@
   * `fused`  -- not materialised: its value is computed inside its only consumer
     (producer-consumer fusion, rules in `decide_fusion`);
   * `blas`   -- a dense contraction handed to a matrix product (rules in `blas_plan`);
+    a weighted Gram product `X^T diag(d) X` to syrk (`gram.gram_form`, after
+    `gram.factor_row_scalings` has brought such contractions to that form);
   * `loops`  -- a loop nest (`codegen_nest.plan_part`) writing an array, or a scalar local.
 
 `ExprPrinter` prints the scalar expressions of the loop bodies in Python syntax (valid for
@@ -36,6 +38,7 @@ from tensorlang.ir.tssa import (AddRhs, ConstRhs, ContractRhs, ExtremeRhs, Index
 
 from .codegen_nest import (Facts, Part, RelNames, in_bounds, index_array_exists,
                            plan_alternatives, pred_code, row_test)
+from .gram import GramForm, factor_row_scalings, gram_form
 
 # ---------------------------------------------------------------------------------------------
 # Names
@@ -279,6 +282,7 @@ class StmtPlan:
     mode: str                       # input | fused | blas | loops
     scalar: bool
     blas: BlasPlan | None = None
+    gram: GramForm | None = None     # a blas statement run as a weighted Gram product (syrk)
     outer: list[Part] | None = None  # nests binding the generator indices (alternatives)
     inner: list[Part] | None = None  # nests binding the summation indices (sums only)
     facts: Facts | None = None       # what holds in every innermost body
@@ -331,8 +335,11 @@ def plan_program(p: Program, use_blas: bool = True, use_relations: bool = True
     sizes = [q.name for q in p.params if isinstance(q.type, TSize)]
     rel_dims = {q.name: tuple(q.type.sizes) for q in p.params if isinstance(q.type, TRel)}
     p = with_index_array_facts(p, rel_dims, sizes)
+    if use_blas:
+        p = factor_row_scalings(p)
     arrays = frozenset(q.name for q in p.params if isinstance(q.type, TIndex))
     blas: dict[str, BlasPlan] = {}
+    grams: dict[str, GramForm] = {}         # weighted Gram products (syrk)
     composed: dict[str, ContractRhs] = {}   # reduces of products run as contractions
     absorbed: set[str] = set()              # their producers (computed by the BLAS call)
     if use_blas:
@@ -349,9 +356,15 @@ def plan_program(p: Program, use_blas: bool = True, use_relations: bool = True
                         absorbed.add(ab[1])
             if b is not None:
                 blas[s.var] = b
+                g = gram_form(p, s.var) if s.var not in composed else None
+                if g is not None:
+                    grams[s.var] = g
     fused = decide_fusion(p, set(blas))
     for c in composed.values():  # the BLAS call reads these arrays: they cannot be fused
         fused -= {o.var for o in c.operands}
+    for g in grams.values():     # syrk reads X and d; the scaled operand is never stored
+        fused -= {g.base.var, g.weight.var}
+        absorbed.add(g.scaled)
     fused |= absorbed
     plans: list[StmtPlan] = []
     patterns: list[tuple[str, tuple[int, ...], int]] = []
@@ -366,7 +379,7 @@ def plan_program(p: Program, use_blas: bool = True, use_relations: bool = True
             continue
         if s.var in blas:
             plans.append(StmtPlan(s.var, composed.get(s.var, rhs), "blas", scalar,
-                                  blas=blas[s.var]))
+                                  blas=blas[s.var], gram=grams.get(s.var)))
             continue
         plans.append(_loop_plan(s.var, rhs, scalar, sizes, rel_dims, use_relations, arrays))
         for part in (plans[-1].outer or []) + (plans[-1].inner or []):

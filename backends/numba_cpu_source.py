@@ -7,10 +7,10 @@ import io
 import re
 import tokenize
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from tensorlang.ir import ast, tssa
-from tensorlang.ir.ast import Affine, PTrue
+from tensorlang.ir.ast import Affine, Pred, PTrue
 from tensorlang.ir.tssa import Program
 from tensorlang.syntax import ssa_printer
 from tensorlang.syntax.errors import NotYetSupported
@@ -18,6 +18,7 @@ from tensorlang.syntax.errors import NotYetSupported
 from .codegen import (MASK, SIZE, VALUE, BlasPlan, ExprPrinter, Namer, ProgramPlan, StmtPlan,
                       builtins_used, num, plan_program, plan_reads, safe_comment)
 from .codegen_nest import Assign, Facts, Guard, Lines, Loop, Part, RelNames, Step, part_steps
+from .gram import GramForm
 from . import accumulate, kernel_cache, kernel_split, sibling_fusion
 from .common import storage
 from .numba_cpu import CHUNK_MIN, CHUNKS, CONSTS, COUNTS, INDENT, KERNEL, PARALLEL
@@ -171,7 +172,9 @@ class NumbaEmitter:
                                   f"{', '.join(missing)} (backends/scalar_builtins.py)")
         sums = any(s.mode == "loops" and s.inner is not None and
                    not isinstance(s.rhs, tssa.ExtremeRhs) for s in self.plan.stmts)
+        gram = any(s.gram is not None for s in self.plan.stmts)
         helpers = [f"tl_{fn}" for fn in used] + (["tl_matmul"] if blas else []) + \
+            (["tl_gram"] if gram else []) + \
             ([accumulate.NEUMAIER] if sums and self.neumaier_call else [])
         if self.jit:
             w(0, "from numba import njit, prange")
@@ -300,23 +303,18 @@ class NumbaEmitter:
     # -- BLAS --------------------------------------------------------------------------------
 
     def emit_blas(self, s: StmtPlan, b: BlasPlan) -> None:
+        if s.gram is not None:
+            self.emit_gram(s, s.gram, b.guard)
+            return
         w, rhs, name = self.w, s.rhs, self.var(s.var)
         k = self._tag(s)
         ranges = rhs.ranges()
-
-        def prod(names: Sequence[str]) -> str:
-            return " * ".join(self.dim(ranges[n]) for n in names) or "1"
-
         m, n, kk = f"_m{k}", f"_n{k}", f"_k{k}"
         assert not s.scalar  # (the BLAS rule needs a generator index)
-        w(1, f"{m} = {prod(b.i_left)}")
-        w(1, f"{kk} = {prod(rhs.sum_names())}")
-        w(1, f"{n} = {prod(b.i_right)}")
-        guard, pre = "", []
-        if not isinstance(b.guard, PTrue):   # sizes only: no `exists` flags (`pre`)
-            guard = f" and {self.ex.pred([b.guard], pre)}"
-            assert not pre, pre
-        w(1, f"if {m} > 0 and {n} > 0 and {kk} > 0{guard}:")
+        w(1, f"{m} = {self._extent(ranges, b.i_left)}")
+        w(1, f"{kk} = {self._extent(ranges, rhs.sum_names())}")
+        w(1, f"{n} = {self._extent(ranges, b.i_right)}")
+        w(1, f"if {m} > 0 and {n} > 0 and {kk} > 0{self._size_guard(b.guard)}:")
         left = self._blas_operand(b.left.var, b.left_perm, f"({m}, {kk})", len(b.i_left))
         right = self._blas_operand(b.right.var, b.right_perm, f"({kk}, {n})",
                                    len(rhs.sum_names()))
@@ -333,6 +331,46 @@ class NumbaEmitter:
         w(2, f"{name} = np.zeros({self.shape(rhs.dims)})")
         if self.instrument:
             w(1, f"{COUNTS}[{self.counted[s.var]}] += {m} * {n} * {kk}")
+
+    def emit_gram(self, s: StmtPlan, g: GramForm, guard: Pred) -> None:
+        """`v = c * X^T diag(d) X` (backends/gram.py) as `tl_gram`: syrk on the rows of X
+        scaled by sqrt|d|, the rows with d < 0 subtracted."""
+        w, rhs, name = self.w, s.rhs, self.var(s.var)
+        k = self._tag(s)
+        ranges = rhs.ranges()
+        m, kk = f"_m{k}", f"_k{k}"
+        w(1, f"{m} = {self._extent(ranges, g.i_x)}")
+        w(1, f"{kk} = {self._extent(ranges, rhs.sum_names())}")
+        w(1, f"if {m} > 0 and {kk} > 0{self._size_guard(guard)}:")
+        x = self._blas_operand(g.base.var, g.x_perm, f"({m}, {kk})", len(g.i_x))
+        prod_expr = f"tl_gram({x}, {self.var(g.weight.var)}.reshape(({kk},)))"
+        if g.coeff != 1.0:
+            prod_expr = f"{num(g.coeff)} * {prod_expr}"
+        w(2, f"_p{k} = {prod_expr}")
+        dims = [ranges[n] for n in g.i_x + g.i_w]
+        res = f"_p{k}.reshape({self.shape(dims)})"
+        # the product is symmetric: (i_x, i_w) and (i_w, i_x) are the same array
+        if g.out_perm != tuple(range(len(g.out_perm))) and \
+                rhs.gen_names() != g.i_w + g.i_x:
+            res = f"np.ascontiguousarray({res}.transpose({_tuple(g.out_perm)}))"
+        w(2, f"{name} = {res}")
+        w(1, "else:")
+        w(2, f"{name} = np.zeros({self.shape(rhs.dims)})")
+        if self.instrument:
+            w(1, f"{COUNTS}[{self.counted[s.var]}] += {m} * {m} * {kk}")
+
+    def _extent(self, ranges: Mapping[str, Affine], names: Sequence[str]) -> str:
+        """The number of points of the indices `names` (a product of sizes)."""
+        return " * ".join(self.dim(ranges[n]) for n in names) or "1"
+
+    def _size_guard(self, guard: Pred) -> str:
+        """` and <guard>` for a BLAS call's condition on sizes (none when it is true)."""
+        if isinstance(guard, PTrue):
+            return ""
+        pre: list[str] = []     # sizes only: no `exists` flags
+        out = f" and {self.ex.pred([guard], pre)}"
+        assert not pre, pre
+        return out
 
     def _blas_operand(self, var: str, perm: tuple[int, ...], shape: str, first: int
                       ) -> str:

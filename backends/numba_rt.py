@@ -114,15 +114,91 @@ def _syrk(a):  # type: ignore[no-untyped-def]
     _dsyrk(chars[0:].ctypes, chars[1:].ctypes, ints[0:].ctypes, ints[1:].ctypes,
            scal[0:].ctypes, a.ctypes, ints[2:].ctypes, scal[1:].ctypes, c.ctypes,
            ints[3:].ctypes)
+    _mirror(c)
+    return c
+
+
+@njit(cache=True, nogil=True)
+def tl_gram(a, d):  # type: ignore[no-untyped-def]
+    """`a diag(d) a^T` (n x n) for a float64 matrix `a` (n x k, any layout) and `d` (k): the
+    weighted Gram products of backends/gram.py.  syrk on the columns of `a` scaled by
+    sqrt(d) minus syrk on those scaled by sqrt(-d) (the columns with d < 0, found at run
+    time; NaN counts as positive, so that it spreads like the product's), one triangle
+    mirrored: half of gemm's multiplications.  Below `SYRK_MIN_K` columns, loops."""
+    n, k = a.shape
+    if k < SYRK_MIN_K:
+        return _gram_loops(a, d)
+    npos = 0
+    for t in range(k):
+        if not d[t] < 0.0:
+            npos += 1
+    cols = a.strides[0] == 8 and a.strides[1] == 8 * n    # a^T is C-contiguous (k x n)
+    # s holds the scaled columns, those with d >= 0 first: as rows of a C array (k x n) when
+    # a's columns are contiguous, else as columns (n x k); syrk reads it in Fortran order
+    s = np.empty((k, n)) if cols else np.empty((n, k))
+    pos, neg = 0, npos
+    for t in range(k):
+        if d[t] < 0.0:
+            f, r = math.sqrt(-d[t]), neg
+            neg += 1
+        else:
+            f, r = math.sqrt(d[t]), pos
+            pos += 1
+        if cols:
+            for i in range(n):
+                s[r, i] = f * a[i, t]
+        else:
+            for i in range(n):
+                s[i, r] = f * a[i, t]
+    c = np.empty((n, n))
+    # n, k of each part, lda, ldc (Fortran ints); alpha, beta of each part
+    ints = np.array([n, npos, k - npos, n if cols else k, n], dtype=np.int32)
+    scal = np.array([1.0, 0.0, -1.0, 1.0 if npos > 0 else 0.0])
+    chars = np.array([ord("U"), ord("N") if cols else ord("T")], dtype=np.uint8)
+    if npos > 0:
+        _dsyrk(chars[0:].ctypes, chars[1:].ctypes, ints[0:].ctypes, ints[1:].ctypes,
+               scal[0:].ctypes, s.ctypes, ints[3:].ctypes, scal[1:].ctypes, c.ctypes,
+               ints[4:].ctypes)
+    if npos < k:
+        rest = s[npos:] if cols else s[:, npos:]
+        _dsyrk(chars[0:].ctypes, chars[1:].ctypes, ints[0:].ctypes, ints[2:].ctypes,
+               scal[2:].ctypes, rest.ctypes, ints[3:].ctypes, scal[3:].ctypes, c.ctypes,
+               ints[4:].ctypes)
+    _mirror(c)
+    return c
+
+
+@njit(cache=True, nogil=True)
+def _mirror(c):  # type: ignore[no-untyped-def]
+    """Copy the lower triangle of a square C array to the upper, in 32 x 32 tiles."""
+    m = c.shape[0]
     for ib in range(0, m, 32):
         for jb in range(ib, m, 32):
             for i in range(ib, min(ib + 32, m)):
                 for j in range(max(jb, i + 1), min(jb + 32, m)):
                     c[i, j] = c[j, i]
+
+
+@njit(cache=True, nogil=True)
+def _gram_loops(a, d):  # type: ignore[no-untyped-def]
+    """`a diag(d) a^T` as a loop nest over one triangle (mirrored)."""
+    n, k = a.shape
+    c = np.empty((n, n))
+    for i in range(n):
+        for j in range(i + 1):
+            acc = 0.0
+            for t in range(k):
+                acc += a[i, t] * d[t] * a[j, t]
+            c[i, j] = acc
+    _mirror(c)
     return c
 
 
-__all__ = [f"tl_{name}" for name in FUNCS] + ["tl_matmul", "tl_matmul_loops", "tl_neumaier",
+tl_gram_loops = _gram_loops     # what AOT images call instead of BLAS (backends/aot_cpu.py)
+
+
+__all__ = [f"tl_{name}" for name in FUNCS] + ["tl_matmul", "tl_matmul_loops", "tl_gram",
+                                                "tl_gram_loops", "tl_neumaier",
                                                 "threads_for",
                                                 "use_threads", "BlasThreads", "PARALLEL_GRAIN"]
 
@@ -258,6 +334,11 @@ python_neumaier = accumulate.neumaier
 def python_matmul(a: object, b: object) -> object:
     import numpy as np
     return np.dot(a, b)
+
+
+def python_gram(a: object, d: object) -> object:
+    import numpy as np
+    return np.dot(np.asarray(a) * np.asarray(d), np.asarray(a).T)
 
 
 @njit(cache=True, nogil=True)

@@ -1436,3 +1436,90 @@ DEEP_PROGRAMS = {"statements": long_statements, "terms": long_sum, "defs": chain
                  "brackets": nested_brackets}
 
 __all__ += ["long_statements", "long_sum", "chained_defs", "nested_brackets", "DEEP_PROGRAMS"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Weighted Gram products (backends/gram.py)
+
+
+class GramCase(NamedTuple):
+    """A Tensor-SSA program `sum k. L[.., k] * R[.., k]` whose operands are chains of
+    pointwise statements over a base matrix, its arguments, and whether the chains are
+    unmasked over one base with some scaling (so that the product is `X^T diag(d) X`)."""
+
+    program: Any
+    args: dict[str, Any]
+    weighted_gram: bool
+
+
+@st.composite
+def weighted_gram_programs(draw: Callable, rows: Sequence[int] = (0, 1, 3, 32, 41)
+                           ) -> GramCase:
+    """Programs for `backends/gram.py`: the base X stored as (N, K) or (K, N); each operand
+    a chain of row scalings (by inputs, a map and a sum of them), constant factors,
+    transposes and sums of two scaled terms, each step stored in either layout; sometimes
+    a masked step or a different base (Y) on one side; the product in either operand
+    order and with its output indices either way round.  `rows` are the K drawn (32 and
+    more take syrk; the weights have both signs)."""
+    from tensorlang.ir.build import Builder
+
+    n_val = draw(st.integers(0, 4))
+    k_val = draw(st.sampled_from(tuple(rows)))
+    n, k = Affine.var("N"), Affine.var("K")
+    x_layout = draw(st.sampled_from(("NK", "KN")))
+    shape = [n, k] if x_layout == "NK" else [k, n]
+    params = [Param("N", TSize()), Param("K", TSize()), Param("X", tensor(shape)),
+              Param("Y", tensor(shape)), Param("a", tensor([k])), Param("b", tensor([k]))]
+    b = Builder(params)
+    x, y, a, c = b.input("X"), b.input("Y"), b.input("a"), b.input("b")
+    row_vectors = [a, c, b.map([("k", k)], "exp", [(a, ["k"])]),
+                   b.add([("k", k)], (a, ["k"]), (c, ["k"]))]
+
+    def read(var: str, layout: str, i: str, s: str) -> tuple:
+        return (var, [i, s] if layout == "NK" else [s, i])
+
+    def gen(layout: str) -> list:
+        return [("n", n), ("k", k)] if layout == "NK" else [("k", k), ("n", n)]
+
+    def chain(base: str) -> tuple[str, str, bool, bool]:
+        """(variable, layout, masked, scaled) of a chain of steps from `base`."""
+        var, layout, masked, scaled = base, x_layout, False, False
+        for _ in range(draw(st.integers(0, 3))):
+            step = draw(st.sampled_from(("row", "coeff", "sum", "row", "sum", "mask")))
+            out = draw(st.sampled_from(("NK", "KN")))
+            cur = read(var, layout, "n", "k")
+            row = (draw(st.sampled_from(row_vectors)), ["k"])
+            if step == "row":
+                var = b.contract(gen(out), [], cur, row)
+            elif step == "coeff":
+                var = b.reduce(gen(out), [], cur, coeff=draw(st.sampled_from((-2.0, 0.5, 3.0))))
+            elif step == "sum":
+                other = b.contract(gen(out), [], cur, row)
+                var = b.add(gen(out), cur, read(other, out, "n", "k"))
+            else:
+                var = b.contract(gen(out), [], cur, row,
+                                 pred=Cmp("<=", Affine.var("n"), Affine.lit(1)))
+                masked = True
+            scaled, layout = True, out
+        return var, layout, masked, scaled
+
+    left, l_layout, l_masked, l_scaled = chain(x)
+    other_base = draw(st.sampled_from((x, x, x, y)))
+    right, r_layout, r_masked, r_scaled = chain(other_base)
+    lhs, rhs = read(left, l_layout, "p", "s"), read(right, r_layout, "q", "s")
+    if draw(st.booleans()):
+        lhs, rhs = rhs, lhs
+    gens = [("p", n), ("q", n)] if draw(st.booleans()) else [("q", n), ("p", n)]
+    out = b.contract(gens, [("s", k)], lhs, rhs, coeff=draw(st.sampled_from((1.0, -1.5))))
+    program = b.program(out, name="wgram")
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 16)))
+    sizes = {"N": n_val, "K": k_val}
+    dims = [n_val, k_val] if x_layout == "NK" else [k_val, n_val]
+    args: dict[str, Any] = dict(sizes, X=rng.standard_normal(dims),
+                                Y=rng.standard_normal(dims), a=rng.standard_normal(k_val),
+                                b=rng.standard_normal(k_val))
+    gram = other_base == x and not (l_masked or r_masked) and (l_scaled or r_scaled)
+    return GramCase(program, args, gram)
+
+
+__all__ += ["weighted_gram_programs", "GramCase"]
