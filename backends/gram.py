@@ -40,8 +40,9 @@ import itertools
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
-from tensorlang.ir import tssa
+from tensorlang.ir import ast, tssa
 from tensorlang.ir.ast import Affine, PTrue
+from tensorlang.ir.canon import node_key
 from tensorlang.ir.tssa import (AddRhs, ConstRhs, ContractRhs, Operand, Program, ReduceRhs,
                                 Rhs, Stmt)
 
@@ -56,10 +57,10 @@ MAX_DEPTH = 32
 
 @dataclass(frozen=True)
 class Scaled:
-    """An operand's value as `coeff * base * factor` (base None: the factor alone)."""
+    """A value as `coeff * (product of the base reads) * factor`."""
 
     coeff: float
-    base: Operand | None
+    bases: tuple[Operand, ...]    # reads involving output indices, in a canonical order
     factor: Factor
 
 
@@ -102,36 +103,39 @@ def _unmasked(rhs: Rhs) -> bool:
 
 def _decompose(p: Program, o: Operand, ranges: Mapping[str, Affine], gens: frozenset[str],
                depth: int = 0) -> Scaled:
-    """`o` (read in a contraction whose generator indices are `gens`) as base times row
-    factor, following its pointwise producers as far as they factor."""
+    """`o` (read in a contraction whose generator indices are `gens`) as a product of base
+    reads times a row factor, following its pointwise producers as far as they factor."""
     if not any(a.vars() & gens for a in o.idx):
-        return Scaled(1.0, None, ("read", o))
+        return Scaled(1.0, (), ("read", o))
     rhs = p.defs.get(o.var)
-    stop = Scaled(1.0, o, ONE)
-    if rhs is None or depth >= MAX_DEPTH or not _unmasked(rhs) or \
-            getattr(rhs, "sdims", ()) or not _spans(o, rhs.dims, ranges):
+    stop = Scaled(1.0, (o,), ONE)
+    if not isinstance(rhs, (ContractRhs, ReduceRhs, AddRhs)) or depth >= MAX_DEPTH or \
+            not _unmasked(rhs) or getattr(rhs, "sdims", ()) or not _spans(o, rhs.dims, ranges):
         return stop
     sub = dict(zip(rhs.gen_names(), o.idx))
     parts = [_decompose(p, x.subst(sub), ranges, gens, depth + 1) for x in rhs.operands]
     if isinstance(rhs, ContractRhs):
-        with_base = [s for s in parts if s.base is not None]
-        if len(with_base) > 1:
-            return stop
-        base = with_base[0].base if with_base else None
-        return Scaled(rhs.coeff * parts[0].coeff * parts[1].coeff, base,
-                      ("prod", (parts[0].factor, parts[1].factor)))
+        return _product(rhs.coeff, parts)
     if isinstance(rhs, ReduceRhs):
-        return Scaled(rhs.coeff * parts[0].coeff, parts[0].base, parts[0].factor)
-    if isinstance(rhs, AddRhs) and parts[0].base == parts[1].base:
-        return Scaled(1.0, parts[0].base, ("sum", ("scale", parts[0].coeff, parts[0].factor),
-                                           ("scale", parts[1].coeff, parts[1].factor)))
+        return Scaled(rhs.coeff * parts[0].coeff, parts[0].bases, parts[0].factor)
+    if parts[0].bases == parts[1].bases:     # a sum of terms over the same bases
+        return Scaled(1.0, parts[0].bases, ("sum", ("scale", parts[0].coeff, parts[0].factor),
+                                            ("scale", parts[1].coeff, parts[1].factor)))
     return stop
 
 
-def _pairing(bx: Operand, bw: Operand, gens: Sequence[str], sums: Sequence[str]
-             ) -> dict[str, str] | None:
+def _product(coeff: float, parts: Sequence[Scaled]) -> Scaled:
+    bases = tuple(sorted((b for q in parts for b in q.bases), key=node_key))
+    for q in parts:
+        coeff *= q.coeff
+    return Scaled(coeff, bases, ("prod", tuple(q.factor for q in parts)))
+
+
+def _pairing(bx: Operand, bw: Operand, gens: Sequence[str], sums: Sequence[str],
+             ranges: Mapping[str, Affine]) -> dict[str, str] | None:
     """The renaming of output indices taking base read `bx` to `bw` (same tensor, the
-    summation indices in the same places, each side's output indices a bijection), or None."""
+    summation indices in the same places, each side's output indices a bijection between
+    indices of the same ranges), or None."""
     if bx.var != bw.var:
         return None
     nx, nw = _plain(bx.idx), _plain(bw.idx)
@@ -142,7 +146,7 @@ def _pairing(bx: Operand, bw: Operand, gens: Sequence[str], sums: Sequence[str]
         if a in sums or b in sums:
             if a != b:
                 return None
-        elif a in gens and b in gens and a != b:
+        elif a in gens and b in gens and a != b and ranges[a] == ranges[b]:
             ren[a] = b
         else:
             return None
@@ -170,7 +174,7 @@ def gram_form(p: Program, var: str) -> GramForm | None:
         sub = dict(zip(wrhs.gen_names(), w.idx))
         for bw, d in (wrhs.operands, tuple(reversed(wrhs.operands))):
             bw, d = bw.subst(sub), d.subst(sub)
-            ren = _pairing(x, bw, gens, sums)
+            ren = _pairing(x, bw, gens, sums, ranges)
             if ren is None or _plain(d.idx) != sums or \
                     p.shapes.get(d.var) != rhs.sdims:
                 continue
@@ -237,9 +241,7 @@ class _Emitter:
 def factor_row_scalings(p: Program) -> Program:
     """`p` with every weighted Gram contraction in the canonical form of `gram_form`
     (module docstring), dead statements dropped; `p` itself when there is none."""
-    from .codegen import blas_plan
-
-    sizes = p.size_params()
+    sizes = set(p.size_params())
     prefix = tssa.var_prefix([q.name for q in p.params] + [s.var for s in p.stmts])
     counter = itertools.count()
 
@@ -250,8 +252,7 @@ def factor_row_scalings(p: Program) -> Program:
     for s in p.stmts:
         rhs = s.rhs
         new = None
-        if isinstance(rhs, ContractRhs) and rhs.sdims and \
-                blas_plan(rhs, p.shapes, sizes) is not None and gram_form(p, s.var) is None:
+        if isinstance(rhs, ContractRhs) and rhs.sdims and not (ast.free_names(rhs.pred) - sizes):
             new = _factored(p, s.var, rhs, fresh)
         stmts.extend(new or [s])
     if len(stmts) == len(p.stmts) and all(a is b for a, b in zip(stmts, p.stmts)):
@@ -264,25 +265,28 @@ def _factored(p: Program, var: str, rhs: ContractRhs, fresh: Callable[[], str]
     """The statements replacing contraction `var` in canonical Gram form, or None."""
     gens, sums = frozenset(rhs.gen_names()), rhs.sum_names()
     ranges = rhs.ranges()
-    left, right = (_decompose(p, o, ranges, gens) for o in rhs.operands)
-    if left.base is None or right.base is None or \
-            _pairing(left.base, right.base, tuple(gens), sums) is None:
+    summand = _product(rhs.coeff, [_decompose(p, o, ranges, gens) for o in rhs.operands])
+    if len(summand.bases) != 2 or \
+            summand.bases == tuple(sorted(rhs.operands, key=node_key)):  # X X^T: tl_matmul
         return None
-    if (left.base, right.base) == rhs.operands:    # X X^T unscaled: tl_matmul's syrk
+    left, right = summand.bases
+    if _pairing(left, right, tuple(gens), sums, ranges) is None:
         return None
-    coeff = rhs.coeff * left.coeff * right.coeff
-    if coeff == 0.0 or coeff != coeff:
+    if summand.coeff == 0.0 or summand.coeff != summand.coeff:
+        return None
+    done = gram_form(p, var)
+    if done is not None and done.base.var == left.var:   # already in form, on this base
         return None
     em = _Emitter(p, rhs, fresh)
-    d = em.vector(("prod", (left.factor, right.factor)))
-    rnames = _plain(right.base.idx)
+    d = em.vector(summand.factor)
+    rnames = _plain(right.idx)
     assert rnames is not None
     w_dims = tuple(ranges[n] for n in rnames)
     to_w = {n: Affine.var(f"{rhs.ix[0]}{k}") for k, n in enumerate(rnames)}
     w = em.add(ContractRhs(rhs.ix, w_dims, (), PTrue(), 1.0,
-                           (right.base.subst(to_w), Operand(d.var, [to_w[j] for j in sums]))))
-    new = ContractRhs(rhs.ix, rhs.dims, rhs.sdims, rhs.pred, coeff,
-                      (left.base, Operand(w.var, [Affine.var(n) for n in rnames])))
+                           (right.subst(to_w), Operand(d.var, [to_w[j] for j in sums]))))
+    new = ContractRhs(rhs.ix, rhs.dims, rhs.sdims, rhs.pred, summand.coeff,
+                      (left, Operand(w.var, [Affine.var(n) for n in rnames])))
     stmts = em.stmts + [Stmt(var, new)]
     # kept only if it lands in the form the code generator runs as syrk
     probe = dataclasses.replace(p, stmts=tuple([t for t in p.stmts if t.var != var] + stmts))

@@ -372,17 +372,19 @@ def derivative_inputs(task: Task, args: dict[str, Any], f_ref: Any,
     return {d.key: {**args, **d.extras(args, f_ref, rng)} for d in task.derivs}
 
 
-def run_point(suite: Suite, task: Task, n: int,
-              progress: Callable[[str], None]) -> list[dict[str, Any]]:
-    """Every system on one (workload, N); one record per system."""
+def run_point(suite: Suite, task: Task, n: int, progress: Callable[[str], None],
+              only: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """Every system on one (workload, N); one record per system.  With `only`, f and just
+    the derivatives with those keys (a derivative's own target size: `Deriv.points`)."""
     from . import systems_numpy
 
     cfg = suite.config
     sizes, args = make_inputs(task, n, cfg.seed)
     f_ref = task.workload.ref(args)
     dargs = derivative_inputs(task, args, f_ref, cfg.seed)
+    derivs = [d for d in task.derivs if only is None or d.key in only]
     d_ref: dict[str, Any] = {}
-    for d in task.derivs:
+    for d in derivs:
         hand = systems_numpy.DERIVATIVES.get((task.name, d.key))
         if hand is not None and task.fits(n, d):
             d_ref[d.key] = hand(dargs[d.key])
@@ -394,19 +396,22 @@ def run_point(suite: Suite, task: Task, n: int,
             "mem_method": system.mem_method, "cost": None, "derivatives": {}}
         rec["f"] = measure(lambda: system.forward(task, args), f_ref, cfg.repeat, cfg.budget,
                            cfg.memory, cfg.mem_allowance, cfg.timeout)
-        for d in task.derivs:
+        for d in derivs:
             if not task.fits(n, d):
                 m = _skipped(task.cap(d))
             else:
                 m = measure(lambda d=d: system.derivative(task, d, dargs[d.key]),
                             d_ref.get(d.key), cfg.repeat, cfg.budget, cfg.memory,
                             cfg.mem_allowance, cfg.timeout)
+                arrays = getattr(system, "kernel_arrays", None)
+                if arrays is not None and m.get("status") == "ok":
+                    m["arrays"] = arrays(task, d, sizes)
             m["label"] = d.label
             tf, td = rec["f"].get("time"), m.get("time")
             m["ratio"] = td / tf if tf and td else None
             rec["derivatives"][d.key] = m
         if system.name == "tensorlang" and suite.cost_worker is not None:
-            rec["cost"] = _costs(suite.cost_worker, task, n, args)
+            rec["cost"] = _costs(suite.cost_worker, task, n, args, derivs)
         progress(_progress_line(rec))
         out.append(rec)
     return out
@@ -418,16 +423,17 @@ def _cost_args(args: dict[str, Any]) -> dict[str, Any]:
             (isinstance(v, np.ndarray) and v.dtype == np.bool_)}
 
 
-def _costs(worker: Any, task: Task, n: int, args: dict[str, Any]) -> dict[str, Any]:
+def _costs(worker: Any, task: Task, n: int, args: dict[str, Any],
+           derivs: Sequence[Any]) -> dict[str, Any]:
     """Exact cost-model counts of f and each derivative (None with a reason where n/a)."""
     out: dict[str, Any] = {}
     cargs = _cost_args(args)
-    for key in [None, *(d.key for d in task.derivs if task.fits(n, d))]:
+    for key in [None, *(d.key for d in derivs if task.fits(n, d))]:
         c, msg = worker.cost(task.name, key, cargs)
         out[key or "f"] = c
         if msg:
             out[(key or "f") + "_message"] = msg
-    for d in task.derivs:
+    for d in derivs:
         out.setdefault(d.key, None)
     return out
 
@@ -447,8 +453,12 @@ def run_suite(suite: Suite, tasks: Sequence[Task], progress: Callable[[str], Non
     # out of the collector's view makes the collections between measurements cheap.
     gc.collect()
     gc.freeze()
-    points = [(t, n) for t in tasks for n in cfg.sizes]
-    for k, (task, n) in enumerate(points, 1):
+    points: list[tuple[Task, int, tuple[str, ...] | None]] = []
+    for t in tasks:   # the sweep sizes, and between them the derivatives' target sizes
+        extra = t.extra_points(list(cfg.sizes))
+        points += sorted([(t, n, None) for n in cfg.sizes] +
+                         [(t, n, keys) for n, keys in extra.items()], key=lambda q: q[1])
+    for k, (task, n, only) in enumerate(points, 1):
         cap = min(c for c in (task.cap(), cfg.max_n, 10 ** 18) if c is not None)
         if n > cap:
             suite.skipped.append({"workload": task.name, "N": n, "cap": cap})
@@ -456,7 +466,8 @@ def run_suite(suite: Suite, tasks: Sequence[Task], progress: Callable[[str], Non
             continue
         progress(f"[{k}/{len(points)}] {task.name} N={n} ...")
         try:
-            suite.records.extend(run_point(suite, task, n, lambda s: progress("    " + s)))
+            suite.records.extend(run_point(suite, task, n, lambda s: progress("    " + s),
+                                           only))
         except Exception as err:  # noqa: BLE001 -- e.g. the reference itself failed
             suite.skipped.append({"workload": task.name, "N": n,
                                   "error": f"{type(err).__name__}: {err}"})

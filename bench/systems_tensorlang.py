@@ -108,6 +108,19 @@ class System:
             return tuple(vjp({**args, "d_y": jv})[1:])
         return jtjv
 
+    def kernel_arrays(self, task: Any, d: Any, sizes: dict[str, int]) -> dict[str, Any] | None:
+        """For a materialised Hessian on the Numba CPU backend: the largest temporary array
+        its kernel allocates, the output's and the inputs' sizes (elements) at `sizes`
+        (`machine_model.kernel_arrays`; issue 14 asks matfac's to be O(output))."""
+        if self.backend != "numba" or d.kind != "hessian":
+            return None
+        from tensorlang.backends.common import machine_model
+
+        arrays = machine_model.kernel_arrays(self.parts(task, d)[0].final_program(), sizes)
+        var, largest = arrays.largest_temporary
+        return {"largest_temporary": largest, "temporary": var, "output": arrays.outputs,
+                "inputs": arrays.inputs}
+
     # -- cost model (bench/costs.py calls these in its worker process) ----------------------
 
     def cost(self, task: Any, args: dict[str, Any], stage: str | None = None) -> Any:

@@ -1444,8 +1444,9 @@ __all__ += ["long_statements", "long_sum", "chained_defs", "nested_brackets", "D
 
 class GramCase(NamedTuple):
     """A Tensor-SSA program `sum k. L[.., k] * R[.., k]` whose operands are chains of
-    pointwise statements over a base matrix, its arguments, and whether the chains are
-    unmasked over one base with some scaling (so that the product is `X^T diag(d) X`)."""
+    pointwise statements over a base matrix, its arguments, and whether both chains scale
+    one base (the input, or the same masked statement) by rows, at least one of them
+    non-trivially (so that the product is `X^T diag(d) X`)."""
 
     program: Any
     args: dict[str, Any]
@@ -1481,9 +1482,10 @@ def weighted_gram_programs(draw: Callable, rows: Sequence[int] = (0, 1, 3, 32, 4
     def gen(layout: str) -> list:
         return [("n", n), ("k", k)] if layout == "NK" else [("k", k), ("n", n)]
 
-    def chain(base: str) -> tuple[str, str, bool, bool]:
-        """(variable, layout, masked, scaled) of a chain of steps from `base`."""
-        var, layout, masked, scaled = base, x_layout, False, False
+    def chain(base: str) -> tuple[str, str, str, bool]:
+        """(variable, layout, base, scaled) of a chain of steps from `base`: a masked step
+        is the base of the steps after it (the rewrite does not look through a mask)."""
+        var, layout, scaled = base, x_layout, False
         for _ in range(draw(st.integers(0, 3))):
             step = draw(st.sampled_from(("row", "coeff", "sum", "row", "sum", "mask")))
             out = draw(st.sampled_from(("NK", "KN")))
@@ -1499,13 +1501,13 @@ def weighted_gram_programs(draw: Callable, rows: Sequence[int] = (0, 1, 3, 32, 4
             else:
                 var = b.contract(gen(out), [], cur, row,
                                  pred=Cmp("<=", Affine.var("n"), Affine.lit(1)))
-                masked = True
+                base, scaled, layout = var, False, out
+                continue
             scaled, layout = True, out
-        return var, layout, masked, scaled
+        return var, layout, base, scaled
 
-    left, l_layout, l_masked, l_scaled = chain(x)
-    other_base = draw(st.sampled_from((x, x, x, y)))
-    right, r_layout, r_masked, r_scaled = chain(other_base)
+    left, l_layout, l_base, l_scaled = chain(x)
+    right, r_layout, r_base, r_scaled = chain(draw(st.sampled_from((x, x, x, y))))
     lhs, rhs = read(left, l_layout, "p", "s"), read(right, r_layout, "q", "s")
     if draw(st.booleans()):
         lhs, rhs = rhs, lhs
@@ -1518,8 +1520,7 @@ def weighted_gram_programs(draw: Callable, rows: Sequence[int] = (0, 1, 3, 32, 4
     args: dict[str, Any] = dict(sizes, X=rng.standard_normal(dims),
                                 Y=rng.standard_normal(dims), a=rng.standard_normal(k_val),
                                 b=rng.standard_normal(k_val))
-    gram = other_base == x and not (l_masked or r_masked) and (l_scaled or r_scaled)
-    return GramCase(program, args, gram)
+    return GramCase(program, args, l_base == r_base and (l_scaled or r_scaled))
 
 
 __all__ += ["weighted_gram_programs", "GramCase"]

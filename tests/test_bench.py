@@ -110,12 +110,47 @@ def test_unknown_workload_is_a_usage_error(tmp_path, capsys):
 
 
 def test_size_caps_skip_and_report(tmp_path, capsys):
-    code, data = _run(tmp_path, "matfac", "--systems", "numpy", "--sizes", "4,101")
+    """logreg's Hessian is capped at N = 400, its target size (issue 14): a sweep over 4 and
+    401 measures it at 4, skips it at 401, and measures it (with f, without the gradient)
+    at 400, which lies between the sweep's sizes."""
+    code, data = _run(tmp_path, "logreg", "--systems", "numpy", "--sizes", "4,401")
     out = capsys.readouterr()
     assert code == 0
     hess = {r["N"]: r["derivatives"]["hessian"]["status"] for r in data["records"]}
-    assert hess == {4: "ok", 101: "skipped"}
+    assert hess == {4: "ok", 400: "ok", 401: "skipped"}
+    at = {r["N"]: r for r in data["records"]}
+    assert set(at[400]["derivatives"]) == {"hessian"} and at[400]["f"]["status"] == "ok"
     assert "skip" in out.out
+
+
+def test_hessian_targets_are_read_at_their_own_sizes():
+    """The report's Hessian table (issue 14): each target at exactly its N; memory of
+    matfac's Hessian from the kernel's arrays."""
+    from bench import report
+
+    def rec(system, w, n, t, arrays=None):
+        h = {"status": "ok", "time": t, "check": "ok", "label": "hessian(x)"}
+        if arrays:
+            h["arrays"], h["peak_rss_delta"] = arrays, 8 << 20
+        return {"system": system, "workload": w, "N": n, "f": {"status": "ok", "time": 1.0},
+                "derivatives": {"hessian": h}}
+    small = {"largest_temporary": 1000, "temporary": "v0", "output": 10 ** 6,
+             "inputs": 1000}
+    data = {"records": [
+        rec("tensorlang", "qform", 2000, 1.0), rec("jax", "qform", 2000, 30.0),
+        rec("tensorlang", "qform", 1000, 1.0), rec("jax", "qform", 1000, 1.0),
+        rec("tensorlang", "matfac", 200, 1.0, small), rec("jax", "matfac", 200, 40.0),
+        rec("tensorlang", "logreg", 400, 1.0), rec("jax", "logreg", 400, 2.5)]}
+    rows = {r[0]: r for r in report.hessian_rows(data)}
+    assert rows["qform"][1] == "2000" and rows["qform"][-1] == "met"
+    assert rows["matfac"][-1] == "**not met**"       # 40x < 50x
+    assert rows["logreg"][-1] == "met"
+    assert report.hessian_memory_row(data)[-1] == "met"
+    big = dict(small, largest_temporary=5 * 10 ** 7, temporary="v1")
+    data["records"][4] = rec("tensorlang", "matfac", 200, 1.0, big)
+    assert report.hessian_memory_row(data)[-1] == "**not met**"
+    data["records"] = [r for r in data["records"] if r["workload"] != "logreg"]
+    assert {r[0]: r for r in report.hessian_rows(data)}["logreg"][-1] == "not measurable yet"
 
 
 def test_report_renders(tmp_path):

@@ -9,7 +9,8 @@ What a statement costs follows the code generator's plan (`backends.codegen`):
 * a fused statement has no cost of its own: its operations are done in its consumer (they
   are added to the consumer's row) and it moves no memory;
 * a BLAS statement does `2 m n k` flops at BLAS speed, reads its operands once (plus a copy
-  of an operand the plan transposes) and writes its result;
+  of an operand the plan transposes) and writes its result; a weighted Gram product
+  (syrk, `backends/gram.py`) does half of that and copies its base scaled;
 * a loop statement does its exact SPEC 3 operations (`semantics.cost.prim_cost`, builtin
   calls weighted by `CALL_FLOPS`) at scalar-loop speed, writes its array (twice when it is
   zero-filled first, `common.storage`) and reads each materialised operand array at most
@@ -94,7 +95,7 @@ def estimate(p: tssa.Program, args: Mapping[str, Any],
     env = bind_args(p, {k: v for k, v in args.items() if k in {q.name for q in p.params}},
                     values=False)
     sizes = {n: int(env.sizes[n]) for n in plan.sizes}
-    counts = cost_program(p, args).per_stmt
+    counts = cost_program(plan.program, args).per_stmt   # (the plan may rewrite: gram.py)
     fused_into = _fused_consumers(plan)
     flops: dict[str, int] = {}
     for s in plan.stmts:
@@ -116,6 +117,37 @@ def estimate(p: tssa.Program, args: Mapping[str, Any],
         else:
             out.append(_loops(s, plan, sizes, owned[s.var], counts[s.var]))
     return MachineEstimate(tuple(out))
+
+
+@dataclass(frozen=True)
+class KernelArrays:
+    """The arrays a compiled program allocates at given sizes, in elements: each
+    materialised statement's (dense: `common.storage` may store one smaller), the inputs'
+    and the output's.  A kernel whose largest temporary is O(output + inputs) allocates no
+    intermediate larger than what it is given and returns (issue 14: matfac's Hessian)."""
+
+    temporaries: tuple[tuple[str, int], ...]    # (statement, elements), not the outputs
+    outputs: int
+    inputs: int
+
+    @property
+    def largest_temporary(self) -> tuple[str, int]:
+        return max(self.temporaries, key=lambda t: t[1], default=("", 0))
+
+
+def kernel_arrays(p: tssa.Program, sizes: Mapping[str, int],
+                  plan: ProgramPlan | None = None) -> KernelArrays:
+    """`KernelArrays` of program `p` at `sizes` (a value for each size parameter)."""
+    plan = plan or plan_program(p)
+    shapes = plan.program.shapes
+    outs = set(plan.program.output_vars())
+    temps, inputs = [], 0
+    for s in plan.stmts:
+        if s.mode == "input":
+            inputs += _size(shapes[s.var], sizes)
+        elif s.mode != "fused" and not s.scalar and s.var not in outs:
+            temps.append((s.var, _size(shapes[s.var], sizes)))
+    return KernelArrays(tuple(temps), sum(_size(shapes[v], sizes) for v in outs), inputs)
 
 
 def call_weight(rhs: tssa.Rhs) -> int:
@@ -145,6 +177,12 @@ def _blas(s: StmtPlan, plan: ProgramPlan, sizes: Mapping[str, int]) -> StmtEstim
             n *= ranges[k]
         return n
     m, n, k = prod(b.i_left), prod(b.i_right), prod(rhs.sum_names())
+    if s.gram is not None:   # syrk: half of gemm's flops; X read, scaled into a copy
+        x = _size(shapes[s.gram.base.var], sizes)
+        flops = m * n * k
+        bytes_ = FLOAT_BYTES * (3 * x + k + _size(rhs.dims, sizes))
+        seconds = BLAS_OVERHEAD + max(flops / BLAS_FLOPS, bytes_ / BANDWIDTH)
+        return StmtEstimate(s.var, "blas", flops, bytes_, True, seconds)
     moved = 0
     for o, perm, first in ((b.left, b.left_perm, len(b.i_left)),
                            (b.right, b.right_perm, len(rhs.sum_names()))):
@@ -189,4 +227,4 @@ def _fused_consumers(plan: ProgramPlan) -> dict[str, str]:
     return out
 
 
-__all__ = ["StmtEstimate", "MachineEstimate", "estimate"]
+__all__ = ["StmtEstimate", "MachineEstimate", "estimate", "KernelArrays", "kernel_arrays"]
