@@ -102,9 +102,17 @@ def _unmasked(rhs: Rhs) -> bool:
 
 
 def _decompose(p: Program, o: Operand, ranges: Mapping[str, Affine], gens: frozenset[str],
-               depth: int = 0) -> Scaled:
+               memo: dict[Operand, Scaled], depth: int = 0) -> Scaled:
     """`o` (read in a contraction whose generator indices are `gens`) as a product of base
-    reads times a row factor, following its pointwise producers as far as they factor."""
+    reads times a row factor, following its pointwise producers as far as they factor
+    (`memo`: each read once, so a producer read twice is not followed twice)."""
+    if o not in memo:
+        memo[o] = _follow(p, o, ranges, gens, memo, depth)
+    return memo[o]
+
+
+def _follow(p: Program, o: Operand, ranges: Mapping[str, Affine], gens: frozenset[str],
+            memo: dict[Operand, Scaled], depth: int) -> Scaled:
     if not any(a.vars() & gens for a in o.idx):
         return Scaled(1.0, (), ("read", o))
     rhs = p.defs.get(o.var)
@@ -113,7 +121,7 @@ def _decompose(p: Program, o: Operand, ranges: Mapping[str, Affine], gens: froze
             not _unmasked(rhs) or getattr(rhs, "sdims", ()) or not _spans(o, rhs.dims, ranges):
         return stop
     sub = dict(zip(rhs.gen_names(), o.idx))
-    parts = [_decompose(p, x.subst(sub), ranges, gens, depth + 1) for x in rhs.operands]
+    parts = [_decompose(p, x.subst(sub), ranges, gens, memo, depth + 1) for x in rhs.operands]
     if isinstance(rhs, ContractRhs):
         return _product(rhs.coeff, parts)
     if isinstance(rhs, ReduceRhs):
@@ -200,6 +208,8 @@ class _Emitter:
         self.ren = {j: Affine.var(f"{rhs.ix[0]}{k}") for k, j in enumerate(rhs.sum_names())}
         self.fresh = fresh
         self.stmts: list[Stmt] = []
+        # (id of a factor, coefficient) -> (the factor, kept alive, and its operand)
+        self.done: dict[tuple[int, float], tuple[Factor, tuple[Operand | None, float]]] = {}
 
     def add(self, rhs: Rhs) -> Operand:
         var = self.fresh()
@@ -218,7 +228,14 @@ class _Emitter:
         return o
 
     def operand(self, f: Factor, coeff: float = 1.0) -> tuple[Operand | None, float]:
-        """`coeff * f` as (operand, coefficient still to apply); no operand for a constant."""
+        """`coeff * f` as (operand, coefficient still to apply); no operand for a constant.
+        A factor shared by several terms (the same tuple) becomes statements once."""
+        key = (id(f), coeff)
+        if key not in self.done:
+            self.done[key] = (f, self._operand(f, coeff))
+        return self.done[key][1]
+
+    def _operand(self, f: Factor, coeff: float) -> tuple[Operand | None, float]:
         kind = f[0]
         if kind == "read":
             return f[1].subst(self.ren), coeff
@@ -265,7 +282,8 @@ def _factored(p: Program, var: str, rhs: ContractRhs, fresh: Callable[[], str]
     """The statements replacing contraction `var` in canonical Gram form, or None."""
     gens, sums = frozenset(rhs.gen_names()), rhs.sum_names()
     ranges = rhs.ranges()
-    summand = _product(rhs.coeff, [_decompose(p, o, ranges, gens) for o in rhs.operands])
+    memo: dict[Operand, Scaled] = {}
+    summand = _product(rhs.coeff, [_decompose(p, o, ranges, gens, memo) for o in rhs.operands])
     if len(summand.bases) != 2 or \
             summand.bases == tuple(sorted(rhs.operands, key=node_key)):  # X X^T: tl_matmul
         return None

@@ -160,3 +160,26 @@ def test_no_gram_when_one_side_reads_the_base_cropped():
     rng = np.random.default_rng(0)
     args = {"N": 4, "K": 40, "X": rng.standard_normal((40, 4)), "d": rng.standard_normal(40)}
     _close(numba_cpu.compile_program(p, jit=False)(args), interpret(tssa.to_core(p), args))
+
+
+def test_shared_terms_are_followed_once():
+    """`v_{k+1} = v_k + 0.5 a v_k`, 30 times: the row factor is a DAG of 2^30 paths; the
+    rewrite follows and emits each statement once (linear, not exponential)."""
+    from tensorlang.ir import ast
+    from tensorlang.ir.build import Builder
+
+    n, k = ast.Affine.var("N"), ast.Affine.var("K")
+    b = Builder([ast.Param("N", ast.TSize()), ast.Param("K", ast.TSize()),
+                 ast.Param("X", ast.tensor([n, k])), ast.Param("a", ast.tensor([k]))])
+    x, a = b.input("X"), b.input("a")
+    v = x
+    for _ in range(30):
+        w = b.contract([("n", n), ("k", k)], [], (v, ["n", "k"]), (a, ["k"]), coeff=0.5)
+        v = b.add([("n", n), ("k", k)], (v, ["n", "k"]), (w, ["n", "k"]))
+    p = b.program(b.contract([("p", n), ("q", n)], [("s", k)], (x, ["p", "s"]),
+                             (v, ["q", "s"])))
+    q = gram.factor_row_scalings(p)
+    assert _grams(p) and len(q.stmts) < 2 * len(p.stmts)
+    rng = np.random.default_rng(0)
+    args = {"N": 3, "K": 4, "X": rng.standard_normal((3, 4)), "a": rng.random(4)}
+    _close(interpret(tssa.to_core(q), args), interpret(tssa.to_core(p), args))
