@@ -13,13 +13,14 @@ two separately computed operands, e.g.
 
 Two steps, both on Tensor SSA:
 
-* `factor_row_scalings(p)` (a rewrite, exact in real arithmetic) follows each operand of a
-  BLAS-shaped contraction back through the pointwise statements defining it (products,
-  scalings, transposes and sums of terms with a common base) and writes it as
-  `coefficient * base * row factor`.  When both operands have the same base read in the
-  same way (up to renaming the output indices), the contraction becomes the canonical
-  form below, with the row factors multiplied into one vector d over the summation indices
-  (new pointwise statements); the operands' own statements become dead and are dropped.
+* `factor_row_scalings(p)` (a rewrite, exact in real arithmetic) follows both operands of a
+  contraction back through the pointwise statements defining them (products, scalings,
+  transposes and sums of terms over the same bases) and writes the summand as
+  `coefficient * (product of base reads) * row factor`.  When exactly two base reads
+  remain and they read one tensor in the same way (up to renaming the output indices),
+  the contraction becomes the canonical form below, with the row factor one vector d over
+  the summation indices (new pointwise statements); the operands' own statements become
+  dead and are dropped.
 * `gram_form(p, var)` recognises the canonical form
 
       d[J]     = ...                                  (any vector over the summation dims)
@@ -30,8 +31,9 @@ Two steps, both on Tensor SSA:
   the output's axis order): w is then never materialised.
 
 Both steps only follow reads that are plain indices spanning the read statement's axes
-(no zero extension, no cropping), unmasked statements, and contractions that `blas_plan`
-accepts, so the rewritten statement reads exactly the values the original one read.
+(no zero extension, no cropping) into unmasked statements, and keep a rewrite only when
+the result passes `blas_plan`, so the rewritten statement reads exactly the values the
+original one read.
 """
 from __future__ import annotations
 
@@ -269,7 +271,8 @@ def factor_row_scalings(p: Program) -> Program:
     for s in p.stmts:
         rhs = s.rhs
         new = None
-        if isinstance(rhs, ContractRhs) and rhs.sdims and not (ast.free_names(rhs.pred) - sizes):
+        if isinstance(rhs, ContractRhs) and rhs.sdims and \
+                not ast.free_names(rhs.pred) - sizes:   # (a guard on sizes only: kept)
             new = _factored(p, s.var, rhs, fresh)
         stmts.extend(new or [s])
     if len(stmts) == len(p.stmts) and all(a is b for a, b in zip(stmts, p.stmts)):

@@ -12,12 +12,11 @@ from hypothesis import given
 import tensorlang as tl
 from examples_util import EXAMPLES, assert_same
 from tensorlang import api
+from tensorlang.backends import gram
+from tensorlang.backends.codegen import plan_program
 from tensorlang.ir import tssa
 from tensorlang.semantics.interp import interpret
 from tensorlang.testing import weighted_gram_programs
-
-from backends import gram
-from backends.codegen import plan_program
 
 numba = pytest.importorskip("numba")
 numba_cpu = pytest.importorskip("tensorlang.backends.numba_cpu")

@@ -8,10 +8,9 @@ import pytest
 
 import tensorlang as tl
 from examples_util import EXAMPLES
+from tensorlang.backends.common import machine_model
 from tensorlang.ir import ast
 from tensorlang.ir.build import Builder
-
-from backends.common import machine_model
 
 HESSIANS = [("matfac.tl", "matfac_hess", lambda n: {"N": n, "M": n, "K": 5}),
             ("logreg.tl", "logreg_hess", lambda n: {"M": 2 * n, "N": n}),
