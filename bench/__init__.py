@@ -24,6 +24,7 @@ __all__ = ["main", "build_parser", "DEFAULT_SIZES"]
 
 DEFAULT_SIZES = (10, 100, 1000)
 QUICK_SIZES = (10, 100)
+DOC_SIZES = (10, 100, 1000, 2000)   # --doc: issue 14's targets are stated at 1000 and 2000
 SYSTEMS = ("numpy", "tensorlang", "jax", "torch")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -53,8 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
         "tensorlang, numpy, JAX and PyTorch.")
     p.add_argument("names", metavar="NAME", nargs="*", help="workloads (default: all)")
     p.add_argument("--sizes", type=_sizes, default=None, metavar="N,N,...",
-                   help=f"problem sizes (default {','.join(map(str, DEFAULT_SIZES))}; "
-                        "workloads with a size cap stop below it)")
+                   help=f"problem sizes (default {','.join(map(str, DEFAULT_SIZES))}, with "
+                        f"--doc {','.join(map(str, DOC_SIZES))}; workloads with a size cap "
+                        "stop below it)")
     p.add_argument("--repeat", type=int, default=None, metavar="R",
                    help="timed samples per measurement, median reported (default 5)")
     p.add_argument("--quick", action="store_true",

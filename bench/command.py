@@ -68,9 +68,9 @@ def make_systems(wanted: list[str], backend: str | None) -> tuple[list[Any], dic
 
 
 def config_from(ns: argparse.Namespace) -> runner.Config:
-    from . import DEFAULT_SIZES, QUICK_SIZES
+    from . import DEFAULT_SIZES, DOC_SIZES, QUICK_SIZES
 
-    sizes = ns.sizes or list(QUICK_SIZES if ns.quick else DEFAULT_SIZES)
+    sizes = ns.sizes or list(QUICK_SIZES if ns.quick else DOC_SIZES if ns.doc else DEFAULT_SIZES)
     repeat = ns.repeat if ns.repeat is not None else (3 if ns.quick else 5)
     budget = ns.budget if ns.budget is not None else (QUICK_BUDGET if ns.quick else 2.0)
     if ns.mem_limit is None:

@@ -308,7 +308,7 @@ def render(data: dict[str, Any], doc_path: str, plots: list[str]) -> str:
         "tl bench                                  # every workload at N = 10, 100, 1000",
         "tl bench qform logreg --sizes 10,100 --repeat 7",
         "tl bench --quick                          # N = 10, 100, 3 samples, short budget",
-        "tl bench --doc                            # the sweep + start-up, rewrites this page",
+        "tl bench --doc                            # N = 10 .. 2000 + start-up, rewrites this page",
         "tl bench --checking                       # checking time per statement, 1,000 to 10,000",
         "python -m bench ...                       # the same without the tl entry point",
         "python bench/gpu.py                       # on a CUDA machine: equivalence + --backend cuda",

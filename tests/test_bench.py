@@ -357,3 +357,17 @@ def test_tensorlang_numba_column_agrees_with_numpy(name):
     from bench import systems_tensorlang
 
     _framework_case(systems_tensorlang.System("numba"), name)
+
+
+def test_doc_sweep_reaches_the_target_sizes():
+    """`--doc` sweeps N = 10 .. 2000 (qform's Hessian target is at 2000), and logreg's and
+    matfac's Hessians are measured at their targets (400, 200) between those sizes."""
+    from bench import command
+
+    ns = bench.build_parser().parse_args(["--doc"])
+    sizes = command.config_from(ns).sizes
+    assert sizes == [10, 100, 1000, 2000]
+    assert TASKS["logreg"].extra_points(sizes) == {400: ("hessian",)}
+    assert TASKS["matfac"].extra_points(sizes) == {200: ("hessian",)}
+    assert TASKS["qform"].extra_points(sizes) == {}
+    assert TASKS["logreg"].extra_points([10, 100]) == {}
