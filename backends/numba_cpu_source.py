@@ -93,6 +93,7 @@ class NumbaEmitter:
         self.rels = RelNames(lambda r: self.nm.get(MASK, r), self._pattern_names,
                              plan.rel_dims, plan.patterns, plan.sizes)
         self.ex = ExprPrinter(plan, self.nm, self.rels, self.counter, INDENT)
+        self.ex.layouts = storage.coordinate_layouts(plan)
         self.w = SourceWriter()
         self.counted = {s.var: k for k, s in enumerate(plan.counted())}
         self.shared_loops = 0   # prange loops that n statements share count n - 1 times here
@@ -361,29 +362,45 @@ class NumbaEmitter:
                   for a, part in enumerate(s.outer)]
         direct = s.scalar and s.inner is None and len(outers) == 1 and not outers[0][1]
         if not direct:  # (a scalar computed unconditionally is assigned once, below)
-            alloc = storage.allocation(s, self.plan)   # no fill where all is written
-            w(1, f"{name} = " + ("0.0" if s.scalar else
-                                 f"np.{alloc}({self.shape(rhs.dims)})"))
+            w(1, f"{name} = " + ("0.0" if s.scalar else self.allocate(s)))
         if self.instrument:
             w(1, f"{cnt} = 0")
-        store = name if s.scalar else \
-            f"{name}[{', '.join(self.index(g) for g in rhs.gen_names())}]"
         for a, (opart, osteps) in enumerate(outers):
             otag = tag if len(outers) == 1 else f"{tag}_{a}"
             ctx = LoopContext(otag, f"_acc{tag}", [], [cnt] if self.instrument else [])
             if s.inner is None:  # pointwise: one value per point
                 depth = self.steps(osteps, 1, "prange", ctx)
-                self.body(depth, store, "=", rhs, s.body_facts(opart), ctx.cnt, sums=False)
+                self.body(depth, self.store(s), "=", rhs, s.body_facts(opart), ctx.cnt,
+                          sums=False)
             elif self.sums_by_row(s, opart, osteps, otag, ctx, name):
                 pass
             else:   # a sum or a max/min: a reduction per point
                 mode = "prange" if opart.has_loop() else "seq"
                 depth = self.steps(osteps, 1, mode, ctx)
                 total = self.reduce_at(s, opart, otag, depth, ctx.cnt, mode != "prange")
-                w(depth, f"{store} = {total}")
+                w(depth, f"{self.store(s)} = {total}")
             self.close(ctx)
         if self.instrument:
             w(1, f"{COUNTS}[{self.counted[s.var]}] += {cnt}")
+
+    def allocate(self, s: StmtPlan) -> str:
+        """The allocation of array statement `s`: a coordinate vector (`storage.
+        coordinate_layouts`), or its box without a fill where every element read is
+        written (`storage.allocation`)."""
+        layout = self.ex.layouts.get(s.var)
+        if layout is not None:
+            return f"np.empty(({self.rels.pattern(layout.pattern)[0]}.shape[0],))"
+        return f"np.{storage.allocation(s, self.plan)}({self.shape(s.rhs.dims)})"
+
+    def store(self, s: StmtPlan) -> str:
+        """Where the body of `s` stores its element (after its outer loops are printed)."""
+        name = self.var(s.var)
+        if s.scalar:
+            return name
+        gens = s.rhs.gen_names()
+        if s.var in self.ex.layouts:
+            return f"{name}[{self.ex.position(s.var, tuple(Affine.var(g) for g in gens))}]"
+        return f"{name}[{', '.join(self.index(g) for g in gens)}]"
 
     def sums_by_row(self, s: StmtPlan, opart: Part, osteps: list[Step], otag: str,
                     ctx: LoopContext, name: str) -> bool:
@@ -444,7 +461,7 @@ class NumbaEmitter:
                          f"{INDENT}{acc}[:] = 0.0", f"{INDENT}{acc}_n = 0",
                          f"{INDENT}{acc}_m = True"])
         self.close(ictx)
-        store = f"{name}[{', '.join(self.index(v) for v in rhs.gen_names())}]"
+        store = self.store(s)
         tot = f"_tot{t}"
         # no block closed: each total is its one open block (merged into 0: itself)
         w.block(depth, [f"if not {acc}_m:",
@@ -512,8 +529,7 @@ class NumbaEmitter:
         local_only = sibling_fusion.read_only_here(unit, self.plan, self._reads_of())
         for s in unit:
             if s.var not in local_only:
-                w(1, f"{self.var(s.var)} = "
-                     f"np.{storage.allocation(s, self.plan)}({self.shape(s.rhs.dims)})")
+                w(1, f"{self.var(s.var)} = {self.allocate(s)}")
         if self.instrument:
             for cnt in cnts:
                 w(1, f"{cnt} = 0")
@@ -533,7 +549,7 @@ class NumbaEmitter:
             depth = self.steps(steps, 1, "prange", ctx)
             for m, s in enumerate(unit):
                 assert s.outer is not None
-                store = f"{self.var(s.var)}[{', '.join(self.index(g) for g in gens)}]"
+                store = self.store(s)
                 local = f"_s{self._tag(s)}" if s.var in reused else ""
                 cnt = ctx.cnts[m] if ctx.cnts else ""
                 if s.var in local_only:   # (its readers are later members, at this point)
@@ -610,6 +626,8 @@ class NumbaEmitter:
                     w(depth, f"{st.var} = ({st.expr}) // {st.div}")
             else:
                 assert isinstance(st, Loop)
+                if st.position is not None:
+                    self.ex.positions[st.position] = st.var
                 if first and mode == "chunk":
                     depth = self._chunk_loop(st, depth, ctx)
                 elif first and mode == "prange":
