@@ -17,11 +17,16 @@ from tensorlang.syntax.errors import NotYetSupported
 
 from .codegen import (MASK, SIZE, VALUE, BlasPlan, ExprPrinter, Namer, ProgramPlan, StmtPlan,
                       builtins_used, num, plan_program, plan_reads, safe_comment)
-from .codegen_nest import Assign, Facts, Guard, Lines, Loop, Part, RelNames, Step, part_steps
+from .codegen_nest import (Assign, Facts, Guard, Lines, Loop, Part, RelNames, Step, part_steps,
+                           pred_code)
 from . import accumulate, kernel_cache, kernel_split, sibling_fusion
 from .common import storage
-from .numba_cpu import CHUNK_MIN, CHUNKS, CONSTS, COUNTS, INDENT, KERNEL, PARALLEL
+from .numba_cpu import (CHUNK_MIN, CHUNKS, CONSTS, COUNTS, DENSE_RATIO, INDENT, KERNEL,
+                        PARALLEL)
 from .scalar_builtins import FUNCS
+
+# the mask argument of the statements' dense passes (`storage.dense_pass_candidates`)
+DENSE_MASK = "rd"
 
 __all__ = ["NumbaEmitter", "module_source", "abstract_source", "plan_program"]
 
@@ -94,6 +99,12 @@ class NumbaEmitter:
                              plan.rel_dims, plan.patterns, plan.sizes)
         self.ex = ExprPrinter(plan, self.nm, self.rels, self.counter, INDENT)
         self.ex.layouts = storage.coordinate_layouts(plan)
+        # statements that choose per call between a dense pass and their coordinate loop
+        # (instrumented kernels count the coordinate loop's iterations: SPEC 3's cost)
+        self.dense = {} if instrument else \
+            storage.dense_pass_candidates(plan, self.ex.layouts)
+        self.dense_rels = RelNames(lambda r: self.nm.get(DENSE_MASK, r), self._pattern_names,
+                                   plan.rel_dims, plan.patterns, plan.sizes)
         self.w = SourceWriter()
         self.counted = {s.var: k for k, s in enumerate(plan.counted())}
         self.shared_loops = 0   # prange loops that n statements share count n - 1 times here
@@ -139,6 +150,9 @@ class NumbaEmitter:
         for q in self.p.params:
             if isinstance(q.type, ast.TRel):
                 args.append(("mask", self.nm.get(MASK, q.name), q.name))
+        for q in self.p.params:
+            if q.name in self.dense.values():
+                args.append(("dmask", self.nm.get(DENSE_MASK, q.name), q.name))
         for pat in self.plan.patterns:
             coords, ptr = self._pattern_names(pat)
             args.append(("coords", coords, pat))
@@ -352,6 +366,42 @@ class NumbaEmitter:
         return str(self.positions[s.var])
 
     def emit_loops(self, s: StmtPlan) -> None:
+        if s.var not in self.dense:
+            self.emit_nests(s)
+            return
+        # a dense pass over the box where the relation is dense enough, else the nests
+        assert s.outer is not None and s.outer[0].driver is not None
+        w, rhs, rel, tag = self.w, s.rhs, self.dense[s.var], self._tag(s)
+        arity = len(self.plan.rel_dims[rel])
+        box = " * ".join(f"({self.rels.dim(rel, k, self.index)})" for k in range(arity))
+        coords = self.rels.pattern(s.outer[0].driver.pattern)[0]
+        w(1, f"if {self.nm.get(DENSE_MASK, rel)}.size == {box} and "
+             f"{coords}.shape[0] * {DENSE_RATIO} >= {box}:")
+        w(2, f"{self.var(s.var)} = np.empty({self.shape(rhs.dims)})")
+        loops: list[Step] = [Loop(self.index(g), "0", self.aff(d))
+                             for g, d in zip(rhs.gen_names(), rhs.dims)]
+        ctx = LoopContext(tag + "d", f"_acc{tag}", [], [])
+        depth = self.steps(loops, 2, "prange", ctx)
+        cond = pred_code(tssa.conjuncts(rhs.pred), self.index, self.dense_rels, self.counter,
+                         INDENT)
+        assert not cond.pre, cond.pre   # (no `exists`: dense_pass_candidates)
+        assert s.facts is not None
+        self.ex.reset()
+        pre: list[str] = []
+        value = self.ex.pointwise(rhs, {}, s.facts, pre, s.facts)
+        store = self.store(s)
+        if pre:   # lines the value needs, run only where the mask holds
+            w.block(depth, [f"if {cond.code}:", *[INDENT + ln for ln in pre],
+                            f"{INDENT}{store} = {value}", "else:", f"{INDENT}{store} = 0.0"])
+        else:     # a select: no branch in the loop
+            w(depth, f"{store} = ({value} if {cond.code} else 0.0)")
+        self.close(ctx)
+        w(1, "else:")
+        start = len(w.lines)
+        self.emit_nests(s)
+        w.lines[start:] = [INDENT + ln for ln in w.lines[start:]]
+
+    def emit_nests(self, s: StmtPlan) -> None:
         w, rhs, name = self.w, s.rhs, self.var(s.var)
         tag = self._tag(s)
         cnt = f"_cnt{tag}"
@@ -535,7 +585,6 @@ class NumbaEmitter:
                 w(1, f"{cnt} = 0")
         members = {s.var for s in unit}
         here = sibling_fusion.identity(first)
-        gens = first.rhs.gen_names()   # (the same for every member)
         reused = {v for s in unit[1:] for v, idx in plan_reads(s.rhs, self.plan)
                   if v in members and idx == here}
         assert first.outer is not None

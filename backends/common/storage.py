@@ -23,7 +23,7 @@ walk the same sorted coordinate array) instead of scattered over 32 MB.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from tensorlang.ir import ast, tssa
 from tensorlang.ir.ast import Affine, Cmp, Pred
@@ -120,6 +120,32 @@ def coordinate_layouts(plan: ProgramPlan) -> dict[str, CoordLayout]:
     return out
 
 
+def dense_pass_candidates(plan: ProgramPlan, layouts: Mapping[str, CoordLayout]
+                          ) -> dict[str, str]:
+    """Statement -> relation, for the pointwise statements whose one coordinate loop binds
+    every generator index and whose array is a box (not a coordinate vector): they may
+    instead run as one pass over the box that reads the relation's mask, writing every
+    element (0 where the mask fails), which the emitter chooses per call by the relation's
+    density (`numba_cpu.DENSE_RATIO`).  Not an add (its nest visits the union of its
+    supports) nor a mask with `exists` (flag loops at every point)."""
+    out: dict[str, str] = {}
+    for s in plan.stmts:
+        layout = _writer_layout(s)
+        if layout is None or s.var in layouts or s.inner is not None or \
+                isinstance(s.rhs, tssa.AddRhs) or _has_exists(s.rhs.pred):
+            continue
+        out[s.var] = layout.rel
+    return out
+
+
+def _has_exists(p: Pred) -> bool:
+    if isinstance(p, ast.Exists):
+        return True
+    if isinstance(p, (ast.And, ast.Or)):
+        return _has_exists(p.a) or _has_exists(p.b)
+    return False
+
+
 def _writer_layout(s: StmtPlan) -> CoordLayout | None:
     """The layout of `s` when one coordinate loop binds all its generator indices."""
     if s.mode != "loops" or s.scalar or not s.outer or len(s.outer) != 1:
@@ -173,4 +199,5 @@ def covers_box(part: Part, gens: tuple[str, ...], dims: tuple[Affine, ...],
     return seen == set(gens)
 
 
-__all__ = ["ZEROS", "EMPTY", "allocation", "covers_box", "CoordLayout", "coordinate_layouts"]
+__all__ = ["ZEROS", "EMPTY", "allocation", "covers_box", "CoordLayout", "coordinate_layouts",
+           "dense_pass_candidates"]
