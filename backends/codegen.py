@@ -521,6 +521,8 @@ class ExprPrinter:
         # member, which is then the latest one registered under that key)
         self.layouts: Mapping[str, CoordLayout] = {}
         self.positions: dict[tuple[str, tuple[int, ...], tuple[str, ...]], str] = {}
+        # index name -> code name, while a statement is printed inside another's loop
+        self.rename: dict[str, str] = {}
 
     def var(self, v: str) -> str:
         return self.nm.get(VALUE, v)
@@ -530,6 +532,8 @@ class ExprPrinter:
         return affine_to_python(a, self._index_name)
 
     def _index_name(self, n: str) -> str:
+        if n in self.rename:
+            return self.rename[n]
         return self.nm.get(SIZE, n) if n in self.plan.sizes else self.nm.index(n)
 
     def pred(self, preds: Sequence[Pred], pre: list[str]) -> str:

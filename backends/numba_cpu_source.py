@@ -108,6 +108,10 @@ class NumbaEmitter:
         self.w = SourceWriter()
         self.counted = {s.var: k for k, s in enumerate(plan.counted())}
         self.shared_loops = 0   # prange loops that n statements share count n - 1 times here
+        # the statements whose nest is being printed, and the coordinate vectors computed
+        # in their readers' loops (`source`)
+        self.emitting: list[StmtPlan] = []
+        self.inline: dict[str, str] = {}
         # a statement's position, its tag in local names (a dict: `list.index` is quadratic)
         self.positions = {s.var: k for k, s in enumerate(plan.stmts)}
         self._readers: dict[str, list[tuple[str, tuple[Any, ...]]]] | None = None
@@ -120,6 +124,8 @@ class NumbaEmitter:
         return self.nm.get(f"rc{k}", rel), self.nm.get(f"rp{k}", rel)
 
     def index(self, n: str) -> str:
+        if n in self.ex.rename:
+            return self.ex.rename[n]
         return self.nm.get(SIZE, n) if n in self.plan.sizes else self.nm.index(n)
 
     def var(self, v: str) -> str:
@@ -211,9 +217,18 @@ class NumbaEmitter:
         w(0, f"def {KERNEL}({', '.join(a[1] for a in args)}):")
         body_start = len(w.lines)
         self.ex.hoistable = frozenset(s.var for s in self.plan.stmts if s.mode == "input")
-        for unit in sibling_fusion.schedule(self.plan):
+        units = sibling_fusion.schedule(self.plan)
+        # coordinate vectors computed in their reader's loop (instrumented: each statement
+        # counts its own iterations)
+        self.inline = {} if self.instrument else storage.inlined_coordinates(
+            self.plan, self.ex.layouts, [u[0].var for u in units if len(u) == 1])
+        for unit in units:
             for s in unit:
                 w(1, "# " + safe_comment(ssa_printer.fmt_stmt(tssa.Stmt(s.var, s.rhs))))
+            if unit[0].var in self.inline:
+                w(1, f"#   (computed in the loop of {self.inline[unit[0].var]}, where it is read)")
+                continue
+            self.emitting = unit
             if len(unit) > 1:
                 self.emit_siblings(unit)
             elif unit[0].mode == "blas":
@@ -221,6 +236,7 @@ class NumbaEmitter:
                 self.emit_blas(unit[0], unit[0].blas)
             else:
                 self.emit_loops(unit[0])
+            self.ex.locals = {}
         outs = [self.var(v) for v in self.p.output_vars()]
         w(1, f"return ({', '.join(outs)},)")
         if self.ex.hoisted:
@@ -686,7 +702,44 @@ class NumbaEmitter:
                     depth += 1
                 w.block(depth, st.head)
                 first = False
+                if st.position is not None and self.inline:
+                    self.inline_at(st.position, depth)
         return depth
+
+    def inline_at(self, loop: tuple[str, tuple[int, ...], tuple[str, ...]], depth: int
+                  ) -> None:
+        """At the top of coordinate loop `loop`'s body: the coordinate vectors that the
+        statements being printed read at its member (`storage.inlined_coordinates`),
+        computed into locals that their reads then use (with their own indices renamed to
+        the loop's: the generators to its variables, the summation indices to fresh names)."""
+        readers, self.emitting = self.emitting, []
+        for u in readers:
+            for v, reader in self.inline.items():
+                if reader != u.var:
+                    continue
+                layout, vs = self.ex.layouts[v], self.plan.by_var[v]
+                idx = tuple(Affine.var(loop[2][layout.args.index(g)]) for g in layout.gens)
+                if not layout.position(idx, loop):
+                    continue
+                tag = self._tag(vs)
+                rename = {g: self.index(loop[2][k]) for k, g in enumerate(layout.args)}
+                rename.update({n: f"_r{tag}_{self.nm.index(n)}" for n in vs.rhs.sum_names()})
+                positions = dict(self.ex.positions)
+                self.ex.rename = rename
+                local = f"_l{tag}"
+                assert vs.outer is not None and vs.facts is not None
+                if vs.inner is None:
+                    self.ex.reset()
+                    pre: list[str] = []
+                    value = self.ex.pointwise(vs.rhs, {}, vs.facts, pre, vs.facts)
+                    self.w.block(depth, pre)
+                else:
+                    value = self.reduce_at(vs, vs.outer[0], tag, depth, "", False)
+                self.w(depth, f"{local} = {value}")
+                self.ex.rename = {}
+                self.ex.positions = positions
+                self.ex.locals[(v, idx)] = local
+        self.emitting = readers
 
     def _parallel_loop(self, st: Loop, depth: int, ctx: LoopContext) -> int:
         """`for v in prange(lo, stop)`.  Instrumented, each iteration counts into its own

@@ -38,20 +38,26 @@ def _source(fn: Any, **kw: Any) -> str:
 
 def test_matfac_temporaries_are_coordinate_vectors():
     """matfac's residual is computed, stored and read at Om's members only: no N x M
-    array, the temporaries indexed by the coordinate's position."""
+    array; the product U V^T is computed in the loop that reads it (matfac f: the final
+    sum; the gradient: the residual `v3`), the residual stored as a vector indexed by the
+    coordinate's position."""
     m = _load("matfac.tl")
-    for name, vectors in (("matfac", 1), ("matfac_grad", 2)):
+    for name, vectors in (("matfac", 0), ("matfac_grad", 1)):
         src = _source(m[name])
         assert not re.search(r"np\.(empty|zeros)\(\(max\(0, n_N\), max\(0, n_M\)\)\)", src)
+        assert "#   (computed in the loop of " in src, name
+        assert re.search(r"_l\d+ = \(_acc", src), name             # the product, a local
         vecs = re.findall(r"(v_v\d+) = np\.empty\(\(rc0_Om\.shape\[0\],\)\)", src)
         assert len(vecs) == vectors, name
         for v in vecs:
             assert re.search(rf"{v}\[_e\d+o\] = ", src), (name, v)   # written by position
             assert not re.search(rf"{v}\[[^]]*,", src), (name, v)     # never a 2-d access
-    # matfac_grad reads its last vector in the CSR walk of the same sorted coordinates
-    assert re.search(r"v_v\d+\[_e\d+i\]", _source(m["matfac_grad"]))
-    # an instrumented kernel stores them alike (only the dense pass is left out)
-    assert " = np.empty((rc0_Om.shape[0],))" in _source(m["matfac"], instrument=True)
+            # read in the CSR walk of the same sorted coordinates
+            assert re.search(rf"{v}\[_e\d+i\]", src), (name, v)
+    # instrumented, each statement has its own loop (it counts its iterations), the
+    # product stored as a vector
+    src = _source(m["matfac"], instrument=True)
+    assert " = np.empty((rc0_Om.shape[0],))" in src and "computed in the loop" not in src
 
 
 def test_masked_gradient_chooses_a_dense_pass_by_density():

@@ -18,7 +18,9 @@ a loop over the same coordinates (`R`'s pattern in the same column order, any CS
 is stored as a vector of `nnz(R)` elements indexed by the coordinate's position
 (`coordinate_layouts`): matfac's `v0[i0:N, i1:M] = sum j0:K. [Om(i0, i1)] * U * V` is 1.2 M
 doubles at 30% density instead of an N x M array, written and read in order (both loops
-walk the same sorted coordinate array) instead of scattered over 32 MB.
+walk the same sorted coordinate array) instead of scattered over 32 MB.  When its one
+reader visits each member once, in a loop over the same coordinates, it is not stored at all
+but computed there, at the top of that loop's body (`inlined_coordinates`).
 """
 from __future__ import annotations
 
@@ -120,6 +122,45 @@ def coordinate_layouts(plan: ProgramPlan) -> dict[str, CoordLayout]:
     return out
 
 
+def inlined_coordinates(plan: ProgramPlan, layouts: Mapping[str, CoordLayout],
+                        alone: Sequence[str]) -> dict[str, str]:
+    """Coordinate vector -> its one reader, for the vectors computed where they are read
+    (module docstring) instead of stored: the writer's nest is its coordinate loop alone
+    (no guard: its value is computed at every member), it reads no coordinate vector, and
+    it is read by one statement, in whose every nest the matching coordinate loop binds
+    every index of that reader (each member is visited once: the value is computed once
+    per member, as its own loop would).  `alone`: the statements that have a nest to
+    themselves (`sibling_fusion.schedule`'s one-statement units)."""
+    out: dict[str, str] = {}
+    readers = [(u, plan_reads(u.rhs, plan)) for u in plan.stmts if u.mode in ("loops", "blas")]
+    by_var = plan.by_var
+    for v, layout in layouts.items():
+        s = by_var[v]
+        assert s.outer is not None
+        if v not in alone or s.outer[0].nest.guard or \
+                any(w in layouts for w, _ in plan_reads(s.rhs, plan)):
+            continue
+        users = [(u, [idx for w, idx in reads if w == v]) for u, reads in readers]
+        users = [(u, idxs) for u, idxs in users if idxs]
+        if len(users) != 1 or len(users[0][1]) != 1:
+            continue
+        u, (idx,) = users[0]
+        if u.mode != "loops" or u.outer is None:   # (u reads a vector: it is not inlined)
+            continue
+        names = set(u.rhs.gen_names()) | set(u.rhs.sum_names())
+        ok = True
+        for opart in u.outer:
+            for ipart in u.inner or [None]:
+                loops = [p.driver for p in (opart, ipart)
+                         if p is not None and p.driver is not None and not p.driver.lookup]
+                hit = [d for d in loops
+                       if layout.position(idx, (d.rel, tuple(d.order), d.args))]
+                ok = ok and bool(hit) and names <= set(hit[0].args)
+        if ok:
+            out[v] = u.var
+    return out
+
+
 def dense_pass_candidates(plan: ProgramPlan, layouts: Mapping[str, CoordLayout]
                           ) -> dict[str, str]:
     """Statement -> relation, for the pointwise statements whose one coordinate loop binds
@@ -127,12 +168,14 @@ def dense_pass_candidates(plan: ProgramPlan, layouts: Mapping[str, CoordLayout]
     instead run as one pass over the box that reads the relation's mask, writing every
     element (0 where the mask fails), which the emitter chooses per call by the relation's
     density (`numba_cpu.DENSE_RATIO`).  Not an add (its nest visits the union of its
-    supports) nor a mask with `exists` (flag loops at every point)."""
+    supports), a mask with `exists` (flag loops at every point) nor a reader of a
+    coordinate vector (read only inside coordinate loops)."""
     out: dict[str, str] = {}
     for s in plan.stmts:
         layout = _writer_layout(s)
         if layout is None or s.var in layouts or s.inner is not None or \
-                isinstance(s.rhs, tssa.AddRhs) or _has_exists(s.rhs.pred):
+                isinstance(s.rhs, tssa.AddRhs) or _has_exists(s.rhs.pred) or \
+                any(w in layouts for w, _ in plan_reads(s.rhs, plan)):
             continue
         out[s.var] = layout.rel
     return out
@@ -200,4 +243,4 @@ def covers_box(part: Part, gens: tuple[str, ...], dims: tuple[Affine, ...],
 
 
 __all__ = ["ZEROS", "EMPTY", "allocation", "covers_box", "CoordLayout", "coordinate_layouts",
-           "dense_pass_candidates"]
+           "dense_pass_candidates", "inlined_coordinates"]
