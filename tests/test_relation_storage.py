@@ -7,6 +7,7 @@ full relations, empty boxes), agree with the interpreter."""
 from __future__ import annotations
 
 import re
+import tempfile
 from typing import Any
 
 import numpy as np
@@ -82,12 +83,18 @@ class _NanEmpty:
         return out
 
 
-def _check(d: ast.Def, args: dict[str, Any], ratio: int, jit: bool = False) -> None:
-    """`d` compiled with the dense pass's threshold `ratio` agrees with the interpreter."""
+def _check(d: ast.Def, args: dict[str, Any], ratio: int | None, jit: bool = False) -> None:
+    """`d` compiled with the dense pass's threshold `ratio` (None: as it is) agrees with the
+    interpreter."""
     want = interpret(d, args)
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(numba_cpu, "DENSE_RATIO", ratio)
-        m.setattr(numba_cpu_source, "DENSE_RATIO", ratio)
+    with pytest.MonkeyPatch.context() as m, tempfile.TemporaryDirectory() as tmp:
+        if ratio is not None:
+            m.setattr(numba_cpu, "DENSE_RATIO", ratio)
+            m.setattr(numba_cpu_source, "DENSE_RATIO", ratio)
+            # a kernel made with another threshold is neither found in nor left in the
+            # caches (their keys are the program's text), in this process or on disk
+            m.setattr(numba_cpu, "_COMPILED", {})
+            m.setenv("TENSORLANG_CACHE_DIR", tmp)
         c = numba_cpu.compile_program(to_program(d), jit=jit)
         if not jit:
             m.setattr(np, "empty", _NanEmpty())
@@ -117,10 +124,11 @@ def test_masked_workloads_agree_with_the_interpreter(workload, n, k, density, ra
     _check(d, args, ratio)
 
 
-@pytest.mark.parametrize("ratio", [COORDINATES, DENSE])
-@pytest.mark.parametrize("workload", WORKLOADS)
+@pytest.mark.parametrize("workload,ratio", [(w, None) for w in WORKLOADS] + [
+    (("masked.tl", "masked_grad"), COORDINATES), (("masked.tl", "masked_grad"), DENSE)])
 def test_masked_workloads_compiled(workload, ratio):
-    """The same in Numba (both forms, a 30% relation and an empty one)."""
+    """The same in Numba (a 30% relation and an empty one; the gradient of masked, the one
+    with a dense pass, in both forms)."""
     file, name = workload
     d = _load(file)[name].core()
     for density in (0.3, 0.0):
