@@ -67,6 +67,10 @@ COUNTS = "tl_counts"
 # N = 2000 on `[i != j and E(i, j)] * 2 A`, one thread, the coordinate scatter takes 0.8,
 # 1.3, 2.8, 8.5, 15 ms at densities 0.1%, 1%, 3%, 10%, 30%; the dense pass 2.1-2.4 ms at all.
 DENSE_RATIO = 40
+# The AOT image (pycc: a generic x86-64 target) compiles the dense pass's select to a branch
+# on the mask: 24 ms at N = 1000 and 30% density where the JIT kernel takes 0.4 ms.  A call
+# whose dense pass covers more than this many points runs on the JIT kernel.
+DENSE_AOT_MAX = 1 << 14
 CONSTS = "tl_c"      # the kernel's float constants, an argument (numba_cpu_source.py)
 
 __all__ = ["compile_program", "generated_source", "CompiledProgram", "plan_program"]
@@ -152,6 +156,7 @@ class CompiledProgram:
         # the image), so its image costs more than twice the JIT's compile time.
         self._aot_same = not header.parallel and not header.blas
         self._jit_only = header.parts
+        self._dense_rels = sorted({key for kind, key in self._args if kind == "dmask"})
         self.engine = engine if module_key else "jit"
         self._images: dict[tuple[Any, ...], Any] = {}
         self._work: dict[tuple[int, ...], int] = {}
@@ -205,6 +210,9 @@ class CompiledProgram:
         if self.engine != "auto":
             return self.engine
         if self._jit_only:
+            return "jit"
+        if any(dense_pass(bound[r]) and math.prod(bound[r].shape) > DENSE_AOT_MAX
+               for r in self._dense_rels):
             return "jit"
         if self._aot_same:
             return "aot"

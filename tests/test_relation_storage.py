@@ -181,3 +181,16 @@ def test_a_sparse_coordinate_relation_is_not_densified():
         got = g(E=rel, A=A)
         assert_same(got, 2 * A * (mask & ~np.eye(n, dtype=bool)), atol=0)
         assert ("mask" in rel.forms()) == dense, density
+
+
+def test_a_dense_pass_of_many_points_runs_on_the_jit_kernel():
+    """The AOT image compiles the dense pass's select to a branch on the mask (60x slower
+    at N = 1000): a call whose dense pass is large runs on the JIT kernel."""
+    d = _load("masked.tl")["masked_grad"].core()
+    c = numba_cpu.compile_program(to_program(d))
+    rng = np.random.default_rng(0)
+    for n, density, engine in ((200, 0.3, "jit"), (200, 0.001, "aot"), (20, 0.3, "aot")):
+        mask = rng.random((n, n)) < density
+        args = {"N": n, "E": tl.Relation(mask), "A": rng.standard_normal((n, n))}
+        assert c.engine_for(args) == engine, (n, density)
+        assert_same(c(args), 2 * args["A"] * (mask & ~np.eye(n, dtype=bool)), atol=0)
