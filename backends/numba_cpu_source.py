@@ -82,6 +82,9 @@ class LoopContext:
 class NumbaEmitter:
     # sums merge their blocks through `numba_rt.tl_neumaier` (accumulate.merge)
     neumaier_call = True
+    # relation-masked statements as coordinate vectors and dense passes (`common.storage`;
+    # the CPU kernel's allocation and loops)
+    relation_layouts = True
 
     def __init__(self, plan: ProgramPlan, instrument: bool, jit: bool = True,
                  constants: bool = False) -> None:
@@ -98,10 +101,11 @@ class NumbaEmitter:
         self.rels = RelNames(lambda r: self.nm.get(MASK, r), self._pattern_names,
                              plan.rel_dims, plan.patterns, plan.sizes)
         self.ex = ExprPrinter(plan, self.nm, self.rels, self.counter, INDENT)
-        self.ex.layouts = storage.coordinate_layouts(plan)
+        if self.relation_layouts:
+            self.ex.layouts = storage.coordinate_layouts(plan)
         # statements that choose per call between a dense pass and their coordinate loop
         # (instrumented kernels count the coordinate loop's iterations: SPEC 3's cost)
-        self.dense = {} if instrument else \
+        self.dense = {} if instrument or not self.relation_layouts else \
             storage.dense_pass_candidates(plan, self.ex.layouts)
         self.dense_rels = RelNames(lambda r: self.nm.get(DENSE_MASK, r), self._pattern_names,
                                    plan.rel_dims, plan.patterns, plan.sizes)
