@@ -139,14 +139,14 @@ def test_masked_workloads_compiled(workload, ratio):
 
 
 MASKS = ["E(i, j)", "E(i, j) and i != j", "E(i, j) and i + 1 < M", "E(i, j) and j <= i",
-         "E(i, j) and (i == 0 or j + 2 <= N)"]
+         "E(i, j) and (i == 0 or j + 2 <= N)", "F(j, i)", "E(i, j) and F(j, i)"]
 TERMS = ["A[i, j]", "sum k:K. U[i, k] * V[j, k]", "A[i, j] - sum k:K. U[i, k] * V[j, k]",
          "tanh(A[i, j]) * U[i, 0]", "A[i, j] * sum k:K. U[i, k] * U[i, k]"]
 OUTER = ["sum i:N, j:M. [{m}] * ({t}) ** 2", "sum i:N, j:M. [{m}] * exp({t})",
          "sum i:N. sum j:M. [{m}] * sigmoid({t}) * ({t})"]
 
 
-@settings(max_examples=30, deadline=None,
+@settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(mask=st.sampled_from(MASKS), term=st.sampled_from(TERMS), outer=st.sampled_from(OUTER),
        wrt=st.sampled_from(["A", "U"]), n=st.integers(0, 5), m=st.integers(0, 5),
@@ -159,8 +159,8 @@ def test_random_masked_programs_in_both_forms(mask, term, outer, wrt, n, m, k, d
     in both forms (plain Python, unwritten storage nan; not instrumented: an instrumented
     kernel has no dense pass)."""
     body = outer.format(m=mask, t=term)
-    src = (f"def f(N: size, M: size, K: size, E: rel(N, M), A: R[N, M], U: R[N, K], "
-           f"V: R[M, K]) -> R:\n    return {body}\ndef g = grad(f, {wrt})\n")
+    src = (f"def f(N: size, M: size, K: size, E: rel(N, M), F: rel(M, N), A: R[N, M], "
+           f"U: R[N, K], V: R[M, K]) -> R:\n    return {body}\ndef g = grad(f, {wrt})\n")
     mod = tl.parse(src)
     sizes = {"N": n, "M": m, "K": k}
     for name in ("f", "g"):
