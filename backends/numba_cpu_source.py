@@ -107,8 +107,6 @@ class NumbaEmitter:
         # (instrumented kernels count the coordinate loop's iterations: SPEC 3's cost)
         self.dense = {} if instrument or not self.relation_layouts else \
             storage.dense_pass_candidates(plan, self.ex.layouts)
-        self.dense_rels = RelNames(lambda r: self.nm.get(DENSE_MASK, r), self._pattern_names,
-                                   plan.rel_dims, plan.patterns, plan.sizes)
         self.w = SourceWriter()
         self.counted = {s.var: k for k, s in enumerate(plan.counted())}
         self.shared_loops = 0   # prange loops that n statements share count n - 1 times here
@@ -402,8 +400,11 @@ class NumbaEmitter:
                              for g, d in zip(rhs.gen_names(), rhs.dims)]
         ctx = LoopContext(tag + "d", f"_acc{tag}", [], [])
         depth = self.steps(loops, 2, "prange", ctx)
-        cond = pred_code(tssa.conjuncts(rhs.pred), self.index, self.dense_rels, self.counter,
-                         INDENT)
+        # (the pass's own relation through its `dmask` argument; any other, the mask)
+        rels = RelNames(lambda r: self.nm.get(DENSE_MASK if r == rel else MASK, r),
+                        self._pattern_names, self.plan.rel_dims, self.plan.patterns,
+                        self.plan.sizes)
+        cond = pred_code(tssa.conjuncts(rhs.pred), self.index, rels, self.counter, INDENT)
         assert not cond.pre, cond.pre   # (no `exists`: dense_pass_candidates)
         assert s.facts is not None
         self.ex.reset()

@@ -194,3 +194,17 @@ def test_a_dense_pass_of_many_points_runs_on_the_jit_kernel():
         args = {"N": n, "E": tl.Relation(mask), "A": rng.standard_normal((n, n))}
         assert c.engine_for(args) == engine, (n, density)
         assert_same(c(args), 2 * args["A"] * (mask & ~np.eye(n, dtype=bool)), atol=0)
+
+
+@pytest.mark.parametrize("ratio", [COORDINATES, DENSE, None])
+def test_a_dense_pass_reads_another_relation_by_its_mask(ratio):
+    """Only the relation of the pass's coordinate loop is read through the pass's own mask
+    argument; another relation in the same mask is read through its mask."""
+    d = tl.parse("def h(N: size, M: size, E: rel(N, M), F: rel(M, N), A: R[N, M]) -> R[N, M]:\n"
+                 "    return gen i:N, j:M. [E(i, j) and F(j, i) and i != j] * tanh(A[i, j])\n"
+                 )["h"].core()
+    src = numba_cpu.generated_source(to_program(d))
+    assert "rd_" in src and "rm_" in src
+    for seed, density in enumerate((0.0, 0.5, 1.0)):
+        _check(d, random_args(d, {"N": 5, "M": 4}, np.random.default_rng(seed),
+                              density=density), ratio)
