@@ -28,7 +28,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from tensorlang.ir import ast
 from tensorlang.ir import tssa
@@ -36,6 +36,8 @@ from tensorlang.ir.ast import Affine, Cmp, Exists, PFalse, Pred, PTrue, TIndex, 
 from tensorlang.ir.tssa import (AddRhs, ConstRhs, ContractRhs, ExtremeRhs, IndexRhs, Input,
                                 MapRhs, Operand, Program, ReduceRhs, Rhs)
 
+if TYPE_CHECKING:
+    from .common.storage import CoordLayout
 from .codegen_nest import (Facts, Part, RelNames, in_bounds, index_array_exists,
                            plan_alternatives, pred_code, row_test)
 from .gram import GramForm, factor_row_scalings, gram_form
@@ -525,6 +527,15 @@ class ExprPrinter:
         # time grows faster than linearly with the branches of a function.
         self.hoistable: frozenset[str] = frozenset()
         self.hoisted: dict[str, str] = {}
+        # Temporaries stored as coordinate vectors (set by the emitter, `storage.
+        # coordinate_layouts`), and the position variable of each coordinate loop printed
+        # so far, by `codegen_nest.Loop.position` (the emitter registers a loop as it prints
+        # it; the plan proved that each read of such a temporary is inside a loop at its
+        # member, which is then the latest one registered under that key)
+        self.layouts: Mapping[str, CoordLayout] = {}
+        self.positions: dict[tuple[str, tuple[int, ...], tuple[str, ...]], str] = {}
+        # index name -> code name, while a statement is printed inside another's loop
+        self.rename: dict[str, str] = {}
 
     def var(self, v: str) -> str:
         return self.nm.get(VALUE, v)
@@ -534,6 +545,8 @@ class ExprPrinter:
         return affine_to_python(a, self._index_name)
 
     def _index_name(self, n: str) -> str:
+        if n in self.rename:
+            return self.rename[n]
         return self.nm.get(SIZE, n) if n in self.plan.sizes else self.nm.index(n)
 
     def pred(self, preds: Sequence[Pred], pre: list[str]) -> str:
@@ -552,6 +565,8 @@ class ExprPrinter:
         if local is not None:
             return local
         name = self.var(o.var)
+        if o.var in self.layouts:
+            return f"{name}[{self.position(o.var, o.idx)}]"
         ix = [self.idx(a) for a in o.idx]
         read = f"{name}[{', '.join(ix)}]"
         dims = self.p.shapes[o.var]
@@ -571,6 +586,16 @@ class ExprPrinter:
         if o.var in self.hoistable and all(a.is_const() for a in o.idx):
             return self.hoisted.setdefault(checked, f"_in{len(self.hoisted)}")
         return checked
+
+    def position(self, v: str, idx: Sequence[Affine]) -> str:
+        """The position variable of the coordinate loop at whose member `v` (a coordinate
+        vector) is accessed at `idx`; loud when there is none (the plan proved one)."""
+        layout = self.layouts[v]
+        for loop, var in self.positions.items():
+            if layout.position(idx, loop):
+                return var
+        raise AssertionError(f"{v}{list(map(str, idx))} is read outside a loop over the "
+                             f"coordinates of {layout.rel}")
 
     def fused(self, v: str, idx: Sequence[Affine], facts: Facts, pre: list[str],
               base: Facts) -> str:

@@ -587,6 +587,10 @@ class Loop:
     lo: str
     stop: str
     head: list[str] = field(default_factory=list)  # first lines of the body
+    # a loop over a relation's coordinates: (relation, column order, its arguments'
+    # program names); `var` is then the coordinate's position in the pattern's sorted
+    # array, the same for every `nbound` (`storage.CoordLayout`)
+    position: tuple[str, tuple[int, ...], tuple[str, ...]] | None = None
 
 
 @dataclass
@@ -766,7 +770,7 @@ def _driver_steps(d: Driver, nm: NameFn, rels: RelNames, tag: str) -> list[Step]
         steps.append(Assign(nm(d.driven()[0]), f"{coords}[{key}, {d.nbound}]"))
         return steps
     if d.nbound == 0:
-        steps.append(Loop(e, "0", f"{coords}.shape[0]", head))
+        steps.append(Loop(e, "0", f"{coords}.shape[0]", head, (d.rel, d.order, d.args)))
         return steps
     bound = [nm(v) for v in d.bound()]
     dims = [rels.dim(d.rel, d.order[t], nm) for t in range(len(bound))]
@@ -775,5 +779,6 @@ def _driver_steps(d: Driver, nm: NameFn, rels: RelNames, tag: str) -> list[Step]
     for t in range(1, len(bound)):
         key = f"({key}) * {dims[t]} + {bound[t]}"
     steps.append(Lines([f"_k{tag} = {key}"]))
-    steps.append(Loop(e, f"{ptr}[_k{tag}]", f"{ptr}[_k{tag} + 1]", head))
+    steps.append(Loop(e, f"{ptr}[_k{tag}]", f"{ptr}[_k{tag} + 1]", head,
+                      (d.rel, d.order, d.args)))
     return steps

@@ -17,12 +17,17 @@ from tensorlang.syntax.errors import NotYetSupported
 
 from .codegen import (MASK, SIZE, VALUE, BlasPlan, ExprPrinter, Namer, ProgramPlan, StmtPlan,
                       builtins_used, num, plan_program, plan_reads, safe_comment)
-from .codegen_nest import Assign, Facts, Guard, Lines, Loop, Part, RelNames, Step, part_steps
+from .codegen_nest import (Assign, Facts, Guard, Lines, Loop, Part, RelNames, Step, part_steps,
+                           pred_code)
 from .gram import GramForm
 from . import accumulate, kernel_cache, kernel_split, sibling_fusion
 from .common import storage
-from .numba_cpu import CHUNK_MIN, CHUNKS, CONSTS, COUNTS, INDENT, KERNEL, PARALLEL
+from .numba_cpu import (CHUNK_MIN, CHUNKS, CONSTS, COUNTS, DENSE_RATIO, INDENT, KERNEL,
+                        PARALLEL)
 from .scalar_builtins import FUNCS
+
+# the mask argument of the statements' dense passes (`storage.dense_pass_candidates`)
+DENSE_MASK = "rd"
 
 __all__ = ["NumbaEmitter", "module_source", "abstract_source", "plan_program"]
 
@@ -78,6 +83,9 @@ class LoopContext:
 class NumbaEmitter:
     # sums merge their blocks through `numba_rt.tl_neumaier` (accumulate.merge)
     neumaier_call = True
+    # relation-masked statements as coordinate vectors and dense passes (`common.storage`;
+    # the CPU kernel's allocation and loops)
+    relation_layouts = True
 
     def __init__(self, plan: ProgramPlan, instrument: bool, jit: bool = True,
                  constants: bool = False) -> None:
@@ -94,9 +102,19 @@ class NumbaEmitter:
         self.rels = RelNames(lambda r: self.nm.get(MASK, r), self._pattern_names,
                              plan.rel_dims, plan.patterns, plan.sizes)
         self.ex = ExprPrinter(plan, self.nm, self.rels, self.counter, INDENT)
+        if self.relation_layouts:
+            self.ex.layouts = storage.coordinate_layouts(plan)
+        # statements that choose per call between a dense pass and their coordinate loop
+        # (instrumented kernels count the coordinate loop's iterations: SPEC 3's cost)
+        self.dense = {} if instrument or not self.relation_layouts else \
+            storage.dense_pass_candidates(plan, self.ex.layouts)
         self.w = SourceWriter()
         self.counted = {s.var: k for k, s in enumerate(plan.counted())}
         self.shared_loops = 0   # prange loops that n statements share count n - 1 times here
+        # the statements whose nest is being printed, and the coordinate vectors computed
+        # in their readers' loops (`source`)
+        self.emitting: list[StmtPlan] = []
+        self.inline: dict[str, str] = {}
         # a statement's position, its tag in local names (a dict: `list.index` is quadratic)
         self.positions = {s.var: k for k, s in enumerate(plan.stmts)}
         self._readers: dict[str, list[tuple[str, tuple[Any, ...]]]] | None = None
@@ -109,6 +127,8 @@ class NumbaEmitter:
         return self.nm.get(f"rc{k}", rel), self.nm.get(f"rp{k}", rel)
 
     def index(self, n: str) -> str:
+        if n in self.ex.rename:
+            return self.ex.rename[n]
         return self.nm.get(SIZE, n) if n in self.plan.sizes else self.nm.index(n)
 
     def var(self, v: str) -> str:
@@ -139,6 +159,9 @@ class NumbaEmitter:
         for q in self.p.params:
             if isinstance(q.type, ast.TRel):
                 args.append(("mask", self.nm.get(MASK, q.name), q.name))
+        for q in self.p.params:
+            if q.name in self.dense.values():
+                args.append(("dmask", self.nm.get(DENSE_MASK, q.name), q.name))
         for pat in self.plan.patterns:
             coords, ptr = self._pattern_names(pat)
             args.append(("coords", coords, pat))
@@ -199,9 +222,18 @@ class NumbaEmitter:
         w(0, f"def {KERNEL}({', '.join(a[1] for a in args)}):")
         body_start = len(w.lines)
         self.ex.hoistable = frozenset(s.var for s in self.plan.stmts if s.mode == "input")
-        for unit in sibling_fusion.schedule(self.plan):
+        units = sibling_fusion.schedule(self.plan)
+        # coordinate vectors computed in their reader's loop (instrumented: each statement
+        # counts its own iterations)
+        self.inline = {} if self.instrument else storage.inlined_coordinates(
+            self.plan, self.ex.layouts, [u[0].var for u in units if len(u) == 1])
+        for unit in units:
             for s in unit:
                 w(1, "# " + safe_comment(ssa_printer.fmt_stmt(tssa.Stmt(s.var, s.rhs))))
+            if unit[0].var in self.inline:
+                w(1, f"#   (computed in the loop of {self.inline[unit[0].var]}, where it is read)")
+                continue
+            self.emitting = unit
             if len(unit) > 1:
                 self.emit_siblings(unit)
             elif unit[0].mode == "blas":
@@ -209,6 +241,7 @@ class NumbaEmitter:
                 self.emit_blas(unit[0], unit[0].blas)
             else:
                 self.emit_loops(unit[0])
+            self.ex.locals = {}
         outs = [self.var(v) for v in self.p.output_vars()]
         w(1, f"return ({', '.join(outs)},)")
         if self.ex.hoisted:
@@ -389,6 +422,45 @@ class NumbaEmitter:
         return str(self.positions[s.var])
 
     def emit_loops(self, s: StmtPlan) -> None:
+        if s.var not in self.dense:
+            self.emit_nests(s)
+            return
+        # a dense pass over the box where the relation is dense enough, else the nests
+        assert s.outer is not None and s.outer[0].driver is not None
+        w, rhs, rel, tag = self.w, s.rhs, self.dense[s.var], self._tag(s)
+        arity = len(self.plan.rel_dims[rel])
+        box = " * ".join(f"({self.rels.dim(rel, k, self.index)})" for k in range(arity))
+        coords = self.rels.pattern(s.outer[0].driver.pattern)[0]
+        w(1, f"if {self.nm.get(DENSE_MASK, rel)}.size == {box} and "
+             f"{coords}.shape[0] * {DENSE_RATIO} >= {box}:")
+        w(2, f"{self.var(s.var)} = np.empty({self.shape(rhs.dims)})")
+        loops: list[Step] = [Loop(self.index(g), "0", self.aff(d))
+                             for g, d in zip(rhs.gen_names(), rhs.dims)]
+        ctx = LoopContext(tag + "d", f"_acc{tag}", [], [])
+        depth = self.steps(loops, 2, "prange", ctx)
+        # (the pass's own relation through its `dmask` argument; any other, the mask)
+        rels = RelNames(lambda r: self.nm.get(DENSE_MASK if r == rel else MASK, r),
+                        self._pattern_names, self.plan.rel_dims, self.plan.patterns,
+                        self.plan.sizes)
+        cond = pred_code(tssa.conjuncts(rhs.pred), self.index, rels, self.counter, INDENT)
+        assert not cond.pre, cond.pre   # (no `exists`: dense_pass_candidates)
+        assert s.facts is not None
+        self.ex.reset()
+        pre: list[str] = []
+        value = self.ex.pointwise(rhs, {}, s.facts, pre, s.facts)
+        store = self.store(s)
+        if pre:   # lines the value needs, run only where the mask holds
+            w.block(depth, [f"if {cond.code}:", *[INDENT + ln for ln in pre],
+                            f"{INDENT}{store} = {value}", "else:", f"{INDENT}{store} = 0.0"])
+        else:     # a select: no branch in the loop
+            w(depth, f"{store} = ({value} if {cond.code} else 0.0)")
+        self.close(ctx)
+        w(1, "else:")
+        start = len(w.lines)
+        self.emit_nests(s)
+        w.lines[start:] = [INDENT + ln for ln in w.lines[start:]]
+
+    def emit_nests(self, s: StmtPlan) -> None:
         w, rhs, name = self.w, s.rhs, self.var(s.var)
         tag = self._tag(s)
         cnt = f"_cnt{tag}"
@@ -399,29 +471,45 @@ class NumbaEmitter:
                   for a, part in enumerate(s.outer)]
         direct = s.scalar and s.inner is None and len(outers) == 1 and not outers[0][1]
         if not direct:  # (a scalar computed unconditionally is assigned once, below)
-            alloc = storage.allocation(s, self.plan)   # no fill where all is written
-            w(1, f"{name} = " + ("0.0" if s.scalar else
-                                 f"np.{alloc}({self.shape(rhs.dims)})"))
+            w(1, f"{name} = " + ("0.0" if s.scalar else self.allocate(s)))
         if self.instrument:
             w(1, f"{cnt} = 0")
-        store = name if s.scalar else \
-            f"{name}[{', '.join(self.index(g) for g in rhs.gen_names())}]"
         for a, (opart, osteps) in enumerate(outers):
             otag = tag if len(outers) == 1 else f"{tag}_{a}"
             ctx = LoopContext(otag, f"_acc{tag}", [], [cnt] if self.instrument else [])
             if s.inner is None:  # pointwise: one value per point
                 depth = self.steps(osteps, 1, "prange", ctx)
-                self.body(depth, store, "=", rhs, s.body_facts(opart), ctx.cnt, sums=False)
+                self.body(depth, self.store(s), "=", rhs, s.body_facts(opart), ctx.cnt,
+                          sums=False)
             elif self.sums_by_row(s, opart, osteps, otag, ctx, name):
                 pass
             else:   # a sum or a max/min: a reduction per point
                 mode = "prange" if opart.has_loop() else "seq"
                 depth = self.steps(osteps, 1, mode, ctx)
                 total = self.reduce_at(s, opart, otag, depth, ctx.cnt, mode != "prange")
-                w(depth, f"{store} = {total}")
+                w(depth, f"{self.store(s)} = {total}")
             self.close(ctx)
         if self.instrument:
             w(1, f"{COUNTS}[{self.counted[s.var]}] += {cnt}")
+
+    def allocate(self, s: StmtPlan) -> str:
+        """The allocation of array statement `s`: a coordinate vector (`storage.
+        coordinate_layouts`), or its box without a fill where every element read is
+        written (`storage.allocation`)."""
+        layout = self.ex.layouts.get(s.var)
+        if layout is not None:
+            return f"np.empty(({self.rels.pattern(layout.pattern)[0]}.shape[0],))"
+        return f"np.{storage.allocation(s, self.plan)}({self.shape(s.rhs.dims)})"
+
+    def store(self, s: StmtPlan) -> str:
+        """Where the body of `s` stores its element (after its outer loops are printed)."""
+        name = self.var(s.var)
+        if s.scalar:
+            return name
+        gens = s.rhs.gen_names()
+        if s.var in self.ex.layouts:
+            return f"{name}[{self.ex.position(s.var, tuple(Affine.var(g) for g in gens))}]"
+        return f"{name}[{', '.join(self.index(g) for g in gens)}]"
 
     def sums_by_row(self, s: StmtPlan, opart: Part, osteps: list[Step], otag: str,
                     ctx: LoopContext, name: str) -> bool:
@@ -482,7 +570,7 @@ class NumbaEmitter:
                          f"{INDENT}{acc}[:] = 0.0", f"{INDENT}{acc}_n = 0",
                          f"{INDENT}{acc}_m = True"])
         self.close(ictx)
-        store = f"{name}[{', '.join(self.index(v) for v in rhs.gen_names())}]"
+        store = self.store(s)
         tot = f"_tot{t}"
         # no block closed: each total is its one open block (merged into 0: itself)
         w.block(depth, [f"if not {acc}_m:",
@@ -550,14 +638,12 @@ class NumbaEmitter:
         local_only = sibling_fusion.read_only_here(unit, self.plan, self._reads_of())
         for s in unit:
             if s.var not in local_only:
-                w(1, f"{self.var(s.var)} = "
-                     f"np.{storage.allocation(s, self.plan)}({self.shape(s.rhs.dims)})")
+                w(1, f"{self.var(s.var)} = {self.allocate(s)}")
         if self.instrument:
             for cnt in cnts:
                 w(1, f"{cnt} = 0")
         members = {s.var for s in unit}
         here = sibling_fusion.identity(first)
-        gens = first.rhs.gen_names()   # (the same for every member)
         reused = {v for s in unit[1:] for v, idx in plan_reads(s.rhs, self.plan)
                   if v in members and idx == here}
         assert first.outer is not None
@@ -571,7 +657,7 @@ class NumbaEmitter:
             depth = self.steps(steps, 1, "prange", ctx)
             for m, s in enumerate(unit):
                 assert s.outer is not None
-                store = f"{self.var(s.var)}[{', '.join(self.index(g) for g in gens)}]"
+                store = self.store(s)
                 local = f"_s{self._tag(s)}" if s.var in reused else ""
                 cnt = ctx.cnts[m] if ctx.cnts else ""
                 if s.var in local_only:   # (its readers are later members, at this point)
@@ -648,6 +734,8 @@ class NumbaEmitter:
                     w(depth, f"{st.var} = ({st.expr}) // {st.div}")
             else:
                 assert isinstance(st, Loop)
+                if st.position is not None:
+                    self.ex.positions[st.position] = st.var
                 if first and mode == "chunk":
                     depth = self._chunk_loop(st, depth, ctx)
                 elif first and mode == "prange":
@@ -657,7 +745,44 @@ class NumbaEmitter:
                     depth += 1
                 w.block(depth, st.head)
                 first = False
+                if st.position is not None and self.inline:
+                    self.inline_at(st.position, depth)
         return depth
+
+    def inline_at(self, loop: tuple[str, tuple[int, ...], tuple[str, ...]], depth: int
+                  ) -> None:
+        """At the top of coordinate loop `loop`'s body: the coordinate vectors that the
+        statements being printed read at its member (`storage.inlined_coordinates`),
+        computed into locals that their reads then use (with their own indices renamed to
+        the loop's: the generators to its variables, the summation indices to fresh names)."""
+        readers, self.emitting = self.emitting, []
+        for u in readers:
+            for v, reader in self.inline.items():
+                if reader != u.var:
+                    continue
+                layout, vs = self.ex.layouts[v], self.plan.by_var[v]
+                idx = tuple(Affine.var(loop[2][layout.args.index(g)]) for g in layout.gens)
+                if not layout.position(idx, loop):
+                    continue
+                tag = self._tag(vs)
+                rename = {g: self.index(loop[2][k]) for k, g in enumerate(layout.args)}
+                rename.update({n: f"_r{tag}_{self.nm.index(n)}" for n in vs.rhs.sum_names()})
+                positions = dict(self.ex.positions)
+                self.ex.rename = rename
+                local = f"_l{tag}"
+                assert vs.outer is not None and vs.facts is not None
+                if vs.inner is None:
+                    self.ex.reset()
+                    pre: list[str] = []
+                    value = self.ex.pointwise(vs.rhs, {}, vs.facts, pre, vs.facts)
+                    self.w.block(depth, pre)
+                else:
+                    value = self.reduce_at(vs, vs.outer[0], tag, depth, "", False)
+                self.w(depth, f"{local} = {value}")
+                self.ex.rename = {}
+                self.ex.positions = positions
+                self.ex.locals[(v, idx)] = local
+        self.emitting = readers
 
     def _parallel_loop(self, st: Loop, depth: int, ctx: LoopContext) -> int:
         """`for v in prange(lo, stop)`.  Instrumented, each iteration counts into its own

@@ -121,6 +121,7 @@ class CudaEmitter(NumbaEmitter):
     statement instead of one function for the program."""
 
     neumaier_call = False   # (device code: the merges stay inline)
+    relation_layouts = False   # (one dense array per statement, allocated by the host)
 
     def __init__(self, plan: ProgramPlan) -> None:
         super().__init__(plan, instrument=False)
