@@ -10,7 +10,15 @@ from typing import Any, Iterable
 
 from . import table
 
-GRIEWANK_TARGET = 3.0
+GRIEWANK_TARGET = 3.0    # time(derivative) / time(f) at the largest N (issue 14: N = 2000)
+# f and gradient against JAX jit (issue 14): within JAX_TARGET at each of JAX_SIZES (a
+# workload capped below them: at its largest N), geometric mean of the suite's ratios at most
+# JAX_GEOMEAN_TARGET.  SUITE: the workloads issue 14 names; the others are listed too.
+JAX_TARGET = 1.25
+JAX_GEOMEAN_TARGET = 0.9
+JAX_SIZES = (1000, 2000)
+SUITE = ("qform", "qform_sum", "matfac", "masked", "nnmatfac", "conv", "deconv_loss",
+         "logreg", "row_col", "nbody", "imgarap")
 # Materialised Hessians vs jax.hessian (issue 14): (workload, N, speed-up at least), each
 # measured at exactly that N (bench/tasks.py: a sweep size, or the derivative's `points`);
 # and the memory of matfac's Hessian O(output) at its N.
@@ -40,7 +48,8 @@ def _status_word(ok: bool | None) -> str:
 
 def griewank_rows(data: dict[str, Any]) -> list[list[str]]:
     """One row per (workload, derivative): tensorlang's time ratio at each N, the cost-model
-    ratio at the largest N, and whether every measured ratio is within the target."""
+    ratio at the largest N, and whether the ratio at the largest N is within the target (at
+    small N a call is mostly its fixed cost, which f and the derivative both pay)."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for rec in data["records"]:
         if _tl(rec):
@@ -49,7 +58,7 @@ def griewank_rows(data: dict[str, Any]) -> list[list[str]]:
     rows = []
     for (w, key), recs in groups.items():
         recs = sorted(recs, key=lambda r: r["N"])
-        cells, ratios, wrong = [], [], False
+        cells, last, wrong = [], None, False
         for rec in recs:
             m = rec["derivatives"][key]
             r = m.get("ratio")
@@ -57,8 +66,7 @@ def griewank_rows(data: dict[str, Any]) -> list[list[str]]:
             wrong = wrong or bad
             cells.append(f"{rec['N']}: " + (table.fmt_ratio(r) if r is not None
                                                else table.fmt_cell(m)) + (" (!)" if bad else ""))
-            if r is not None:
-                ratios.append(r)
+            last = r
         cost_r, cost_n, star = None, None, ""
         for rec in recs:
             cost = rec.get("cost") or {}
@@ -66,7 +74,7 @@ def griewank_rows(data: dict[str, Any]) -> list[list[str]]:
             if cf and cd is not None:
                 cost_r, cost_n = cd / cf, rec["N"]
                 star = "*" if cost.get(key + "_message") else ""
-        ok = None if not ratios else max(ratios) <= GRIEWANK_TARGET
+        ok = None if last is None else last <= GRIEWANK_TARGET
         extra = " (materialised Hessian)" if key == "hessian" else ""
         extra += "; **values disagree with the reference (!)**" if wrong else ""
         rows.append([w, recs[0]["derivatives"][key]["label"], ", ".join(cells),
@@ -75,7 +83,7 @@ def griewank_rows(data: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-# -- target 2: no slower than JAX at the largest N ---------------------------------------------
+# -- target 2: f and gradient against JAX jit at N = 1000 and 2000 -----------------------------
 
 def largest_common(data: dict[str, Any], workload: str, key: str | None,
                    a: str = "tensorlang", b: str = "jax") -> tuple[int, float, float] | None:
@@ -106,24 +114,44 @@ def largest_n(data: dict[str, Any], workload: str, system: str = "tensorlang") -
     return max(ns) if ns else None
 
 
+def common_sizes(data: dict[str, Any], workload: str, key: str | None,
+                 a: str = "tensorlang", b: str = "jax") -> dict[int, tuple[float, float]]:
+    """N -> (time a, time b) wherever both systems have a time."""
+    ra, rb = _by(data, a), _by(data, b)
+    out = {}
+    for (w, n), rec in ra.items():
+        if w != workload or (w, n) not in rb:
+            continue
+        ma = rec["f"] if key is None else rec["derivatives"].get(key)
+        mb = rb[(w, n)]["f"] if key is None else rb[(w, n)]["derivatives"].get(key)
+        ta, tb = _time(ma), _time(mb)
+        if ta is not None and tb is not None:
+            out[n] = (ta, tb)
+    return out
+
+
 def vs_jax_rows(data: dict[str, Any]) -> list[list[str]]:
+    """A row per workload, f or gradient, and N in JAX_SIZES (a workload capped below them:
+    its largest common N); the last cell says whether the ratio is within JAX_TARGET."""
     rows = []
     workloads = list(dict.fromkeys(r["workload"] for r in data["records"]))
     for w in workloads:
         keys: list[str | None] = [None]
         recs = [r for r in data["records"] if r["workload"] == w]
         keys += [k for k in recs[0]["derivatives"] if k in GRADIENT_KINDS]
+        suite = "yes" if w in SUITE else ""
         for key in keys:
             what = "f" if key is None else recs[0]["derivatives"][key]["label"]
-            got = largest_common(data, w, key)
-            if got is None:
-                rows.append([w, what, str(largest_n(data, w) or "-"), "-", "-", "-",
+            common = common_sizes(data, w, key)
+            ns = [n for n in JAX_SIZES if n in common] or ([max(common)] if common else [])
+            if not ns:
+                rows.append([w, suite, what, str(largest_n(data, w) or "-"), "-", "-", "-",
                              _status_word(None)])
-                continue
-            n, ttl, tjax = got
-            rows.append([w, what, str(n), table.fmt_time(ttl), table.fmt_time(tjax),
-                         f"{ttl / tjax:.3g}",
-                         _status_word(ttl <= tjax) + _disagree(data, w, key, n)])
+            for n in ns:
+                ttl, tjax = common[n]
+                rows.append([w, suite, what, str(n), table.fmt_time(ttl), table.fmt_time(tjax),
+                             f"{ttl / tjax:.3g}", _status_word(ttl <= JAX_TARGET * tjax)
+                             + _disagree(data, w, key, n)])
     return rows
 
 
@@ -209,14 +237,20 @@ def md_table(head: list[str], rows: Iterable[list[str]]) -> str:
 
 
 def _geomean_text(rows: list[list[str]]) -> str:
-    """Geometric mean of tensorlang / JAX over the rows that have both times."""
+    """Geometric mean of tensorlang / JAX (`vs_jax_rows`) over the suite's rows and over all
+    rows that have both times."""
     import math
 
-    rs = [float(r[5]) for r in rows if r[5] not in ("-", "")]
-    if not rs:
+    def mean(rs: list[float]) -> str:
+        g = math.exp(sum(math.log(x) for x in rs) / len(rs))
+        return f"{g:.3g} over {len(rs)} rows ({_status_word(g <= JAX_GEOMEAN_TARGET)})"
+
+    every = [float(r[6]) for r in rows if r[6] not in ("-", "")]
+    suite = [float(r[6]) for r in rows if r[6] not in ("-", "") and r[1]]
+    if not every:
         return "no common measurements"
-    g = math.exp(sum(math.log(x) for x in rs) / len(rs))
-    return f"tensorlang / JAX geometric mean {g:.3g} over {len(rs)} rows"
+    return (f"tensorlang / JAX geometric mean (target <= {JAX_GEOMEAN_TARGET:g}): the suite "
+            f"{mean(suite) if suite else '-'}; every workload {mean(every)}")
 
 
 def _count(rows: list[list[str]], col: int = -1) -> str:
@@ -336,29 +370,37 @@ def render(data: dict[str, Any], doc_path: str, plots: list[str]) -> str:
         "target with no measurement is 'not measurable yet' rather than failed.",
         "",
         f"- Griewank ratio <= {GRIEWANK_TARGET:g}: {_count(g_rows)} (workload x derivative).",
-        f"- f and gradient no slower than JAX jit at the largest N: {_count(j_rows)}; "
-        f"{_geomean_text(j_rows)}.",
+        f"- f and gradient within {JAX_TARGET:g}x of JAX jit at N = "
+        f"{' and '.join(map(str, JAX_SIZES))}: the suite {_count([r for r in j_rows if r[1]])};"
+        f" every workload {_count(j_rows)}; {_geomean_text(j_rows)}.",
         f"- Materialised Hessians vs jax.hessian ({h_goal}): {_count(h_rows)}; "
         f"memory of {HESSIAN_MEMORY[0]}'s Hessian O(output): {hm_row[-1]}.",
         f"- Pipeline + cached kernel load < {STARTUP_TARGET:g} s per example: "
         f"{_count(s_rows) if s_rows else 'not measured in this run'}.",
         "",
-        f"### 1. Griewank ratio <= {GRIEWANK_TARGET:g} on every workload and N",
+        f"### 1. Griewank ratio <= {GRIEWANK_TARGET:g} at the largest N",
         "",
         "Measured time ratio time(derivative) / time(f) of tensorlang, and the cost-model "
         "ratio C(derivative) / C(f) (exact, machine-independent; SPEC 6 bounds it by 3 for "
         "jvp and 4 + |in| + |out| / C for vjp). A materialised Hessian has an output N times "
         "larger than the gradient, so no constant bounds its ratio; it is listed for "
-        f"completeness. Summary: {_count(g_rows)}.",
+        "completeness. The status is the ratio at the largest N (issue 14: N = 2000); at "
+        "N <= 100 a call is mostly its fixed cost of a few microseconds. "
+        f"Summary: {_count(g_rows)}.",
         "",
         md_table(["workload", "derivative", "time ratio at N", "cost ratio", "status"], g_rows),
         "",
-        "### 2. f and gradient no slower than JAX jit at the largest N",
+        f"### 2. f and gradient within {JAX_TARGET:g}x of JAX jit at N = "
+        f"{' and '.join(map(str, JAX_SIZES))}",
         "",
-        f"At the largest N where both have a time. Summary: {_count(j_rows)}.",
+        "At each of those N where both have a time (a workload capped below them: at its "
+        "largest N). 'suite': the workloads issue 14 names (qform in both spellings, matfac "
+        "and masked with 30% relations, nnmatfac, conv/deconv, logreg, row_col, nbody, "
+        f"imgarap). Summary: the suite {_count([r for r in j_rows if r[1]])}; every workload "
+        f"{_count(j_rows)}; {_geomean_text(j_rows)}.",
         "",
-        md_table(["workload", "function", "N", "tensorlang", "JAX jit", "tensorlang / JAX",
-                  "status"], j_rows),
+        md_table(["workload", "suite", "function", "N", "tensorlang", "JAX jit",
+                  "tensorlang / JAX", "status"], j_rows),
         "",
         "### 3. Materialised Hessians vs jax.hessian",
         "",

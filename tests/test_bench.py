@@ -153,6 +153,36 @@ def test_hessian_targets_are_read_at_their_own_sizes():
     assert {r[0]: r for r in report.hessian_rows(data)}["logreg"][-1] == "not measurable yet"
 
 
+def test_jax_rows_and_griewank_follow_issue_14():
+    """f and gradient against JAX: a row at each of N = 1000 and 2000 (a capped workload at
+    its largest N), met within 1.25x, the suite's geometric mean apart; the Griewank status
+    is the ratio at the largest N."""
+    from bench import report
+
+    def rec(system, w, n, tf, tg):
+        g = {"status": "ok", "time": tg, "check": "ok", "label": "grad(x)", "ratio": tg / tf}
+        return {"system": system, "workload": w, "N": n, "f": {"status": "ok", "time": tf},
+                "derivatives": {"grad": g}}
+    data = {"records": [
+        rec("tensorlang", "qform", 100, 1.0, 5.0), rec("jax", "qform", 100, 1.0, 1.0),
+        rec("tensorlang", "qform", 1000, 1.2, 2.0), rec("jax", "qform", 1000, 1.0, 1.0),
+        rec("tensorlang", "qform", 2000, 1.0, 2.9), rec("jax", "qform", 2000, 1.0, 2.0),
+        rec("tensorlang", "attention", 300, 3.0, 3.0), rec("jax", "attention", 300, 1.0, 6.0)]}
+    rows = {(r[0], r[2], r[3]): r for r in report.vs_jax_rows(data)}
+    assert set(rows) == {("qform", "f", "1000"), ("qform", "grad(x)", "1000"),
+                         ("qform", "f", "2000"), ("qform", "grad(x)", "2000"),
+                         ("attention", "f", "300"), ("attention", "grad(x)", "300")}
+    assert rows[("qform", "f", "1000")][-1] == "met"            # 1.2 <= 1.25
+    assert rows[("qform", "grad(x)", "1000")][-1] == "**not met**"
+    assert rows[("qform", "grad(x)", "2000")][-1] == "**not met**"   # 1.45
+    assert rows[("qform", "f", "2000")][1] == "yes" and rows[("attention", "f", "300")][1] == ""
+    text = report._geomean_text(report.vs_jax_rows(data))
+    assert "the suite 1.37 over 4 rows (**not met**)" in text and "over 6 rows" in text
+    g = {r[0]: r for r in report.griewank_rows(data)}
+    assert g["qform"][-1] == "met"          # 2.9 at N = 2000, though 5 at N = 100
+    assert g["attention"][-1] == "met"
+
+
 def test_report_renders(tmp_path):
     from bench import report
 
