@@ -11,6 +11,18 @@ An accumulator named `acc` is four locals: `acc` (the open block), `acc_n` (its 
 `acc_s` and `acc_c` (the total and its compensation).  It works under any loop nest, guard
 or driver (the count, not the loop structure, closes blocks), and the result does not
 depend on the number of threads.
+
+The counted form (`add`: an add, a count and a branch per term) keeps LLVM from
+vectorising the loop, and its one dependency chain through `acc` serialises a body of
+logs or divisions.  Where the innermost loop is a plain range (`block_loop`), the sum is
+instead a nested loop: blocks of `BLOCK` consecutive iterations, counted from the loop's
+start, whose terms are first stored into a buffer on the stack (a loop without a
+dependency between iterations, which LLVM vectorises), then added by `block_sum` in
+`LANES` interleaved partial sums (a fixed order: the same bits on every machine).  A full
+block's total is merged into the compensated total; a shorter one (a loop's last, or a
+loop shorter than a block) is added into the open block like one big term, which is then
+merged once it holds `BLOCK` terms or more (the error bound of an open block is then
+2 BLOCK ulps instead of BLOCK).
 """
 from __future__ import annotations
 
@@ -62,6 +74,88 @@ def add(acc: str, value: str, indent: str, call: bool = False) -> list[str]:
             f"{indent}{acc}_n = 0"]
 
 
+LANES = 8   # partial sums of `block_sum`: enough independent adds to fill the FP pipes
+
+
+def block_sum(buf, n):  # type: ignore[no-untyped-def]
+    """The total of `buf[0:n]` (n <= BLOCK) in a fixed order: term k goes into partial sum
+    k % LANES, in order (the last n % LANES terms into the first partial sums), and the
+    partial sums are added pairwise, ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))."""
+    p0 = p1 = p2 = p3 = p4 = p5 = p6 = p7 = 0.0
+    k = 0
+    while k + 8 <= n:
+        p0 += buf[k]
+        p1 += buf[k + 1]
+        p2 += buf[k + 2]
+        p3 += buf[k + 3]
+        p4 += buf[k + 4]
+        p5 += buf[k + 5]
+        p6 += buf[k + 6]
+        p7 += buf[k + 7]
+        k += 8
+    if k < n:
+        p0 += buf[k]
+    if k + 1 < n:
+        p1 += buf[k + 1]
+    if k + 2 < n:
+        p2 += buf[k + 2]
+    if k + 3 < n:
+        p3 += buf[k + 3]
+    if k + 4 < n:
+        p4 += buf[k + 4]
+    if k + 5 < n:
+        p5 += buf[k + 5]
+    if k + 6 < n:
+        p6 += buf[k + 6]
+    return ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))
+
+
+def block_close(buf, n, acc, acc_n, s, c):  # type: ignore[no-untyped-def]
+    """Take the `n` terms of a block (`buf[0:n]`) into an accumulator's state (`acc`,
+    `acc_n`, `s`, `c`, as `init` names them); the new state.  A full block is merged into
+    the total; a shorter one goes into the open block, merged once that has `BLOCK` terms
+    or more."""
+    v = block_sum(buf, n)
+    if n == BLOCK:
+        s, c = neumaier(s, c, v)
+        return acc, acc_n, s, c
+    acc += v
+    acc_n += n
+    if acc_n >= BLOCK:
+        s, c = neumaier(s, c, acc)
+        acc = 0.0
+        acc_n = 0
+    return acc, acc_n, s, c
+
+
+# Runtime helpers of a blocked loop (numba_rt): a buffer of BLOCK floats on the stack of
+# the function that calls it (no allocation; one per thread inside a `prange`), and the
+# loop index as a value the compiler may take as non-negative (so that indexing needs no
+# wraparound, which would turn the vectorised loads into gathers).
+BLOCK_BUFFER = "tl_block_buffer"
+NONNEG = "tl_nonneg"
+BLOCK_CLOSE = "tl_block_close"
+
+
+def block_loop(acc: str, var: str, lo: str, stop: str, tag: str, indent: str
+               ) -> tuple[list[str], str, list[str]]:
+    """A sum's innermost loop `for var in range(lo, stop)` as blocks (see the module
+    docstring): the lines that open it (the body then follows, one level deeper than the
+    last of them), the target each term is assigned to, and the lines after the body
+    (at the level of the first opening line).  `lo` is not negative (a loop over an
+    index's range)."""
+    buf, b, e, j, hi = f"_tb{tag}", f"_tbb{tag}", f"_tbe{tag}", f"_tbj{tag}", f"_tbh{tag}"
+    opening = [f"{buf} = {BLOCK_BUFFER}()",
+               f"{hi} = {stop}",
+               f"for {b} in range({lo}, {hi}, {BLOCK}):",
+               f"{indent}{e} = min({b} + {BLOCK}, {hi})",
+               f"{indent}for {j} in range({b}, {e}):",
+               f"{indent * 2}{var} = {NONNEG}({j})"]
+    closing = [f"{indent}{acc}, {acc}_n, {acc}_s, {acc}_c = {BLOCK_CLOSE}("
+               f"{buf}, {e} - {b}, {acc}, {acc}_n, {acc}_s, {acc}_c)"]
+    return opening, f"{buf}[{j} - {b}]", closing
+
+
 def result(acc: str, indent: str, call: bool = False) -> tuple[list[str], str]:
     """Lines that close the open block, and the expression of the sum.  A non-finite total
     (an inf or nan term: it never turns finite again) is the plain total, as a loop's sum
@@ -83,5 +177,6 @@ def extreme_update(acc: str, op: str, value: str, indent: str) -> list[str]:
     return [f"{t} = {value}", f"if {t} {cmp} {acc} or {t} != {t}:", f"{indent}{acc} = {t}"]
 
 
-__all__ = ["BLOCK", "NEUMAIER", "init", "merge", "neumaier", "add", "result", "extreme_init",
-           "extreme_update"]
+__all__ = ["BLOCK", "LANES", "NEUMAIER", "BLOCK_BUFFER", "NONNEG", "BLOCK_CLOSE", "init", "merge",
+           "neumaier", "add", "block_sum", "block_close", "block_loop", "result",
+           "extreme_init", "extreme_update"]

@@ -73,6 +73,10 @@ class LoopContext:
     # the iteration counters of the statements whose bodies run in this nest (one but in a
     # nest of siblings; none: not instrumented)
     cnts: list[str] = field(default_factory=list)
+    # a sum whose innermost plain loop may run as blocks (accumulate.block_loop), and the
+    # target of its terms once it does ("": the counted `acc += term`)
+    block: bool = False
+    target: str = ""
 
     @property
     def cnt(self) -> str:
@@ -86,6 +90,8 @@ class NumbaEmitter:
     # relation-masked statements as coordinate vectors and dense passes (`common.storage`;
     # the CPU kernel's allocation and loops)
     relation_layouts = True
+    # a sum's innermost plain loop runs as blocks of vectorisable terms (accumulate.block_loop)
+    blocked_sums = True
 
     def __init__(self, plan: ProgramPlan, instrument: bool, jit: bool = True,
                  constants: bool = False) -> None:
@@ -198,7 +204,9 @@ class NumbaEmitter:
         gram = any(s.gram is not None for s in self.plan.stmts)
         helpers = [f"tl_{fn}" for fn in used] + (["tl_matmul"] if blas else []) + \
             (["tl_gram"] if gram else []) + \
-            ([accumulate.NEUMAIER] if sums and self.neumaier_call else [])
+            ([accumulate.NEUMAIER] if sums and self.neumaier_call else []) + \
+            ([accumulate.BLOCK_BUFFER, accumulate.NONNEG, accumulate.BLOCK_CLOSE]
+             if sums and self.blocked_sums else [])
         if self.jit:
             w(0, "from numba import njit, prange")
             if helpers:
@@ -604,11 +612,16 @@ class NumbaEmitter:
             itag = otag if len(s.inner) == 1 else f"{otag}_{b}"
             isteps = part_steps(ipart, self.index, self.rels, self.counter, INDENT,
                                 itag + "i", s.body_facts(opart, ipart))
-            ictx = LoopContext(itag, acc, [], [cnt] if cnt else [])
+            ictx = LoopContext(itag, acc, [], [cnt] if cnt else [],
+                               block=self.blocked_sums and not extreme and not few)
             idepth = self.steps(isteps, depth, "chunk" if chunked and not extreme else "seq",
                                 ictx)
-            self.body(idepth, ictx.acc, rhs.op if extreme else "+" if few else "+=", rhs,
-                      s.body_facts(opart, ipart), ictx.cnt, sums=True)
+            if ictx.target:   # a term of a blocked loop: into the block's buffer
+                self.body(idepth, ictx.target, "=", rhs, s.body_facts(opart, ipart), ictx.cnt,
+                          sums=True)
+            else:
+                self.body(idepth, ictx.acc, rhs.op if extreme else "+" if few else "+=", rhs,
+                          s.body_facts(opart, ipart), ictx.cnt, sums=True)
             self.close(ictx)
         if extreme or few:
             return acc
@@ -718,7 +731,9 @@ class NumbaEmitter:
         parallel reduction into `ctx.acc` (mode "chunk") or a plain loop ("seq")."""
         w = self.w
         first = True
-        for st in steps:
+        for k, st in enumerate(steps):
+            # the innermost loop of a sum, over an index's range: as blocks
+            blocked = ctx.block and k == len(steps) - 1 and isinstance(st, Loop) and not st.head
             if isinstance(st, Guard):
                 w.block(depth, st.pre)
                 w(depth, f"if {st.code}:")
@@ -737,9 +752,11 @@ class NumbaEmitter:
                 if st.position is not None:
                     self.ex.positions[st.position] = st.var
                 if first and mode == "chunk":
-                    depth = self._chunk_loop(st, depth, ctx)
+                    depth = self._chunk_loop(st, depth, ctx, blocked)
                 elif first and mode == "prange":
                     depth = self._parallel_loop(st, depth, ctx)
+                elif blocked:
+                    depth = self._block_loop(st.var, st.lo, st.stop, depth, ctx)
                 else:
                     w(depth, f"for {st.var} in range({st.lo}, {st.stop}):")
                     depth += 1
@@ -813,9 +830,20 @@ class NumbaEmitter:
         ctx.cnts = its
         return depth + 1
 
-    def _chunk_loop(self, st: Loop, depth: int, ctx: LoopContext) -> int:
+    def _block_loop(self, var: str, lo: str, stop: str, depth: int, ctx: LoopContext) -> int:
+        """`for var in range(lo, stop)`, the innermost loop of the sum into `ctx.acc`, as
+        blocks (accumulate.block_loop): the body assigns its term to `ctx.target`."""
+        opening, ctx.target, closing = accumulate.block_loop(ctx.acc, var, lo, stop, ctx.tag,
+                                                             INDENT)
+        self.w.block(depth, opening)
+        ctx.closers.append((depth, closing))
+        return depth + 2
+
+    def _chunk_loop(self, st: Loop, depth: int, ctx: LoopContext, blocked: bool = False
+                    ) -> int:
         """`for v in range(lo, stop)` as at most CHUNKS parallel partial sums added in chunk
-        order: the result does not depend on the number of threads."""
+        order: the result does not depend on the number of threads.  `blocked`: each
+        chunk's loop runs as blocks (`_block_loop`)."""
         w, t = self.w, ctx.tag
         lo, n, nc, part, c, a = (f"_lo{t}", f"_len{t}", f"_nc{t}", f"_part{t}", f"_c{t}",
                                  f"_a{t}")
@@ -834,8 +862,9 @@ class NumbaEmitter:
         if ctx.cnt:
             w(depth + 1, f"{it} = 0")
         off = "" if lo == "0" else f"{lo} + "
-        w(depth + 1, f"for {st.var} in range({off}({c} * {n}) // {nc}, "
-                     f"{off}(({c} + 1) * {n}) // {nc}):")
+        start, stop = f"{off}({c} * {n}) // {nc}", f"{off}(({c} + 1) * {n}) // {nc}"
+        if not blocked:
+            w(depth + 1, f"for {st.var} in range({start}, {stop}):")
         after = [f"for _d{t} in range({nc}):", f"{INDENT}_p{t} = {part}[_d{t}]",
                  *[INDENT + ln for ln in accumulate.merge(ctx.acc, f"_p{t}", INDENT,
                                                           self.neumaier_call)]]
@@ -848,6 +877,8 @@ class NumbaEmitter:
         ctx.closers.append((depth, after))
         ctx.closers.append((depth + 1, inside))
         ctx.acc = a
+        if blocked:
+            return self._block_loop(st.var, start, stop, depth + 1, ctx)
         return depth + 2
 
 

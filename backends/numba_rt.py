@@ -2,7 +2,8 @@
 
 Generated modules import `tl_<name>` from here.  They are compiled lazily, cached on disk by
 Numba, and use `error_model="numpy"` like the kernels (1/0 is inf, not an exception).
-`tl_exp` is not libm's (a call no loop vectorises) but straight-line arithmetic (below).
+`tl_exp`, `tl_log` and `tl_tanh` are not libm's (a call no loop vectorises) but
+straight-line arithmetic (below).
 """
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import ctypes
 import math
 import os
 import threading
-from typing import Callable
+import types as pytypes
+from typing import Any, Callable
 
 # Idle OpenMP workers sleep instead of spinning (read when Numba starts its pool, on the first
 # parallel kernel; a value the user set is kept): a spinning worker takes the core that BLAS,
@@ -23,6 +25,9 @@ import numpy as np  # noqa: E402
 from numba import njit, types  # noqa: E402
 from numba.extending import get_cython_function_address, intrinsic  # noqa: E402
 from llvmlite import binding as llvm_binding  # noqa: E402
+from llvmlite import ir as llvm_ir  # noqa: E402
+from numba.core import cgutils  # noqa: E402
+from numba.np.arrayobj import make_array, populate_array  # noqa: E402
 
 from . import accumulate  # noqa: E402
 from .scalar_builtins import FUNCS  # noqa: E402
@@ -33,6 +38,55 @@ globals().update({f"tl_{name}": njit(**_JIT)(fn) for name, fn in FUNCS.items()})
 
 # The compensated addition of the sums' accumulators (backends/accumulate.py)
 tl_neumaier = njit(**_JIT)(accumulate.neumaier)
+
+
+def _with_globals(fn: Callable[..., Any], **names: Any) -> Callable[..., Any]:
+    """`fn` with some of its global names bound to other objects (the compiled helpers it
+    calls), for `njit`."""
+    return pytypes.FunctionType(fn.__code__, {**fn.__globals__, **names}, fn.__name__,
+                                fn.__defaults__, fn.__closure__)
+
+
+# The blocked loops of sums (accumulate.block_loop)
+tl_block_sum = njit(**_JIT)(accumulate.block_sum)
+tl_block_close = njit(**_JIT)(_with_globals(accumulate.block_close, block_sum=tl_block_sum,
+                                            neumaier=tl_neumaier))
+
+
+@intrinsic
+def tl_block_buffer(typingctx):  # type: ignore[no-untyped-def]
+    """A float64 array of `accumulate.BLOCK` elements on the stack of the calling function
+    (allocated once, in its entry block; no reference count): the terms of one block.
+    Inside a `prange` the body is a function of its own, so each thread has its own."""
+    arrty = types.Array(types.float64, 1, "C")
+
+    def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+        double = context.get_value_type(types.float64)
+        data = cgutils.alloca_once(builder, double, size=accumulate.BLOCK)
+        ary = make_array(arrty)(context, builder)
+        intp = context.get_value_type(types.intp)
+        populate_array(ary, data=data,
+                       shape=cgutils.pack_array(builder, [intp(accumulate.BLOCK)]),
+                       strides=cgutils.pack_array(builder, [intp(8)]),
+                       itemsize=intp(8), meminfo=None)
+        return ary._getvalue()
+    return arrty(), codegen
+
+
+@intrinsic
+def tl_nonneg(typingctx, x):  # type: ignore[no-untyped-def]
+    """`x`, which the compiler may assume is not negative (`llvm.assume`): indexing with it
+    needs no wraparound, so a loop's loads stay contiguous (vector loads, not gathers).
+    Only for loop indices over an index's range (never negative)."""
+    if not isinstance(x, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+        assume = builder.module.declare_intrinsic(
+            "llvm.assume", fnty=llvm_ir.FunctionType(llvm_ir.VoidType(), [llvm_ir.IntType(1)]))
+        builder.call(assume, [builder.icmp_signed(">=", args[0], args[0].type(0))])
+        return args[0]
+    return x(x), codegen
 
 
 # -- exp without a library call ---------------------------------------------------------------
@@ -78,6 +132,83 @@ def tl_exp(x):  # type: ignore[no-untyped-def]
     y = math.inf if x > _EXP_MAX else y
     y = 0.0 if x < _EXP_MIN else y
     return x if x != x else y
+
+
+@intrinsic
+def _bits_from_float(typingctx, x):  # type: ignore[no-untyped-def]
+    """The int64 whose bits are those of the float64 `x` (a bit cast, no conversion)."""
+    if not isinstance(x, types.Float):
+        return None
+
+    def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+        return builder.bitcast(args[0], context.get_value_type(types.int64))
+    return types.int64(types.float64), codegen
+
+
+# -- log: fdlibm's algorithm without branches ---------------------------------------------------
+# x = 2^k z with z in [sqrt(1/2), sqrt(2)) (integer arithmetic on the bits; subnormals are
+# first scaled by 2^52), f = z - 1, s = f / (2 + f), log(1 + f) = f - f^2/2 + s (f^2/2 + R(s^2))
+# with fdlibm's minimax R: within 1 ulp of libm's log (tests/test_numba_exp.py).
+
+_LG1 = 6.666666666666735130e-01
+_LG2 = 3.999999999940941908e-01
+_LG3 = 2.857142874366239149e-01
+_LG4 = 2.222219843214978396e-01
+_LG5 = 1.818357216161805012e-01
+_LG6 = 1.531383769920937332e-01
+_LG7 = 1.479819860511658591e-01
+_TINY = 2.2250738585072014e-308      # the smallest normal float
+_SQRT_HALF_BITS = 0x3FE6A09E667F3BCD
+
+
+@njit(**_JIT)
+def tl_log(x):  # type: ignore[no-untyped-def]
+    sub = x < _TINY
+    xs = x * 4503599627370496.0 if sub else x     # (2^52)
+    ix = _bits_from_float(xs)
+    k = (ix - _SQRT_HALF_BITS) >> 52
+    f = _float_from_bits(ix - (k << 52)) - 1.0
+    dk = np.float64(k - 52 if sub else k)
+    hfsq = 0.5 * f * f
+    s = f / (2.0 + f)
+    z = s * s
+    w = z * z
+    r = z * (_LG1 + w * (_LG3 + w * (_LG5 + w * _LG7))) + w * (_LG2 + w * (_LG4 + w * _LG6))
+    y = dk * _LN2_HI - ((hfsq - (s * (hfsq + r) + dk * _LN2_LO)) - f)
+    y = x if x == math.inf else y
+    y = -math.inf if x == 0.0 else y
+    return math.nan if (x < 0.0 or x != x) else y
+
+
+# -- tanh -----------------------------------------------------------------------------------
+# |x| < 0.625: x + x^3 P(x^2) / Q(x^2) (Cephes' rational approximation); above,
+# 1 - 2 / (exp(2|x|) + 1) with exp as in tl_exp (|x| capped at 22, where tanh is 1 in
+# float64); both arms computed, one division.  Within 2 ulp of libm's tanh; x itself below
+# 2^-28 (signed zeros, subnormals) and for NaN.
+
+_TANH_P = (-1.61468768441708447952e3, -9.92877231001918586564e1, -9.64399179425052238628e-1)
+_TANH_Q = (4.84406305325125486048e3, 2.23548839060100448583e3, 1.12811678491632931402e2)
+
+
+@njit(**_JIT)
+def tl_tanh(x):  # type: ignore[no-untyped-def]
+    a = abs(x)
+    a = a if a < 22.0 else 22.0
+    y = 2.0 * a
+    k = (y * _INV_LN2 + _ROUND) - _ROUND
+    r = (y - k * _LN2_HI) - k * _LN2_LO
+    q = 0.5 + r * (1.0 / 6 + r * (1.0 / 24 + r * (1.0 / 120 + r * (1.0 / 720 + r * (
+        1.0 / 5040 + r * (1.0 / 40320 + r * (1.0 / 362880 + r * (1.0 / 3628800 + r * (
+            1.0 / 39916800 + r * (1.0 / 479001600 + r * (1.0 / 6227020800)))))))))))
+    u = (1.0 + (r + (r * r) * q)) * _float_from_bits((np.int64(k) + 1023) << 52)
+    s = a * a
+    small = a < 0.625
+    pn = a * s * (_TANH_P[0] + s * (_TANH_P[1] + s * _TANH_P[2]))
+    pd = _TANH_Q[0] + s * (_TANH_Q[1] + s * (_TANH_Q[2] + s))
+    v = (pn if small else 2.0) / (pd if small else u + 1.0)   # (selects: no branch)
+    z = a + v if small else 1.0 - v
+    z = -z if x < 0.0 else z
+    return x if (a < 3.725290298461914e-09 or x != x) else z
 
 
 # BLAS syrk (C = A A^T, half of gemm's work), called from kernels by its symbol name, which
@@ -199,7 +330,8 @@ tl_gram_loops = _gram_loops     # what AOT images call instead of BLAS (backends
 
 __all__ = [f"tl_{name}" for name in FUNCS] + ["tl_matmul", "tl_matmul_loops", "tl_gram",
                                                 "tl_gram_loops", "tl_neumaier",
-                                                "threads_for",
+                                                "tl_block_sum", "tl_block_close",
+                                                "tl_block_buffer", "tl_nonneg", "threads_for",
                                                 "use_threads", "BlasThreads", "PARALLEL_GRAIN"]
 
 
@@ -329,6 +461,16 @@ globals().update({f"python_{name}": _python_builtin(name) for name in FUNCS})
 
 
 python_neumaier = accumulate.neumaier
+python_block_close = accumulate.block_close
+
+
+def python_block_buffer() -> object:
+    import numpy as np
+    return np.empty(accumulate.BLOCK)
+
+
+def python_nonneg(x: int) -> int:
+    return x
 
 
 def python_matmul(a: object, b: object) -> object:

@@ -23,6 +23,9 @@ def dot(N: size, x: R[N], y: R[N]) -> R:
 
 def rows(M: size, N: size, A: R[M, N]) -> R[M]:
     return gen i:M. sum j:N. A[i, j]
+
+def grid(M: size, N: size, A: R[M, N]) -> R:
+    return sum i:M, j:N. A[i, j]
 """)
 
 
@@ -73,6 +76,18 @@ def test_row_sums_of_long_rows() -> None:
     assert np.all(interp_err <= np.maximum(numpy_err, 0.0))
     numba_err = np.abs(MODULE["rows"].compile("numba")(a) - exact) / np.abs(exact)
     assert numba_err.max() <= BOUND
+
+
+@pytest.mark.parametrize("case", sorted(DATA))
+@pytest.mark.parametrize("width", [100, 300])
+def test_sums_of_rows_shorter_than_a_block(case: str, width: int) -> None:
+    """The innermost loop runs as blocks of 128 counted from its start (accumulate.py):
+    rows of 100 terms are all short blocks, added into the open block; rows of 300 end in
+    one.  Within the bound still."""
+    x = DATA[case]
+    a = x.reshape(N // width, width) if N % width == 0 else x[:N - N % width].reshape(-1, width)
+    exact = math.fsum(a.ravel())
+    assert _rel(MODULE["grid"].compile("numba")(a), exact) <= BOUND
 
 
 def test_non_finite_terms_sum_like_a_loop() -> None:
