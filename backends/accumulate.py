@@ -15,8 +15,9 @@ depend on the number of threads.
 The counted form (`add`: an add, a count and a branch per term) keeps LLVM from
 vectorising the loop, and its one dependency chain through `acc` serialises a body of
 logs or divisions.  Where the innermost loop is a plain range (`block_loop`), the sum is
-instead a nested loop: blocks of `BLOCK` consecutive iterations, counted from the loop's
-start, whose terms are first stored into a buffer on the stack (a loop without a
+instead a nested loop (when it has `SHORT` iterations or more, `SHORT_CHEAP` when the term
+has no builtin call; fewer are added one by one):
+blocks of `BLOCK` consecutive iterations, counted from the loop's start, whose terms are first stored into a buffer on the stack (a loop without a
 dependency between iterations, which LLVM vectorises), then added by `block_sum` in
 `LANES` interleaved partial sums (a fixed order: the same bits on every machine).  A full
 block's total is merged into the compensated total; a shorter one (a loop's last, or a
@@ -137,23 +138,35 @@ NONNEG = "tl_nonneg"
 BLOCK_CLOSE = "tl_block_close"
 
 
-def block_loop(acc: str, var: str, lo: str, stop: str, tag: str, indent: str
-               ) -> tuple[list[str], str, list[str]]:
+# A loop of fewer terms adds them one by one (`add`): closing a block costs about as much as
+# 8 scalar evaluations of a term with a transcendental or a division (`SHORT`), or as 64
+# adds of products (`SHORT_CHEAP`; measured, docs/backends.md).
+SHORT = 8
+SHORT_CHEAP = 64
+
+
+def block_loop(acc: str, var: str, lo: str, stop: str, tag: str, indent: str,
+               short: int = SHORT) -> tuple[list[str], str, list[str]]:
     """A sum's innermost loop `for var in range(lo, stop)` as blocks (see the module
-    docstring): the lines that open it (the body then follows, one level deeper than the
-    last of them), the target each term is assigned to, and the lines after the body
-    (at the level of the first opening line).  `lo` is not negative (a loop over an
-    index's range)."""
+    docstring), or term by term (`add`) when it has fewer than `short` iterations.  Returns
+    the lines that open it, after which the body assigns each term to the returned target
+    (three levels deeper than the first opening line), and the lines that follow that
+    body: they close the blocks and open the loop of the short case, whose body (two
+    levels deeper than the first opening line) adds each term with `add`.  `lo` is not
+    negative (a loop over an index's range)."""
     buf, b, e, j, hi = f"_tb{tag}", f"_tbb{tag}", f"_tbe{tag}", f"_tbj{tag}", f"_tbh{tag}"
-    opening = [f"{buf} = {BLOCK_BUFFER}()",
-               f"{hi} = {stop}",
-               f"for {b} in range({lo}, {hi}, {BLOCK}):",
-               f"{indent}{e} = min({b} + {BLOCK}, {hi})",
-               f"{indent}for {j} in range({b}, {e}):",
-               f"{indent * 2}{var} = {NONNEG}({j})"]
-    closing = [f"{indent}{acc}, {acc}_n, {acc}_s, {acc}_c = {BLOCK_CLOSE}("
-               f"{buf}, {e} - {b}, {acc}, {acc}_n, {acc}_s, {acc}_c)"]
-    return opening, f"{buf}[{j} - {b}]", closing
+    opening = [f"{hi} = {stop}",
+               f"if {hi} - {lo if lo.isidentifier() or lo.isdigit() else f'({lo})'} >= {short}:",
+               f"{indent}{buf} = {BLOCK_BUFFER}()",
+               f"{indent}for {b} in range({lo}, {hi}, {BLOCK}):",
+               f"{indent * 2}{e} = min({b} + {BLOCK}, {hi})",
+               f"{indent * 2}for {j} in range({b}, {e}):",
+               f"{indent * 3}{var} = {NONNEG}({j})"]
+    middle = [f"{indent * 2}{acc}, {acc}_n, {acc}_s, {acc}_c = {BLOCK_CLOSE}("
+              f"{buf}, {e} - {b}, {acc}, {acc}_n, {acc}_s, {acc}_c)",
+              "else:",
+              f"{indent}for {var} in range({lo}, {hi}):"]
+    return opening, f"{buf}[{j} - {b}]", middle
 
 
 def result(acc: str, indent: str, call: bool = False) -> tuple[list[str], str]:
@@ -177,6 +190,6 @@ def extreme_update(acc: str, op: str, value: str, indent: str) -> list[str]:
     return [f"{t} = {value}", f"if {t} {cmp} {acc} or {t} != {t}:", f"{indent}{acc} = {t}"]
 
 
-__all__ = ["BLOCK", "LANES", "NEUMAIER", "BLOCK_BUFFER", "NONNEG", "BLOCK_CLOSE", "init", "merge",
+__all__ = ["BLOCK", "LANES", "SHORT", "SHORT_CHEAP", "NEUMAIER", "BLOCK_BUFFER", "NONNEG", "BLOCK_CLOSE", "init", "merge",
            "neumaier", "add", "block_sum", "block_close", "block_loop", "result",
            "extreme_init", "extreme_update"]

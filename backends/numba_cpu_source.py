@@ -73,10 +73,13 @@ class LoopContext:
     # the iteration counters of the statements whose bodies run in this nest (one but in a
     # nest of siblings; none: not instrumented)
     cnts: list[str] = field(default_factory=list)
-    # a sum whose innermost plain loop may run as blocks (accumulate.block_loop), and the
-    # target of its terms once it does ("": the counted `acc += term`)
+    # a sum whose innermost plain loop may run as blocks (accumulate.block_loop); once it
+    # does, the target of its terms ("": the counted `acc += term`) and the lines between
+    # that body and the counted one (of a short loop)
     block: bool = False
     target: str = ""
+    test_line: int = -1   # the line testing the loop's length against accumulate.SHORT_CHEAP
+    middle: list[str] = field(default_factory=list)
 
     @property
     def cnt(self) -> str:
@@ -616,9 +619,16 @@ class NumbaEmitter:
                                block=self.blocked_sums and not extreme and not few)
             idepth = self.steps(isteps, depth, "chunk" if chunked and not extreme else "seq",
                                 ictx)
-            if ictx.target:   # a term of a blocked loop: into the block's buffer
-                self.body(idepth, ictx.target, "=", rhs, s.body_facts(opart, ipart), ictx.cnt,
-                          sums=True)
+            if ictx.target:   # a blocked loop: each term into the block's buffer, or (a short
+                # loop) added one by one
+                term = self.body(idepth, ictx.target, "=", rhs, s.body_facts(opart, ipart),
+                                 ictx.cnt, sums=True)
+                if "tl_" in term or "/" in term:   # a call or a division: blocks pay sooner
+                    w.lines[ictx.test_line] = w.lines[ictx.test_line].replace(
+                        f">= {accumulate.SHORT_CHEAP}:", f">= {accumulate.SHORT}:")
+                w.block(idepth - 3, ictx.middle)
+                self.body(idepth - 1, ictx.acc, "+=", rhs, s.body_facts(opart, ipart),
+                          ictx.cnt, sums=True)
             else:
                 self.body(idepth, ictx.acc, rhs.op if extreme else "+" if few else "+=", rhs,
                           s.body_facts(opart, ipart), ictx.cnt, sums=True)
@@ -696,9 +706,10 @@ class NumbaEmitter:
                 w(1, f"{COUNTS}[{self.counted[s.var]}] += {cnt}")
 
     def body(self, depth: int, target: str, op: str, rhs: tssa.Rhs, facts: Facts, cnt: str,
-             sums: bool, local: str = "") -> None:
+             sums: bool, local: str = "") -> str:
         """The innermost statement: `target = value` or `target += term` (`local`: a
-        pointwise value is first assigned to that local, for later reads)."""
+        pointwise value is first assigned to that local, for later reads); the value's
+        expression."""
         self.ex.reset()
         pre: list[str] = []
         if sums:
@@ -720,6 +731,7 @@ class NumbaEmitter:
             self.w(depth, f"{target} {op} {value}")
         if cnt:
             self.w(depth, f"{cnt} += 1")
+        return value
 
     def close(self, ctx: LoopContext) -> None:
         while ctx.closers:
@@ -832,12 +844,13 @@ class NumbaEmitter:
 
     def _block_loop(self, var: str, lo: str, stop: str, depth: int, ctx: LoopContext) -> int:
         """`for var in range(lo, stop)`, the innermost loop of the sum into `ctx.acc`, as
-        blocks (accumulate.block_loop): the body assigns its term to `ctx.target`."""
-        opening, ctx.target, closing = accumulate.block_loop(ctx.acc, var, lo, stop, ctx.tag,
-                                                             INDENT)
+        blocks (accumulate.block_loop): the body assigns its term to `ctx.target`, and
+        `reduce_at` prints `ctx.middle` and the body of the short case after it."""
+        opening, ctx.target, ctx.middle = accumulate.block_loop(
+            ctx.acc, var, lo, stop, ctx.tag, INDENT, accumulate.SHORT_CHEAP)
+        ctx.test_line = len(self.w.lines) + 1
         self.w.block(depth, opening)
-        ctx.closers.append((depth, closing))
-        return depth + 2
+        return depth + 3
 
     def _chunk_loop(self, st: Loop, depth: int, ctx: LoopContext, blocked: bool = False
                     ) -> int:
