@@ -34,8 +34,6 @@ from .scalar_builtins import FUNCS  # noqa: E402
 
 _JIT = dict(cache=True, error_model="numpy", nogil=True)
 
-globals().update({f"tl_{name}": njit(**_JIT)(fn) for name, fn in FUNCS.items()})
-
 # The compensated addition of the sums' accumulators (backends/accumulate.py)
 tl_neumaier = njit(**_JIT)(accumulate.neumaier)
 
@@ -209,6 +207,18 @@ def tl_tanh(x):  # type: ignore[no-untyped-def]
     z = a + v if small else 1.0 - v
     z = -z if x < 0.0 else z
     return x if (a < 3.725290298461914e-09 or x != x) else z
+
+
+# -- the other builtins -------------------------------------------------------------------------
+# compiled with `math.exp`, `math.log` and `math.tanh` meaning the functions above (so that
+# sigmoid, dtanh, ... vectorise too); the rest of `math` is Python's.
+
+KERNEL_MATH = pytypes.ModuleType("tl_kernel_math", "math, with the kernels' exp, log, tanh")
+KERNEL_MATH.__dict__.update({k: v for k, v in vars(math).items() if not k.startswith("_")})
+KERNEL_MATH.__dict__.update(exp=tl_exp, log=tl_log, tanh=tl_tanh)
+
+globals().update({f"tl_{name}": njit(**_JIT)(_with_globals(fn, math=KERNEL_MATH))
+                  for name, fn in FUNCS.items() if name not in ("exp", "log", "tanh")})
 
 
 # BLAS syrk (C = A A^T, half of gemm's work), called from kernels by its symbol name, which

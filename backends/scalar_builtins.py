@@ -8,7 +8,11 @@ implementations the interpreter uses, special values included: `tl_relu(-0.0)` i
 kernels compile with `error_model="numpy"`).
 
 `FUNCS` maps each builtin name to its function; `tests/test_numba_cpu.py` compares every
-one with `tensorlang.semantics.builtins.apply` on ordinary and special values.
+one with `tensorlang.semantics.builtins.apply` on ordinary and special values.  The CPU
+kernels' versions (`numba_rt`) are compiled with `math.exp`, `math.log` and `math.tanh`
+meaning numba_rt's branch-free ones, so that loops of them vectorise; for the same reason
+the functions here avoid branches whose arms call functions (a select of operands instead:
+`tl_sigmoid` computes what scipy's `expit` computes, in one division).
 """
 from __future__ import annotations
 
@@ -47,10 +51,9 @@ def tl_sqrt(x: float) -> float:
 
 
 def tl_sigmoid(x: float) -> float:
-    if x >= 0.0:
-        return 1.0 / (1.0 + math.exp(-x))
-    e = math.exp(x)
-    return e / (1.0 + e)
+    # 1 / (1 + exp(-x)) for x >= 0, exp(x) / (1 + exp(x)) below: e = exp(-|x|) in both
+    e = math.exp(-math.fabs(x))
+    return (1.0 if x >= 0.0 else e) / (1.0 + e)
 
 
 def tl_softplus(x: float) -> float:
@@ -129,19 +132,11 @@ def tl_dtanh(x: float) -> float:
 
 
 def tl_dsigmoid(x: float) -> float:
-    # expit(x) * expit(-x), each as in tl_sigmoid
-    if x >= 0.0:
-        a = 1.0 / (1.0 + math.exp(-x))
-    else:
-        e = math.exp(x)
-        a = e / (1.0 + e)
-    y = -x
-    if y >= 0.0:
-        b = 1.0 / (1.0 + math.exp(-y))
-    else:
-        e = math.exp(y)
-        b = e / (1.0 + e)
-    return a * b
+    # expit(x) * expit(-x), each as in tl_sigmoid: one of them is 1 / (1 + e), the other
+    # e / (1 + e), with e = exp(-|x|) (at x = 0 both are 1/2 either way)
+    e = math.exp(-math.fabs(x))
+    d = 1.0 + e
+    return (1.0 / d) * (e / d)
 
 
 def tl_dtan(x: float) -> float:
@@ -158,18 +153,9 @@ def tl_d2tanh(x: float) -> float:
 
 def tl_d2sigmoid(x: float) -> float:
     # -tanh(x / 2) dsigmoid(x), dsigmoid as in tl_dsigmoid
-    if x >= 0.0:
-        a = 1.0 / (1.0 + math.exp(-x))
-    else:
-        e = math.exp(x)
-        a = e / (1.0 + e)
-    y = -x
-    if y >= 0.0:
-        b = 1.0 / (1.0 + math.exp(-y))
-    else:
-        e = math.exp(y)
-        b = e / (1.0 + e)
-    return -math.tanh(0.5 * x) * (a * b)
+    e = math.exp(-math.fabs(x))
+    d = 1.0 + e
+    return -math.tanh(0.5 * x) * ((1.0 / d) * (e / d))
 
 
 def tl_d2tan(x: float) -> float:

@@ -201,3 +201,25 @@ def test_the_log_and_tanh_loops_are_vectorised(log_tanh):
         loop(xs, np.empty_like(xs))
         ir = "\n".join(loop.inspect_llvm().values())
         assert "x double>" in ir and f"@{name}(" not in ir, name
+
+
+@pytest.mark.parametrize("name", ["sigmoid", "dsigmoid", "dtanh"])
+def test_builtins_made_of_exp_vectorise(name):
+    """numba_rt compiles the other builtins with its exp, log and tanh (`KERNEL_MATH`), and
+    they select operands instead of branching around calls: a loop of them vectorises."""
+    from tensorlang.backends import numba_rt
+
+    fn = getattr(numba_rt, f"tl_{name}")
+
+    @numba.njit(error_model="numpy")
+    def loop(xs, out):
+        for k in range(xs.shape[0]):
+            out[k] = fn(xs[k])
+
+    xs = np.linspace(-40.0, 40.0, 64)
+    out = np.empty_like(xs)
+    loop(xs, out)
+    ir = "\n".join(loop.inspect_llvm().values())
+    assert "x double>" in ir and "@exp(" not in ir
+    from tensorlang.semantics import builtins
+    np.testing.assert_allclose(out, builtins.apply(name, [xs], []), rtol=1e-15, atol=1e-300)
