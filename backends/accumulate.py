@@ -152,16 +152,22 @@ def block_loop(acc: str, var: str, lo: str, stop: str, tag: str, indent: str,
     the lines that open it, after which the body assigns each term to the returned target
     (three levels deeper than the first opening line), and the lines that follow that
     body: they close the blocks and open the loop of the short case, whose body (two
-    levels deeper than the first opening line) adds each term with `add`.  `lo` is not
-    negative (a loop over an index's range)."""
+    levels deeper than the first opening line) adds each term with `add`.  The blocks run
+    only where `lo` is not negative (then no index of the loop is: `NONNEG` is true)."""
     buf, b, e, j, hi = f"_tb{tag}", f"_tbb{tag}", f"_tbe{tag}", f"_tbj{tag}", f"_tbh{tag}"
-    opening = [f"{hi} = {stop}",
-               f"if {hi} - {lo if lo.isidentifier() or lo.isdigit() else f'({lo})'} >= {short}:",
-               f"{indent}{buf} = {BLOCK_BUFFER}()",
-               f"{indent}for {b} in range({lo}, {hi}, {BLOCK}):",
-               f"{indent * 2}{e} = min({b} + {BLOCK}, {hi})",
-               f"{indent * 2}for {j} in range({b}, {e}):",
-               f"{indent * 3}{var} = {NONNEG}({j})"]
+    opening = [f"{hi} = {stop}"]
+    if lo.isdigit():
+        test = f"{hi} - {lo} >= {short}"
+    else:
+        opening.append(f"_tbl{tag} = {lo}")
+        lo = f"_tbl{tag}"
+        test = f"{hi} - {lo} >= {short} and {lo} >= 0"
+    opening += [f"if {test}:",
+                f"{indent}{buf} = {BLOCK_BUFFER}()",
+                f"{indent}for {b} in range({lo}, {hi}, {BLOCK}):",
+                f"{indent * 2}{e} = min({b} + {BLOCK}, {hi})",
+                f"{indent * 2}for {j} in range({b}, {e}):",
+                f"{indent * 3}{var} = {NONNEG}({j})"]
     middle = [f"{indent * 2}{acc}, {acc}_n, {acc}_s, {acc}_c = {BLOCK_CLOSE}("
               f"{buf}, {e} - {b}, {acc}, {acc}_n, {acc}_s, {acc}_c)",
               "else:",

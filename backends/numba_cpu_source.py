@@ -625,7 +625,7 @@ class NumbaEmitter:
                                  ictx.cnt, sums=True)
                 if "tl_" in term or "/" in term:   # a call or a division: blocks pay sooner
                     w.lines[ictx.test_line] = w.lines[ictx.test_line].replace(
-                        f">= {accumulate.SHORT_CHEAP}:", f">= {accumulate.SHORT}:")
+                        f" >= {accumulate.SHORT_CHEAP}", f" >= {accumulate.SHORT}", 1)
                 w.block(idepth - 3, ictx.middle)
                 self.body(idepth - 1, ictx.acc, "+=", rhs, s.body_facts(opart, ipart),
                           ictx.cnt, sums=True)
@@ -848,7 +848,8 @@ class NumbaEmitter:
         `reduce_at` prints `ctx.middle` and the body of the short case after it."""
         opening, ctx.target, ctx.middle = accumulate.block_loop(
             ctx.acc, var, lo, stop, ctx.tag, INDENT, accumulate.SHORT_CHEAP)
-        ctx.test_line = len(self.w.lines) + 1
+        ctx.test_line = len(self.w.lines) + next(k for k, line in enumerate(opening)
+                                                 if line.startswith("if "))
         self.w.block(depth, opening)
         return depth + 3
 

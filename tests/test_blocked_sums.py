@@ -32,6 +32,9 @@ def rows(N: size, M: size, A: R[N, M]) -> R[N]:
 
 def total(N: size, x: R[N]) -> R:
     return sum i:N. x[i]
+
+def upper(N: size, A: R[N, N]) -> R[N]:
+    return gen i:N. sum j:N. [j > i] * log(A[i, j])
 """)
 
 
@@ -64,6 +67,26 @@ def test_a_plain_range_sum_has_no_per_term_count():
         assert len(bodies) == 1 and len(bodies[0]) == 2, bodies   # the index, the term
         assert f"{accumulate.NONNEG}(" in bodies[0][0] and "_tb" in bodies[0][1]
         assert not any(re.search(r"_n\b|\bif\b", ln) for ln in bodies[0])  # no count, no branch
+
+
+def test_blocks_where_they_pay_and_where_the_index_is_not_negative():
+    """A loop of fewer than SHORT terms (SHORT_CHEAP without a call or division) is
+    counted; blocks (whose index is declared non-negative) run only from a start >= 0."""
+    tests = {name: [ln.strip() for ln in _source(SUMS[name]).splitlines()
+                    if ln.strip().startswith("if _tbh")] for name in ("logsum", "total", "upper")}
+    def threshold(test: str) -> int:
+        return int(re.match(r"if _tbh\w+ - \w+ >= (\d+)", test).group(1))
+
+    assert [threshold(t) for t in tests["logsum"]] == [accumulate.SHORT]
+    assert [threshold(t) for t in tests["total"]] == [accumulate.SHORT_CHEAP]
+    assert len(tests["upper"]) == 1 and \
+        re.fullmatch(rf"if _tbh(\w+) - _tbl\1 >= {accumulate.SHORT} and _tbl\1 >= 0:",
+                     tests["upper"][0])
+    for n in (0, 1, 7, 8, 9, 200):   # rows of every length from n - 1 down to 0
+        a = np.random.default_rng(n).uniform(0.5, 2.0, (n, n))
+        args = {"N": n, "A": a}
+        got = numba_cpu.compile_program(SUMS["upper"].run_to("ssa"))(args)
+        assert_same(got, interpret(SUMS["upper"].core(), args), atol=1e-12)
 
 
 def test_a_relation_driven_sum_keeps_the_counted_form():
