@@ -15,15 +15,15 @@ depend on the number of threads.
 The counted form (`add`: an add, a count and a branch per term) keeps LLVM from
 vectorising the loop, and its one dependency chain through `acc` serialises a body of
 logs or divisions.  Where the innermost loop is a plain range (`block_loop`), the sum is
-instead a nested loop (when it has `SHORT` iterations or more, `SHORT_CHEAP` when the term
-has no builtin call; fewer are added one by one):
-blocks of `BLOCK` consecutive iterations, counted from the loop's start, whose terms are first stored into a buffer on the stack (a loop without a
+instead a nested loop: blocks of `BLOCK` consecutive iterations, counted from the loop's
+start, whose terms are first stored into a buffer on the stack (a loop without a
 dependency between iterations, which LLVM vectorises), then added by `block_sum` in
 `LANES` interleaved partial sums (a fixed order: the same bits on every machine).  A full
 block's total is merged into the compensated total; a shorter one (a loop's last, or a
 loop shorter than a block) is added into the open block like one big term, which is then
-merged once it holds `BLOCK` terms or more (the error bound of an open block is then
-2 BLOCK ulps instead of BLOCK).
+merged once it holds `BLOCK` terms or more (an open block then holds fewer than
+2 BLOCK terms).  A loop shorter than `SHORT` (`SHORT_CHEAP` when the term has no call and
+no division) adds its terms one by one, as does one whose start is negative.
 """
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def add(acc: str, value: str, indent: str, call: bool = False) -> list[str]:
             f"{indent}{acc}_n = 0"]
 
 
-LANES = 8   # partial sums of `block_sum`: enough independent adds to fill the FP pipes
+LANES = 8   # partial sums of `block_sum` (written out there): enough independent adds
 
 
 def block_sum(buf, n):  # type: ignore[no-untyped-def]
@@ -196,6 +196,6 @@ def extreme_update(acc: str, op: str, value: str, indent: str) -> list[str]:
     return [f"{t} = {value}", f"if {t} {cmp} {acc} or {t} != {t}:", f"{indent}{acc} = {t}"]
 
 
-__all__ = ["BLOCK", "LANES", "SHORT", "SHORT_CHEAP", "NEUMAIER", "BLOCK_BUFFER", "NONNEG", "BLOCK_CLOSE", "init", "merge",
-           "neumaier", "add", "block_sum", "block_close", "block_loop", "result",
-           "extreme_init", "extreme_update"]
+__all__ = ["BLOCK", "LANES", "SHORT", "SHORT_CHEAP", "NEUMAIER", "BLOCK_BUFFER", "NONNEG",
+           "BLOCK_CLOSE", "init", "merge", "neumaier", "add", "block_sum", "block_close",
+           "block_loop", "result", "extreme_init", "extreme_update"]

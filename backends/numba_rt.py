@@ -75,7 +75,7 @@ def tl_block_buffer(typingctx):  # type: ignore[no-untyped-def]
 def tl_nonneg(typingctx, x):  # type: ignore[no-untyped-def]
     """`x`, which the compiler may assume is not negative (`llvm.assume`): indexing with it
     needs no wraparound, so a loop's loads stay contiguous (vector loads, not gathers).
-    Only for loop indices over an index's range (never negative)."""
+    Only where `x >= 0` holds (`accumulate.block_loop` tests its loop's start)."""
     if not isinstance(x, types.Integer):
         return None
 

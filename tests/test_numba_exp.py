@@ -120,7 +120,8 @@ def test_log_within_one_ulp_of_libm(log_tanh):
     rng = np.random.default_rng(12)
     xs = np.concatenate([rng.uniform(0.0, 10.0, 300_000), np.exp(rng.uniform(-744, 709, 300_000)),
                          rng.uniform(0.7, 1.45, 300_000), 1.0 + rng.uniform(-1e-9, 1e-9, 50_000),
-                         np.ldexp(rng.uniform(0.0, 1.0, 50_000), rng.integers(-1074, -1000, 50_000)),
+                         np.ldexp(rng.uniform(0.0, 1.0, 50_000),
+                                  rng.integers(-1074, -1000, 50_000)),
                          rng.uniform(0.0, np.finfo(np.float64).max, 50_000)])
     xs = xs[xs > 0]
     got, want = _run(log_loop, xs), np.log(xs)
