@@ -122,6 +122,7 @@ class CudaEmitter(NumbaEmitter):
 
     neumaier_call = False   # (device code: the merges stay inline)
     relation_layouts = False   # (one dense array per statement, allocated by the host)
+    blocked_sums = False       # (one thread per output point: its sums stay counted)
 
     def __init__(self, plan: ProgramPlan) -> None:
         super().__init__(plan, instrument=False)
