@@ -228,6 +228,7 @@ llvm_binding.add_symbol("tl_blas_dsyrk", get_cython_function_address(
 _dsyrk = types.ExternalFunction("tl_blas_dsyrk", types.void(*[types.voidptr] * 10))
 SYRK_MIN_K = 32     # below, gemm (the mirrored triangle would cost more than syrk saves)
 NARROW = 64         # a product with at most this many columns, fewer than rows: transposed
+                    # (when BLAS runs on one thread)
 
 
 @njit(cache=True, nogil=True)
@@ -243,10 +244,11 @@ def tl_matmul(a, b):  # type: ignore[no-untyped-def]
             and b.strides[0] == 8 and b.strides[1] == 8 * k):
         return _syrk(a)
     n = b.shape[1]
-    if n < m and n <= NARROW:
-        # a narrow product (n columns, m rows) as its transpose: OpenBLAS's gemm was 3-5x
-        # slower for n = 2..16 than for the same product with m and n swapped (nnmatfac's
-        # gradient, `sum j. v4[i, j] H[k, j]`: 13 -> 3 ms at 2000 x 2000, K = 5)
+    if n < m and n <= NARROW and _blas_get_threads() == 1:
+        # a narrow product (n columns, m rows) as its transpose: on one thread OpenBLAS's
+        # gemm was 3-5x slower for n = 2..16 than for the same product with m and n
+        # swapped (nnmatfac's gradient, `sum j. v4[i, j] H[k, j]`: 13 -> 3 ms at 2000 x
+        # 2000, K = 5); on two threads with a busy core the swapped one was 6x slower
         return np.ascontiguousarray(np.dot(b.T, a.T).T)
     return np.dot(a, b)
 
@@ -400,9 +402,9 @@ def use_threads(n: int) -> None:
         _SET.n = n
 
 
-def blas_threads() -> tuple[Callable[[int], None], int] | None:
-    """(`set_num_threads`, its thread count now) of the BLAS that Numba's `np.dot` calls
-    (scipy's), or None when it is not one we know (it then keeps its own threads)."""
+def _blas_thread_functions() -> tuple[Any, Any] | None:
+    """(`set_num_threads`, `get_num_threads`) of the BLAS that Numba's `np.dot` calls
+    (scipy's), as ctypes functions, or None when it is not one we know."""
     try:
         from scipy.linalg import cython_blas
 
@@ -415,8 +417,24 @@ def blas_threads() -> tuple[Callable[[int], None], int] | None:
         get = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
         if put is not None and get is not None:
             put.argtypes, put.restype, get.restype = [ctypes.c_int], None, ctypes.c_int
-            return put, max(1, int(get()))
+            return put, get
     return None
+
+
+def blas_threads() -> tuple[Callable[[int], None], int] | None:
+    """(`set_num_threads`, its thread count now) of the BLAS that Numba's `np.dot` calls
+    (scipy's), or None when it is not one we know (it then keeps its own threads)."""
+    found = _blas_thread_functions()
+    return None if found is None else (found[0], max(1, int(found[1]())))
+
+
+# BLAS's thread count now, for `tl_matmul` (by symbol name, like syrk; 0 for a BLAS whose
+# count we cannot read)
+_BLAS_FUNCTIONS = _blas_thread_functions()
+_NO_COUNT = ctypes.CFUNCTYPE(ctypes.c_int)(lambda: 0)
+llvm_binding.add_symbol("tl_blas_get_threads", ctypes.cast(
+    _BLAS_FUNCTIONS[1] if _BLAS_FUNCTIONS is not None else _NO_COUNT, ctypes.c_void_p).value)
+_blas_get_threads = types.ExternalFunction("tl_blas_get_threads", types.intc())
 
 
 class BlasThreads:

@@ -67,18 +67,22 @@ def test_gram_in_a_kernel_agrees_with_the_interpreter():
         np.testing.assert_allclose(got, f.interpret(**args), rtol=1e-12, atol=1e-12)
 
 
-def test_narrow_products_agree_with_numpy(products):
+@pytest.mark.parametrize("one_thread", [True, False])
+def test_narrow_products_agree_with_numpy(products, one_thread):
     """A product with few columns (at most NARROW, fewer than its rows) is computed as its
-    transpose (OpenBLAS's gemm was 3-5x slower the other way): C-contiguous, the same values,
-    for row-major and transposed operands."""
+    transpose when BLAS runs on one thread (OpenBLAS's gemm was 3-5x slower the other way):
+    C-contiguous, the same values, for row-major and transposed operands."""
+    import contextlib
+
     from tensorlang.backends import numba_rt
     _, product = products
     rng = np.random.default_rng(5)
-    for m, k, n in [(9, 300, 1), (300, 40, 5), (300, 40, numba_rt.NARROW),
-                    (300, 40, numba_rt.NARROW + 1), (5, 40, 300), (64, 3, 64)]:
-        x, y = rng.standard_normal((m, k)), rng.standard_normal((k, n))
-        for a, b in ((x, y), (np.ascontiguousarray(x.T).T, y),
-                     (x, np.ascontiguousarray(y.T).T)):
-            c = product(a, b)
-            assert c.shape == (m, n) and c.flags.c_contiguous
-            np.testing.assert_allclose(c, x @ y, rtol=1e-12, atol=1e-12 * k)
+    with numba_rt.BlasThreads(1) if one_thread else contextlib.nullcontext():
+        for m, k, n in [(9, 300, 1), (300, 40, 5), (300, 40, numba_rt.NARROW),
+                        (300, 40, numba_rt.NARROW + 1), (5, 40, 300), (64, 3, 64)]:
+            x, y = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+            for a, b in ((x, y), (np.ascontiguousarray(x.T).T, y),
+                         (x, np.ascontiguousarray(y.T).T)):
+                c = product(a, b)
+                assert c.shape == (m, n) and c.flags.c_contiguous
+                np.testing.assert_allclose(c, x @ y, rtol=1e-12, atol=1e-12 * k)
