@@ -627,8 +627,12 @@ class NumbaEmitter:
                     w.lines[ictx.test_line] = w.lines[ictx.test_line].replace(
                         f" >= {accumulate.SHORT_CHEAP}", f" >= {accumulate.SHORT}", 1)
                 w.block(idepth - 3, ictx.middle)
-                self.body(idepth - 1, ictx.acc, "+=", rhs, s.body_facts(opart, ipart),
-                          ictx.cnt, sums=True)
+                # the short loop as the sum's only loop adds fewer than a block's terms: no
+                # block closes, so a plain addition gives the counted form's bits
+                alone = not chunked and len(s.inner) == 1 and \
+                    sum(isinstance(st, Loop) for st in isteps) == 1
+                self.body(idepth - 1, ictx.acc, "+" if alone else "+=", rhs,
+                          s.body_facts(opart, ipart), ictx.cnt, sums=True)
             else:
                 self.body(idepth, ictx.acc, rhs.op if extreme else "+" if few else "+=", rhs,
                           s.body_facts(opart, ipart), ictx.cnt, sums=True)

@@ -176,3 +176,17 @@ def test_block_shapes_agree_with_the_interpreter(shape):
         args = {"N": n, "M": m, "A": a}
         got = numba_cpu.compile_program(fn.run_to("ssa"))(args)
         assert_same(got, interpret(fn.core(), args), atol=1e-12)
+
+
+def test_a_short_loop_that_is_the_sums_only_loop_adds_plainly():
+    """A sum whose one loop is short (fewer terms than a block) closes no block: the short
+    case adds plainly, with no count or branch per term (matfac's K = 5 dot products); a sum
+    with two loops keeps the count in its short case, which may run many times."""
+    src = _source(SUMS.rows)
+    short = src.split("else:", 1)[1]
+    assert "_n += 1" not in short and re.search(r"_acc\d+ \+= ", short), src
+    two = _source(SUMS.logsum)
+    assert "_n += 1" in two, two
+    args = {"N": 3, "M": 5, "A": np.random.default_rng(0).uniform(0.5, 2.0, (3, 5))}
+    got = numba_cpu.compile_program(SUMS.rows.run_to("ssa"))(args)
+    np.testing.assert_allclose(got, np.tanh(args["A"]).sum(axis=1), rtol=1e-14)
