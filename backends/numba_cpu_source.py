@@ -609,6 +609,7 @@ class NumbaEmitter:
         # compensated merge into 0 is the plain total bit for bit (0.0 + t, inf, nan alike)
         few = not extreme and not chunked and len(s.inner) <= accumulate.BLOCK and \
             not any(ipart.has_loop() for ipart in s.inner)
+        plain_unless_blocks = False   # (a short loop alone: only the blocks need the fold)
         w.block(depth, accumulate.extreme_init(acc, rhs.op) if extreme else
                 [f"{acc} = 0.0"] if few else accumulate.init(acc))
         for b, ipart in enumerate(s.inner):
@@ -631,6 +632,7 @@ class NumbaEmitter:
                 # block closes, so a plain addition gives the counted form's bits
                 alone = not chunked and len(s.inner) == 1 and \
                     sum(isinstance(st, Loop) for st in isteps) == 1
+                plain_unless_blocks = alone
                 self.body(idepth - 1, ictx.acc, "+" if alone else "+=", rhs,
                           s.body_facts(opart, ipart), ictx.cnt, sums=True)
             else:
@@ -640,6 +642,14 @@ class NumbaEmitter:
         if extreme or few:
             return acc
         close, total = accumulate.result(acc, INDENT, self.neumaier_call)
+        if plain_unless_blocks:
+            # no block closed (the short case ran): the fold of the open block into 0 is
+            # the block itself, bit for bit (a sum from 0.0 is never -0.0)
+            w.block(depth, [f"{acc}_t = {acc}",
+                            f"if not ({acc}_s == 0.0 and {acc}_c == 0.0):",
+                            *[INDENT + line for line in close],
+                            f"{INDENT}{acc}_t = {total}"])
+            return f"{acc}_t"
         w.block(depth, close)
         return total
 

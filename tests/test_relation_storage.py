@@ -47,7 +47,7 @@ def test_matfac_temporaries_are_coordinate_vectors():
         src = _source(m[name])
         assert not re.search(r"np\.(empty|zeros)\(\(max\(0, n_N\), max\(0, n_M\)\)\)", src)
         assert "#   (computed in the loop of " in src, name
-        assert re.search(r"_l\d+ = \(_acc", src), name             # the product, a local
+        assert re.search(r"_l\d+ = \(?_acc", src), name             # the product, a local
         vecs = re.findall(r"(v_v\d+) = np\.empty\(\(rc0_Om\.shape\[0\],\)\)", src)
         assert len(vecs) == vectors, name
         for v in vecs:
