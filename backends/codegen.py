@@ -133,7 +133,7 @@ def rank(rows: Sequence[Sequence[int]]) -> int:
 def injective(idx: Sequence[Affine], names: Sequence[str]) -> bool:
     """The access `idx` takes distinct values at distinct points of `names` (full column
     rank of its coefficient matrix): a fused producer is then evaluated at most once per
-    point of its own index space, so fusion never repeats work."""
+    point of its own index space by each consumer."""
     if not names:
         return True
     rows = [[a.coeff(n) for n in names] for a in idx]
