@@ -723,8 +723,10 @@ class ExprPrinter:
     def once(self, o: Operand, facts: Facts, pre: list[str], base: Facts) -> str:
         """An operand whose text may be repeated: a plain read (no guard), or else a local
         computed before the expression (with the body's facts only: it is unconditional)."""
-        text = self.operand(o, facts, pre, base)
+        first: list[str] = []
+        text = self.operand(o, facts, first, base)
         if _PLAIN_READ.match(text):
+            pre += first
             return text
         if o not in self._memo:
             self.tmp += 1
