@@ -3,7 +3,7 @@
 `plan_program(p)` decides, for every statement of a `tssa.Program`, how it runs:
 
   * `input`  -- a kernel argument (a parameter leaf);
-  * `fused`  -- not materialised: its value is computed inside its only consumer
+  * `fused`  -- not materialised: its value is computed inside its consumers
     (producer-consumer fusion, rules in `decide_fusion`);
   * `blas`   -- a dense contraction handed to a matrix product (rules in `blas_plan`);
     a weighted Gram product `X^T diag(d) X` to syrk (`gram.gram_form`, after
@@ -133,7 +133,7 @@ def rank(rows: Sequence[Sequence[int]]) -> int:
 def injective(idx: Sequence[Affine], names: Sequence[str]) -> bool:
     """The access `idx` takes distinct values at distinct points of `names` (full column
     rank of its coefficient matrix): a fused producer is then evaluated at most once per
-    point of its own index space, so fusion never repeats work."""
+    point of its own index space by each consumer."""
     if not names:
         return True
     rows = [[a.coeff(n) for n in names] for a in idx]
@@ -241,14 +241,46 @@ def _transposes(b: BlasPlan) -> int:
 # parses at most 200 nested brackets, so a longer chain is materialised every this many links.
 MAX_FUSED_CHAIN = 16
 
+# A pointwise producer read by several statements is still fused into each of them (its
+# value recomputed per read) when its whole inlined expression is at most this many
+# arithmetic operations: recomputing a difference `P[i, c] - P[j, c]` or a product with a
+# stored factor costs less than writing an N x N x 3 array and reading it back twice
+# (nbody's gradient: two 96 MB temporaries at N = 2000, above glibc's mmap threshold, so
+# fresh pages on every call).
+MAX_DUPLICATED_OPS = 12
+# Builtins that compile to a few arithmetic instructions (no division, no libm call):
+# a producer calling them may be recomputed per consumer.
+DUPLICABLE_CALLS = frozenset({"square", "abs", "relu", "step", "sign", "max", "min", "ge",
+                              "gt", "sel_ge", "keep_ge", "keep_gt"})
+
+
+def inline_ops(rhs: Rhs, fused_ops: Mapping[str, int]) -> int | None:
+    """Arithmetic operations of a pointwise primitive's printed value, its fused operands'
+    expressions included (`fused_ops`: the same count for each fused producer); None when
+    it calls a builtin outside `DUPLICABLE_CALLS`."""
+    inner = sum(fused_ops.get(o.var, 0) for o in rhs.operands)
+    if isinstance(rhs, (ConstRhs, IndexRhs)):
+        return 0
+    if isinstance(rhs, AddRhs):
+        return 1 + inner
+    if isinstance(rhs, MapRhs):
+        if not builtins_used(rhs) <= DUPLICABLE_CALLS:
+            return None
+        return len(builtins_used(rhs)) + inner
+    assert isinstance(rhs, (ContractRhs, ReduceRhs))
+    return max(0, len(rhs.operands) - 1) + (rhs.coeff != 1.0) + inner
+
 
 def decide_fusion(p: Program, blas: set[str]) -> set[str]:
-    """Statements computed inside their consumer instead of being materialised: pointwise,
-    not scalar, not an output, read by exactly one statement (not a BLAS call) through one
-    distinct access that is injective over the consumer's indices."""
+    """Statements computed inside their consumers instead of being materialised: pointwise,
+    not scalar, not an output, not read by a BLAS call, each consumer reading it through
+    one distinct access that is injective over the consumer's indices (so a consumer
+    computes each of its points at most once), and either read by exactly one statement or
+    cheap to recompute in each (`MAX_DUPLICATED_OPS`, `DUPLICABLE_CALLS`)."""
     outs = set(p.output_vars())
     fused: set[str] = set()
     chain: dict[str, int] = {}  # fused producers nested inside each statement's expression
+    ops: dict[str, int] = {}    # arithmetic operations of each fused statement's expression
     for s in p.stmts:
         rhs = s.rhs
         if isinstance(rhs, Input) or s.var in outs or not rhs.dims or not is_pointwise(rhs):
@@ -257,20 +289,25 @@ def decide_fusion(p: Program, blas: set[str]) -> set[str]:
         if depth > MAX_FUSED_CHAIN:  # materialise: the expression would nest too deeply
             continue
         users = p.uses(s.var)
-        if len(users) != 1:
+        if not users or users & blas:
             continue
-        (c,) = users
-        if c in blas:
+        n_ops = inline_ops(rhs, ops)
+        if len(users) > 1 and (n_ops is None or n_ops > MAX_DUPLICATED_OPS):
             continue
-        crhs = p.defs[c]
-        reads = {o for o in crhs.operands if o.var == s.var}
-        if len(reads) != 1:
-            continue
-        (o,) = reads
-        if injective(o.idx, crhs.gen_names() + crhs.sum_names()):
+        if all(_fusable_read(s.var, p.defs[c]) for c in users):
             fused.add(s.var)
             chain[s.var] = depth
+            ops[s.var] = n_ops if n_ops is not None else MAX_DUPLICATED_OPS + 1
     return fused
+
+
+def _fusable_read(var: str, consumer: Rhs) -> bool:
+    """`consumer` reads `var` through one distinct access, injective over its indices."""
+    reads = {o for o in consumer.operands if o.var == var}
+    if len(reads) != 1:
+        return False
+    (o,) = reads
+    return injective(o.idx, consumer.gen_names() + consumer.sum_names())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -480,19 +517,34 @@ def _live(rhs: AddRhs, facts: Facts) -> list[Pred]:
 BUILTIN_PREFIX = "tl_"
 
 # Strength reduction of `pow(x, c)` for the exponents derivatives produce most (SPEC 16,
-# issue 14 cause 6): products, `recip` and `sqrt` instead of `math.pow`.  The kernels pass
+# issue 14 cause 6): products, `recip` and `sqrt` instead of `math.pow` (a libm call of
+# 20-40 ns; nbody's gradient spent a third of its time in `pow(d2, -0.5)`).  The kernels pass
 # their float constants as arguments (`numba_cpu_source.abstract_constants`), so `tl_pow`'s
 # own branches on `c` are not folded by the compiler; these forms are.  Each agrees with
 # numpy's `power` on the special values (inf, nan, +-0.0: `recip(-0.0)` squared is +inf
-# like `(-0.0) ** -2`) and within an ulp or two elsewhere; `x` is evaluated once (its
-# text is used once).  0.5 and 2.0 are `tl_pow`'s own branches, bit for bit.
+# like `(-0.0) ** -2`) and within an ulp or two elsewhere.  0.5 and 2.0 are `tl_pow`'s own
+# branches, bit for bit.  The fractional negative powers take the short form for x > 0 and
+# numpy's value, a constant, elsewhere (`_NON_POSITIVE`: -0.0, -inf, negatives and nan,
+# where it does not follow from sqrt and recip; a `tl_pow` call there would be speculated:
+# the compiler treats the intrinsic as free of side effects and if-converts the branch,
+# which doubled nbody's Hessian-vector product).  `recip(sqrt(x))` is then the same value
+# as the `recip` of a `sqrt(x)` computed beside it, which the compiler computes once (one
+# division for nbody's x^-0.5, sqrt(x)^-2 and sqrt(x)^-3).  A form that uses `x` more than
+# once (`REPEATS_X`) is printed with `x` a plain read or a local computed before the
+# expression (`ExprPrinter.once`).
+_NON_POSITIVE = "(math.inf if {x} == 0.0 else (0.0 if {x} == -math.inf else math.nan))"
 POWERS: dict[float, str] = {
     0.5: "{p}sqrt({x})",
     2.0: "{p}square({x})",
     4.0: "{p}square({p}square({x}))",
     -1.0: "{p}recip({x})",
     -2.0: "{p}square({p}recip({x}))",
+    -3.0: "({p}square({p}recip({x})) * {p}recip({x}))",
+    -0.5: "({p}recip({p}sqrt({x})) if {x} > 0.0 else " + _NON_POSITIVE + ")",
+    -1.5: "({p}recip({x} * {p}sqrt({x})) if {x} > 0.0 else " + _NON_POSITIVE + ")",
 }
+REPEATS_X = frozenset(c for c, form in POWERS.items() if form.count("{x}") > 1)
+_PLAIN_READ = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[A-Za-z0-9_ ,+\-*]*\])?\Z")
 
 
 def builtins_used(rhs: Rhs) -> set[str]:
@@ -638,6 +690,9 @@ class ExprPrinter:
                                  f"else 0.0)")
             return f"({parts[0]} + {parts[1]})"
         if isinstance(rhs, MapRhs):
+            if rhs.fn == "pow" and rhs.params[0] in REPEATS_X:
+                x = self.once(ops[0], facts, pre, base)
+                return POWERS[rhs.params[0]].format(x=x, p=BUILTIN_PREFIX)
             args = [self._read(o, ops, facts, pre, base) for o in ops]
             if rhs.fn == "pow" and rhs.params[0] in POWERS:
                 return POWERS[rhs.params[0]].format(x=args[0], p=BUILTIN_PREFIX)
@@ -664,6 +719,21 @@ class ExprPrinter:
                 self._memo[o] = name
             return self._memo[o]
         return self.operand(o, facts, pre, base)
+
+    def once(self, o: Operand, facts: Facts, pre: list[str], base: Facts) -> str:
+        """An operand whose text may be repeated: a plain read (no guard), or else a local
+        computed before the expression (with the body's facts only: it is unconditional)."""
+        first: list[str] = []
+        text = self.operand(o, facts, first, base)
+        if _PLAIN_READ.match(text):
+            pre += first
+            return text
+        if o not in self._memo:
+            self.tmp += 1
+            name = f"_f{self.tmp}"
+            pre.append(f"{name} = {self.operand(o, base, pre, base)}")
+            self._memo[o] = name
+        return self._memo[o]
 
     def reset(self) -> None:
         """Forget hoisted locals (call at the start of each statement body)."""

@@ -16,8 +16,8 @@ cache=True, error_model="numpy")`) in a generated module.  Per statement (decisi
   * the outermost generator loop is `prange`; a sum whose output has no generator loop
     (a scalar, or a point fixed by equalities) is split into a fixed number of chunks
     (independent of the thread count) reduced in parallel and added in chunk order;
-  * pointwise statements used once are fused into their consumer; dense contractions of
-    the BLAS shape call `np.dot` (through `numba_rt.tl_matmul`).
+  * pointwise statements used once, or cheap, are fused into their consumers; dense
+    contractions of the BLAS shape call `np.dot` (through `numba_rt.tl_matmul`).
 
 The kernel module (its float constants turned into the argument `tl_c`, long bodies cut
 into separately compiled parts: `numba_cpu_source.py`) is written to the disk cache

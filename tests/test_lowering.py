@@ -167,6 +167,7 @@ def test_strength_reduced_powers_match_numpy_power(c):
     stand-ins; the compiled builtins match those bit for bit, test_numba_cpu.py), against
     numpy's power on special and ordinary values."""
     fns = {f"tl_{k}": getattr(numba_rt, f"python_{k}") for k in scalar_builtins.FUNCS}
+    fns["math"] = math
     for x in SPECIAL:
         with np.errstate(all="ignore"):
             got = float(eval(POWERS[c].format(x="x", p="tl_"), fns,  # noqa: S307

@@ -54,8 +54,10 @@ def test_compiled_estimate_is_close_to_the_allocations(name):
         est = memory.estimate(api.memory_program(fn, "numba"), bound, compiled=True)
         ours = est.temporary_bytes + est.output
         peak = _peak_bytes(fn, bound)
-        # an upper bound up to the odd small temporary (fused statements store less)
-        assert 0.8 * peak <= ours <= 3 * peak, (fn.name, ours, peak)
+        # an upper bound up to the odd small temporary; fused statements store less, and
+        # a cheap producer read by several statements is recomputed in each, not stored
+        # (codegen.decide_fusion: gp_nlml's gradient stores two N x N arrays fewer)
+        assert 0.8 * peak <= ours <= 4 * peak, (fn.name, ours, peak)
 
 
 def test_blr_lq_gradient_at_d1000_is_not_refused():

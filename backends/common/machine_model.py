@@ -103,15 +103,15 @@ def estimate(p: tssa.Program, args: Mapping[str, Any],
         flops[s.var] = a + m + call_weight(s.rhs) * c
     owned: dict[str, int] = dict(flops)        # a consumer's row carries its producers'
     for v in (s.var for s in plan.stmts):      # program order: producers first
-        if v in fused_into:
-            owned[fused_into[v]] += owned[v]
+        for c in fused_into.get(v, ()):        # each consumer recomputes a duplicated one
+            owned[c] += owned[v]
     out: list[StmtEstimate] = []
     for s in plan.stmts:
         if s.mode == "input":
             continue
         if s.mode == "fused":
             out.append(StmtEstimate(s.var, "fused", flops[s.var], 0, False, 0.0,
-                                    fused_into.get(s.var, "")))
+                                    ", ".join(fused_into.get(s.var, ()))))
         elif s.mode == "blas":
             out.append(_blas(s, plan, sizes))
         else:
@@ -218,13 +218,12 @@ def _loops(s: StmtPlan, plan: ProgramPlan, sizes: Mapping[str, int], flops: int,
     return StmtEstimate(s.var, "loops", flops, moved, False, seconds)
 
 
-def _fused_consumers(plan: ProgramPlan) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for v in plan.fused:
-        users = plan.program.uses(v)
-        if len(users) == 1:
-            (out[v],) = users
-    return out
+def _fused_consumers(plan: ProgramPlan) -> dict[str, tuple[str, ...]]:
+    """The consumers each fused statement is computed in (several when it is duplicated,
+    `codegen.decide_fusion`), in program order."""
+    order = {s.var: k for k, s in enumerate(plan.stmts)}
+    return {v: tuple(sorted(plan.program.uses(v), key=order.__getitem__))
+            for v in plan.fused}
 
 
 __all__ = ["StmtEstimate", "MachineEstimate", "estimate", "KernelArrays", "kernel_arrays"]
