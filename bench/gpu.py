@@ -84,11 +84,15 @@ def equivalence(names: Sequence[str], n: int = EQUIV_N) -> list[str]:
         sizes, args = make_inputs(task, n, seed=0)
         dargs = derivative_inputs(task, args, task.workload.ref(args), seed=0)
         module = tl.load(EXAMPLES / task.workload.file)
-        todo: list[tuple[str, dict[str, Any]]] = [(task.workload.func, args)]
-        todo += [(d.tl_def, dargs[d.key]) for d in task.derivs if d.tl_def in module]
-        for fname, a in todo:
+        f = module[task.workload.func]
+        todo: list[tuple[str, dict[str, Any]]] = [(f.name, {p.name: args[p.name]
+                                                             for p in f.params})]
+        todo += [(d.tl_def, d.def_args([p.name for p in module[d.tl_def].params],
+                                       [p.name for p in f.params],
+                                       dargs[d.key]))
+                 for d in task.derivs if d.tl_def in module]
+        for fname, kw in todo:
             fn = module[fname]
-            kw = {p.name: a[p.name] for p in fn.params}
             try:
                 want = fn.compile("interp")(**kw)
                 got = fn.compile("cuda")(**kw)

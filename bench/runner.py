@@ -490,18 +490,20 @@ w = task.workload
 args = w.inputs(w.sizes({n}), np.random.default_rng(0))
 f_ref = w.ref(args)
 rng = np.random.default_rng(1)
-dargs = {{d.tl_def: {{**args, **d.extras(args, f_ref, rng)}} for d in task.derivs if d.tl_def}}
+dargs = {{d.tl_def: (d, {{**args, **d.extras(args, f_ref, rng)}}) for d in task.derivs if d.tl_def}}
 t0 = time.perf_counter()
 import tensorlang as tl
 t1 = time.perf_counter()
 m = tl.load({path!r})
-todo = [(w.func, args)] + [(k, a) for k, a in dargs.items() if k in m]
+f_params = [p.name for p in m[w.func].params]
+todo = [(w.func, None, args)] + [(k, d, a) for k, (d, a) in dargs.items() if k in m]
 done, na = [], []
-for fname, a in todo:
+for fname, d, a in todo:
     fn = m[fname]
+    names = [p.name for p in fn.params]
     try:
         c = fn.compile({backend!r})
-        c(**{{p.name: a[p.name] for p in fn.params}})
+        c(**(d.def_args(names, f_params, a) if d else {{n: a[n] for n in names}}))
         done.append(fname)
     except tl.NotYetSupported:
         na.append(fname)

@@ -88,15 +88,10 @@ class System:
     def derivative(self, task: Any, d: Any, args: dict[str, Any]) -> Callable[[], Any]:
         fns = self.parts(task, d)
         parts = [self._call(p) for p in fns]
-        if d.kind == "jtjv" and len(fns) == 1:
-            # a def of the file (arap_gn): f's parameters, then a direction per wrt input
-            names = [p.name for p in fns[0].params]
-            keys = [p.name for p in self.function(task).params] + [f"d_{w}" for w in d.wrt]
-            if len(names) != len(keys):
-                raise ValueError(f"{d.tl_def}: expected the parameters of {task.name} and "
-                                 f"one direction per input ({', '.join(keys)})")
+        if d.kind == "jtjv" and len(fns) == 1:   # a def of the file (arap_gn)
             call = fns[0].compile(self.backend)
-            given = {n: args[k] for n, k in zip(names, keys)}
+            given = d.def_args([p.name for p in fns[0].params],
+                               [p.name for p in self.function(task).params], args)
             return lambda: call(**given)
         if d.kind != "jtjv":   # (no relation in the J^T J v workloads)
             run, args = parts[0], self._relations(fns, args)

@@ -13,7 +13,7 @@ import pathlib
 import sys
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -65,6 +65,19 @@ class Deriv:
     def label(self) -> str:
         inner = ", ".join(self.wrt)
         return f"J^T J v({inner})" if self.kind == "jtjv" else f"{self.kind}({inner})"
+
+    def def_args(self, def_params: Sequence[str], f_params: Sequence[str],
+                 a: Args) -> Args:
+        """The arguments of the file's def `tl_def` from this derivative's argument dict `a`:
+        by name, except a J^T J v def (arap_gn), which takes f's parameters and then one
+        direction per wrt input, in order (`dU` for `d_U`)."""
+        if self.kind != "jtjv":
+            return {n: a[n] for n in def_params}
+        keys = [*f_params, *("d_" + w for w in self.wrt)]
+        if len(keys) != len(def_params):
+            raise ValueError(f"{self.tl_def}: expected f's parameters and one direction per "
+                             f"input ({', '.join(keys)})")
+        return {n: a[k] for n, k in zip(def_params, keys)}
 
     def extra_names(self) -> list[str]:
         if self.kind in ("jvp", "jtjv"):

@@ -401,3 +401,19 @@ def test_doc_sweep_reaches_the_target_sizes():
     assert TASKS["matfac"].extra_points(sizes) == {200: ("hessian",)}
     assert TASKS["qform"].extra_points(sizes) == {}
     assert TASKS["logreg"].extra_points([10, 100]) == {}
+
+
+def test_startup_calls_every_def_of_the_file_including_j_t_j_v():
+    """The start-up row calls f and the file's derived defs; a J^T J v def (arap_gn) takes
+    its directions positionally (`Deriv.def_args`): it once failed with KeyError 'dU'."""
+    from bench.tasks import TASKS
+
+    rec = runner.measure_startup(TASKS["arap_residuals"], "interp", n=3, runs=1)
+    assert rec["status"] == "ok", rec
+    assert rec["functions"] == ["arap_residuals", "arap_gn"]
+    d = TASKS["arap_residuals"].derivs[0]
+    got = d.def_args(["W", "H", "U", "V", "T", "dU", "dV", "dT"], ["W", "H", "U", "V", "T"],
+                     {"W": 1, "H": 2, "U": 3, "V": 4, "T": 5, "d_U": 6, "d_V": 7, "d_T": 8})
+    assert got == {"W": 1, "H": 2, "U": 3, "V": 4, "T": 5, "dU": 6, "dV": 7, "dT": 8}
+    with pytest.raises(ValueError, match="one direction per input"):
+        d.def_args(["W", "U"], ["W", "H", "U", "V", "T"], {})
