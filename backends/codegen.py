@@ -712,12 +712,7 @@ class ExprPrinter:
         """An operand; a fused producer read twice by the same primitive is computed once
         into a local (with the body's facts only, since the local is unconditional)."""
         if o.var in self.plan.fused and sum(x == o for x in ops) > 1:
-            if o not in self._memo:
-                self.tmp += 1
-                name = f"_f{self.tmp}"
-                pre.append(f"{name} = {self.operand(o, base, pre, base)}")
-                self._memo[o] = name
-            return self._memo[o]
+            return self._local(o, pre, base)
         return self.operand(o, facts, pre, base)
 
     def once(self, o: Operand, facts: Facts, pre: list[str], base: Facts) -> str:
@@ -728,6 +723,11 @@ class ExprPrinter:
         if _PLAIN_READ.match(text):
             pre += first
             return text
+        return self._local(o, pre, base)
+
+    def _local(self, o: Operand, pre: list[str], base: Facts) -> str:
+        """`o` computed once into a local before the expression (with the body's facts only,
+        since the local is unconditional)."""
         if o not in self._memo:
             self.tmp += 1
             name = f"_f{self.tmp}"

@@ -85,22 +85,6 @@ def griewank_rows(data: dict[str, Any]) -> list[list[str]]:
 
 # -- target 2: f and gradient against JAX jit at N = 1000 and 2000 -----------------------------
 
-def largest_common(data: dict[str, Any], workload: str, key: str | None,
-                   a: str = "tensorlang", b: str = "jax") -> tuple[int, float, float] | None:
-    """(N, time a, time b) at the largest N where both systems have a time."""
-    ra, rb = _by(data, a), _by(data, b)
-    best = None
-    for (w, n), rec in ra.items():
-        if w != workload or (w, n) not in rb:
-            continue
-        ma = rec["f"] if key is None else rec["derivatives"].get(key)
-        mb = rb[(w, n)]["f"] if key is None else rb[(w, n)]["derivatives"].get(key)
-        ta, tb = _time(ma), _time(mb)
-        if ta is not None and tb is not None and (best is None or n > best[0]):
-            best = (n, ta, tb)
-    return best
-
-
 def _disagree(data: dict[str, Any], workload: str, key: str | None, n: int) -> str:
     """A warning when tensorlang's value behind a time disagreed with the reference."""
     rec = _by(data, "tensorlang").get((workload, n))

@@ -73,3 +73,17 @@ def run_under_cudasim(script: str, cache: pathlib.Path) -> None:
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
+
+
+class NanEmpty:
+    """`np.empty` filling float arrays with nan, so that a kernel reading an element its
+    storage plan left unwritten (backends/common/storage.py) gives a wrong result."""
+
+    def __init__(self) -> None:
+        self.orig = np.empty
+
+    def __call__(self, shape: Any, dtype: Any = float, *args: Any, **kwargs: Any) -> Any:
+        out = self.orig(shape, dtype, *args, **kwargs)
+        if out.dtype.kind == "f":
+            out.fill(np.nan)
+        return out

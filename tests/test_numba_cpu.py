@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tensorlang as tl
-from examples_util import (ATOL, EXAMPLES, ROOT, RTOL, WORKLOADS, assert_same,
+from examples_util import (ATOL, EXAMPLES, ROOT, RTOL, WORKLOADS, NanEmpty, assert_same,
                            derived_random_case, to_program)
 from tensorlang.ir import ast
 from tensorlang.ir import tssa
@@ -265,26 +265,12 @@ def test_random_programs_python_mode(case):
     _check_random(*case, jit=False)
 
 
-class _NanEmpty:
-    """`np.empty` filling float arrays with nan, so that a kernel reading an element its
-    storage plan left unwritten (backends/common/storage.py) gives a wrong result."""
-
-    def __init__(self) -> None:
-        self.orig = np.empty
-
-    def __call__(self, shape: Any, dtype: Any = float, *args: Any, **kwargs: Any) -> Any:
-        out = self.orig(shape, dtype, *args, **kwargs)
-        if out.dtype.kind == "f":
-            out.fill(np.nan)
-        return out
-
-
 def _check_nan_empty(d: ast.Def, args: dict[str, Any], monkeypatch: Any) -> None:
     p = to_program(d)
     want = interpret(d, args)
     c = compile_program(p, jit=False)
     with monkeypatch.context() as m:
-        m.setattr(np, "empty", _NanEmpty())
+        m.setattr(np, "empty", NanEmpty())
         got = c(args)
     assert_same(got, want, atol=1e-9)
 
@@ -361,7 +347,7 @@ def _check_derived(name: str, kind: str, jit: bool) -> None:
         assert_same(c(args), want)
         if not jit:             # unfilled storage (np.empty) is never read
             with pytest.MonkeyPatch.context() as mp:
-                mp.setattr(np, "empty", _NanEmpty())
+                mp.setattr(np, "empty", NanEmpty())
                 got = c(args)
             assert_same(got, want)
 

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tensorlang as tl
-from examples_util import EXAMPLES, assert_same, to_program
+from examples_util import EXAMPLES, NanEmpty, assert_same, to_program
 from tensorlang.ir import ast
 from tensorlang.semantics.interp import interpret
 from tensorlang.testing import random_args
@@ -69,20 +69,6 @@ def test_masked_gradient_chooses_a_dense_pass_by_density():
     assert "rd_E" not in _source(_load("masked.tl")["masked_grad"], instrument=True)
 
 
-class _NanEmpty:
-    """`np.empty` filling float arrays with nan: a kernel reading an element that neither
-    form wrote gives a wrong result."""
-
-    def __init__(self) -> None:
-        self.orig = np.empty
-
-    def __call__(self, shape: Any, dtype: Any = float, *args: Any, **kwargs: Any) -> Any:
-        out = self.orig(shape, dtype, *args, **kwargs)
-        if out.dtype.kind == "f":
-            out.fill(np.nan)
-        return out
-
-
 def _check(d: ast.Def, args: dict[str, Any], ratio: int | None, jit: bool = False) -> None:
     """`d` compiled with the dense pass's threshold `ratio` (None: as it is) agrees with the
     interpreter."""
@@ -97,7 +83,7 @@ def _check(d: ast.Def, args: dict[str, Any], ratio: int | None, jit: bool = Fals
             m.setenv("TENSORLANG_CACHE_DIR", tmp)
         c = numba_cpu.compile_program(to_program(d), jit=jit)
         if not jit:
-            m.setattr(np, "empty", _NanEmpty())
+            m.setattr(np, "empty", NanEmpty())
         got = c(args)
     assert_same(got, want, atol=1e-9)
 
