@@ -7,7 +7,8 @@ likelihood, Bayesian linear regression evidence through Cholesky and LQ, Kalman 
 eigh Gaussian): f and its gradient (in the hyperparameters; in A for eigh) compiled by
 tensorlang's Numba backend (LAPACK between kernels) and the same functions in JAX
 (jax.scipy.linalg / jnp.linalg, `jax.jit`, `jax.grad`), float64.  Both run on one thread
-(`NUMBA_NUM_THREADS=1`; XLA's and the BLAS's thread pools limited to one before any import),
+(`NUMBA_NUM_THREADS=1`; XLA's and the BLAS's thread pools limited to one before any import,
+and the process kept on one core),
 timed interleaved (tensorlang, JAX, tensorlang, ...) so that a loaded machine slows both
 alike; each reports the best of `--rounds` rounds after a warm-up that compiles.  The values
 are checked against each other.  Ratio = tensorlang / JAX (below 1.25: within the target).
@@ -19,8 +20,12 @@ import os
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
-                           " intra_op_parallelism_threads=1").strip()
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                           + " --xla_cpu_multi_thread_eigen=false").strip()
+
+from bench import pin_cores  # noqa: E402
+
+pin_cores(1)  # XLA runs big fusions on a second thread whatever its flags say
 
 import argparse  # noqa: E402
 import importlib.util  # noqa: E402

@@ -290,7 +290,9 @@ def _threads_text(threads: int) -> str:
         return "as the environment left them (`--threads 0`)."
     return (f"{threads} for every system (`--threads {threads}`, the default 1: "
             "OMP/OPENBLAS/MKL/NUMBA_NUM_THREADS, `torch.set_num_threads`, XLA's "
-            "`--xla_cpu_multi_thread_eigen=false`). On this shared 2-core machine a "
+            "`--xla_cpu_multi_thread_eigen=false`), and the process kept on that many cores "
+            "(`os.sched_setaffinity`): XLA's CPU runtime runs large fusions on a second "
+            "thread whatever its flags say. On this shared 2-core machine a "
             "2-thread OpenMP pool waiting for a descheduled thread made PyTorch calls up to "
             "500x slower at random; one thread each gives reproducible ratios. "
             "`--threads 2` measures both cores.")

@@ -417,3 +417,15 @@ def test_startup_calls_every_def_of_the_file_including_j_t_j_v():
     assert got == {"W": 1, "H": 2, "U": 3, "V": 4, "T": 5, "dU": 6, "dV": 7, "dT": 8}
     with pytest.raises(ValueError, match="one direction per input"):
         d.def_args(["W", "U"], ["W", "H", "U", "V", "T"], {})
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="no affinity")
+def test_one_thread_keeps_the_process_on_one_core():
+    """`--threads 1` pins the process: thread-pool flags alone leave XLA a second thread."""
+    import subprocess
+
+    code = ("import os, bench; got = bench.pin_cores(1); "
+            "print(len(os.sched_getaffinity(0)), got == sorted(os.sched_getaffinity(0)))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out == ["1", "True"]
