@@ -834,6 +834,8 @@ class Compiled:
         # the numba backend runs arguments checked once, by the binder, without a second check
         self._run_bound = getattr(run, "call_bound", run)
         self._binder = fn.call_binder()
+        # what a pass could not do for the program this runs (the CLI prints them)
+        self.warnings: tuple[str, ...] = pass_failures(fn) if backend != "interp" else ()
         self._memory_def: Def | None = None
         # per call description: the memory estimate and its total
         self._estimates: dict[Any, tuple[memory.Estimate, int]] = {}
@@ -907,6 +909,7 @@ def _backend_module(backend: str) -> Any:
 # The front cache (SPEC 15, docs/caching.md)
 
 _FINAL_PROGRAMS: dict[str, Any] = {}
+_FINAL_FAILURES: dict[str, tuple[str, ...]] = {}   # key -> what a pass could not do
 
 
 def final_program(fn: Function) -> Any:
@@ -923,9 +926,22 @@ def final_program(fn: Function) -> Any:
         prog = cache.get_program(key)
         if prog is None:
             prog = pipeline.run_to(fn.program(), pipeline.FINAL)
-            cache.put_program(key, prog)
+            report = pipeline.report(fn.program(), pipeline.FINAL)
+            failures = tuple(report.failures) if report is not None else ()
+            if failures:  # not stored: every process runs the pass again and says so
+                _FINAL_FAILURES[key] = failures
+            else:
+                cache.put_program(key, prog)
         _FINAL_PROGRAMS[key] = prog
     return prog
+
+
+def pass_failures(fn: Function) -> tuple[str, ...]:
+    """Why a pass left `fn`'s final program as its input was (the simplifier failed, outside
+    strict mode); empty when every pass did its job.  A program with failures is never
+    written to the disk cache, so a warm process reports them again."""
+    final_program(fn)
+    return _FINAL_FAILURES.get(cache.key_of("final program", fn.cache_text()), ())
 
 
 # ---------------------------------------------------------------------------------------------

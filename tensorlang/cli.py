@@ -396,6 +396,9 @@ def cmd_run(ns: argparse.Namespace) -> int:
 
         jax_backend.request_host_devices(ns.devices)
     t2 = time.perf_counter()
+    for why in getattr(compiled, "warnings", ()) if ns.devices is None else ():
+        print(f"warning: {fn.name}: the simplifier failed ({why}); `tl show {ns.file} "
+              f"{fn.name} --stage simplified` shows its report", file=sys.stderr)
     given = {name: parse_value(name, text) for name, text in ns.arg}
     args = build_args(fn, given, dict(ns.random), ns.seed, ns.backend)
     if ns.devices is not None:   # rows of every tensor and relation over a mesh of N devices

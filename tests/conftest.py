@@ -28,6 +28,7 @@ def forget_in_process() -> None:
 
     api._CHECKED.clear()  # noqa: SLF001 - a fresh process's view of the cache
     api._FINAL_PROGRAMS.clear()  # noqa: SLF001
+    api._FINAL_FAILURES.clear()  # noqa: SLF001
     numba_cpu._COMPILED.clear()  # noqa: SLF001
     kernel_cache._MODULES.clear()  # noqa: SLF001
 

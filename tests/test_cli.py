@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 
+import tensorlang as tl
 from tensorlang import cli
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -316,3 +317,29 @@ def test_backends_agree_and_show_generated_code(capsys, files, tmp_path):
     code, _, err = run_main(capsys, "run", files["prog.tl"], "conv", "--random", "N=2",
                             "--random", "K=2", "--backend", "cuda")
     assert code == 1 and "needs a CUDA GPU" in err and "Traceback" not in err
+
+
+def test_simplifier_failure_is_a_warning_in_every_process(capsys, cache_dir, monkeypatch,
+                                                          tmp_path):
+    """Outside strict mode a failing simplifier leaves the program as it was: `tl run` says so
+    on stderr, the API's compiled function lists it, and the unsimplified program is never
+    cached, so a warm process says it again."""
+    from conftest import forget_in_process
+    from tensorlang.passes.simplify import driver
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("planted")
+
+    monkeypatch.setenv("TENSORLANG_STRICT", "0")
+    monkeypatch.setattr(driver, "attempt", broken)
+    src = tmp_path / "f.tl"
+    src.write_text("def f(N: size, x: R[N]) -> R:\n    return sum i:N. x[i] * x[i] + 0.0\n")
+    for _ in range(2):
+        code, out, err = run_main(capsys, "run", src, "f", "--random", "N=3")
+        assert code == 0 and out.strip()
+        assert "warning: f: the simplifier failed (full: RuntimeError: planted" in err
+        assert "--stage simplified" in err
+        forget_in_process()
+    fn = tl.load(src)["f"]
+    assert any("planted" in w for w in fn.compile("numba").warnings)
+    assert fn.compile("interp").warnings == ()
