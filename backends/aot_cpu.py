@@ -94,6 +94,7 @@ def build(text: str, args: Sequence[Any]) -> bytes:
                  "exec"), namespace)
     # (the functions are compiled below, reading their globals then)
     namespace["tl_matmul"] = numba_rt.tl_matmul_loops
+    namespace["tl_matmul_into"] = numba_rt.tl_matmul_into_loops
     namespace["tl_gram"] = numba_rt.tl_gram_loops
     params = ", ".join(f"a{k}" for k in range(len(args)))
     # A trampoline: pycc compiles what it exports with Python's error model; the kernel it

@@ -35,11 +35,12 @@ from tensorlang.ir import tssa
 from tensorlang.ir.ast import Affine, Cmp, Exists, PFalse, Pred, PTrue, TIndex, TRel, TSize
 from tensorlang.ir.tssa import (AddRhs, ConstRhs, ContractRhs, ExtremeRhs, IndexRhs, Input,
                                 MapRhs, Operand, Program, ReduceRhs, Rhs)
+from tensorlang.passes.indexsolve import LoopBound
 
 if TYPE_CHECKING:
     from .common.storage import CoordLayout
 from .codegen_nest import (Facts, Part, RelNames, in_bounds, index_array_exists,
-                           plan_alternatives, pred_code, row_test)
+                           plan_alternatives, point_level, pred_code, row_test)
 from .gram import GramForm, factor_row_scalings, gram_form
 
 # ---------------------------------------------------------------------------------------------
@@ -339,6 +340,7 @@ class ProgramPlan:
     sizes: list[str]                               # size parameter names
     rel_dims: dict[str, tuple[Affine, ...]]
     patterns: list[tuple[str, tuple[int, ...], int]] = field(default_factory=list)
+    panels: dict[str, "RowPanel"] = field(default_factory=dict)   # by producer
 
     @property
     def by_var(self) -> dict[str, StmtPlan]:
@@ -430,7 +432,110 @@ def plan_program(p: Program, use_blas: bool = True, use_relations: bool = True
                 rt = row_test(q, rel_dims, sizes)
                 if rt is not None and rt.pattern not in patterns:
                     patterns.append(rt.pattern)
-    return ProgramPlan(p, plans, fused, sizes, rel_dims, patterns)
+    plan = ProgramPlan(p, plans, fused, sizes, rel_dims, patterns)
+    plan.panels = row_panels(plan)
+    return plan
+
+
+# ---------------------------------------------------------------------------------------------
+# Row panels: a small-K matrix product computed in its reader's row loop
+
+# A product `P[i, j] = c * sum k. L[i, k] * R[k, j]` read by one loop statement only at
+# `P[g, ..]`, `g` that statement's first loop, need not be stored whole: its reader's loop
+# over `g` runs in strips of `PANEL_ROWS` rows (fewer when a row is long: a panel of at most
+# `PANEL_ELEMS` elements, 256 KB, stays in the second-level cache), and each strip first
+# computes its rows of P with one BLAS call into a panel buffer that its body then reads.
+# The N x M product is then never written to memory and read back (nnmatfac's `W H` with
+# K = 5 at N = M = 2000: 32 MB each way, a third of the time of f).  Whether a call runs
+# so is decided at run time, from the sizes (`panel_runs`): a product with a long summed
+# axis is bound by its flops, and BLAS on a panel of a few rows repacks R for every strip
+# (measured, one thread, N = M = 2000, a BLAS call per panel of 4-64 rows against one
+# call and a pass over the result: 0.67x the time at K = 5, 0.76x at K = 16, 0.9-1.25x at
+# K = 64, 1.05-2.3x at K = 256); a product that fits in the cache anyway (at most
+# PANEL_ELEMS elements) is one BLAS call, as is one with short rows (a BLAS call per few
+# elements).  Elsewhere the product is stored as before and
+# the strips read it in place.
+PANEL_MAX_K = 32
+PANEL_MIN_N = 256      # shorter rows: a BLAS call per few elements
+PANEL_ROWS = 64
+PANEL_ELEMS = 32768
+
+
+@dataclass(frozen=True)
+class RowPanel:
+    producer: str      # a BLAS statement (2-D, one summed index, rows from its left operand)
+    consumer: str      # its only reader, a loop statement
+    row: str           # the consumer's index over the producer's rows (its first loop)
+
+
+def panel_runs(m: int, n: int, k: int) -> bool:
+    """Whether a row-panel product (`RowPanel`) of `m x k` by `k x n` runs in panels."""
+    return 0 < k <= PANEL_MAX_K and n >= PANEL_MIN_N and m * n > PANEL_ELEMS
+
+
+def panel_rows(n: int) -> int:
+    """Rows of a panel of a product with rows of `n` elements."""
+    return max(1, min(PANEL_ROWS, PANEL_ELEMS // max(1, n)))
+
+
+def panel_code(m: str, n: str, k: str) -> tuple[str, str]:
+    """`panel_runs` and `panel_rows` as code, of the names of m, n and k."""
+    return (f"0 < {k} <= {PANEL_MAX_K} and {n} >= {PANEL_MIN_N} and {m} * {n} > {PANEL_ELEMS}",
+            f"max(1, min({PANEL_ROWS}, {PANEL_ELEMS} // {n}))")
+
+
+def row_panels(plan: ProgramPlan) -> dict[str, RowPanel]:
+    """The products computed in their reader's row loop (see `PANEL_MAX_K`), by producer."""
+    p = plan.program
+    outs = set(p.output_vars())
+    readers: dict[str, list[tuple[str, tuple[Affine, ...]]]] = {}
+    for t in plan.stmts:
+        if t.mode not in ("fused", "input"):
+            for v, idx in plan_reads(t.rhs, plan):
+                readers.setdefault(v, []).append((t.var, idx))
+    by_var = plan.by_var
+    out: dict[str, RowPanel] = {}
+    for s in plan.stmts:
+        b = s.blas
+        if s.mode != "blas" or b is None or s.gram is not None or s.var in outs or \
+                len(b.i_left) != 1 or len(b.i_right) != 1 or len(s.rhs.sum_names()) != 1 \
+                or b.left_perm != (0, 1) or b.out_perm != (0, 1):
+            continue
+        users = {c for c, _ in readers.get(s.var, [])}
+        if len(users) != 1:
+            continue
+        (c,) = users
+        cp = by_var[c]
+        g = _first_loop(cp)
+        if cp.mode != "loops" or g is None or \
+                cp.rhs.ranges().get(g) != p.shapes[s.var][0]:
+            continue
+        if c not in {rp.consumer for rp in out.values()} and \
+                all(idx[0] == Affine.var(g) and idx[1].coeff(g) == 0
+                    for v, idx in readers[s.var]):
+            out[s.var] = RowPanel(s.var, c, g)
+    return out
+
+
+def _first_loop(s: StmtPlan) -> str | None:
+    """The index of the first loop a loop statement's nest prints (the outer nest's, else
+    its sum's), when that nest is the statement's only one, without a relation driver, and
+    the loop is not the innermost of a sum (those run as blocks); else None."""
+    if not s.outer or len(s.outer) != 1 or s.outer[0].driver is not None:
+        return None
+    levels = _loop_levels(s.outer[0])
+    if levels:
+        return levels[0]
+    if not s.inner or len(s.inner) != 1 or s.inner[0].driver is not None:
+        return None
+    levels = _loop_levels(s.inner[0])
+    return levels[0] if len(levels) > 1 else None
+
+
+def _loop_levels(part: Part) -> list[str]:
+    """The indices of a nest's loops that run over more than one value, outermost first."""
+    return [lv.var for lv in part.nest.levels
+            if isinstance(lv.loop, LoopBound) and point_level(lv.loop) is None]
 
 
 def with_index_array_facts(p: Program, rel_dims: Mapping[str, tuple[Affine, ...]],
@@ -588,6 +693,11 @@ class ExprPrinter:
         self.positions: dict[tuple[str, tuple[int, ...], tuple[str, ...]], str] = {}
         # index name -> code name, while a statement is printed inside another's loop
         self.rename: dict[str, str] = {}
+        # products computed in row panels (`RowPanel`; the emitter's choice), and those whose
+        # panel is in scope (set as a strip of the reader's row loop is printed): producer
+        # -> (the panel buffer, its first row)
+        self.panelled: frozenset[str] = frozenset()
+        self.panels: dict[str, tuple[str, str]] = {}
 
     def var(self, v: str) -> str:
         return self.nm.get(VALUE, v)
@@ -620,8 +730,16 @@ class ExprPrinter:
         if o.var in self.layouts:
             return f"{name}[{self.position(o.var, o.idx)}]"
         ix = [self.idx(a) for a in o.idx]
-        read = f"{name}[{', '.join(ix)}]"
         dims = self.p.shapes[o.var]
+        if o.var in self.panelled:   # a row of the strip's panel (`RowPanel`)
+            if o.var not in self.panels:
+                raise AssertionError(f"{o.var} is read outside a strip of its row panel")
+            if not facts.implies(Cmp("<=", Affine.lit(0), o.idx[0])) or \
+                    not facts.implies(Cmp("<", o.idx[0], dims[0])):
+                raise AssertionError(f"{o.var}'s row panel read at a row out of range")
+            name, first = self.panels[o.var]
+            ix[0] = f"{ix[0]} - {first}"
+        read = f"{name}[{', '.join(ix)}]"
         checks: list[str] = []
         for k, (a, n) in enumerate(zip(o.idx, dims)):
             lo = not facts.implies(Cmp("<=", Affine.lit(0), a))

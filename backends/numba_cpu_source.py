@@ -15,8 +15,9 @@ from tensorlang.ir.tssa import Program
 from tensorlang.syntax import ssa_printer
 from tensorlang.syntax.errors import NotYetSupported
 
-from .codegen import (MASK, SIZE, VALUE, BlasPlan, ExprPrinter, Namer, ProgramPlan, StmtPlan,
-                      builtins_used, num, plan_program, plan_reads, safe_comment)
+from .codegen import (MASK, SIZE, VALUE, BlasPlan, ExprPrinter, Namer, ProgramPlan, RowPanel,
+                      StmtPlan, builtins_used, num, panel_code, plan_program, plan_reads,
+                      safe_comment)
 from .codegen_nest import (Assign, Facts, Guard, Lines, Loop, Part, RelNames, Step, part_steps,
                            pred_code)
 from .gram import GramForm
@@ -49,6 +50,9 @@ MAX_PARALLEL_LOOPS = 48
 # arguments), and a program that long gains nothing from sharing its module with programs
 # differing only in constants.
 MAX_CONSTANT_ARGS = 1_000
+# Rows per strip of a row-panel product's reader where the product is stored whole (the
+# strips then only set the parallel grain).
+STRIP_ROWS = 16
 
 
 class SourceWriter:
@@ -127,6 +131,11 @@ class NumbaEmitter:
         # a statement's position, its tag in local names (a dict: `list.index` is quadratic)
         self.positions = {s.var: k for k, s in enumerate(plan.stmts)}
         self._readers: dict[str, list[tuple[str, tuple[Any, ...]]]] | None = None
+        # products computed in their reader's row loop (`codegen.RowPanel`; instrumented
+        # kernels store them, as BLAS products, and count that), and while a reader's nest
+        # is printed, its panels by the code name of the row loop (`_strip_loop`)
+        self.row_panels: dict[str, RowPanel] = {} if instrument else dict(plan.panels)
+        self.strips: dict[str, RowPanel] = {}
 
     # -- names -------------------------------------------------------------------------------
 
@@ -206,6 +215,7 @@ class NumbaEmitter:
                    not isinstance(s.rhs, tssa.ExtremeRhs) for s in self.plan.stmts)
         gram = any(s.gram is not None for s in self.plan.stmts)
         helpers = [f"tl_{fn}" for fn in used] + (["tl_matmul"] if blas else []) + \
+            (["tl_matmul_into"] if self.row_panels else []) + \
             (["tl_gram"] if gram else []) + \
             ([accumulate.NEUMAIER] if sums and self.neumaier_call else []) + \
             ([accumulate.BLOCK_BUFFER, accumulate.NONNEG, accumulate.BLOCK_CLOSE]
@@ -238,6 +248,9 @@ class NumbaEmitter:
         # counts its own iterations)
         self.inline = {} if self.instrument else storage.inlined_coordinates(
             self.plan, self.ex.layouts, [u[0].var for u in units if len(u) == 1])
+        self.row_panels = {v: rp for v, rp in self.row_panels.items()
+                           if rp.consumer not in self.inline}
+        self.ex.panelled = frozenset(self.row_panels)
         for unit in units:
             for s in unit:
                 w(1, "# " + safe_comment(ssa_printer.fmt_stmt(tssa.Stmt(s.var, s.rhs))))
@@ -245,6 +258,9 @@ class NumbaEmitter:
                 w(1, f"#   (computed in the loop of {self.inline[unit[0].var]}, where it is read)")
                 continue
             self.emitting = unit
+            members = {s.var for s in unit}
+            self.strips = {self.index(rp.row): rp for rp in self.row_panels.values()
+                           if rp.consumer in members}
             if len(unit) > 1:
                 self.emit_siblings(unit)
             elif unit[0].mode == "blas":
@@ -253,6 +269,7 @@ class NumbaEmitter:
             else:
                 self.emit_loops(unit[0])
             self.ex.locals = {}
+            self.strips, self.ex.panels = {}, {}
         outs = [self.var(v) for v in self.p.output_vars()]
         w(1, f"return ({', '.join(outs)},)")
         if self.ex.hoisted:
@@ -358,21 +375,32 @@ class NumbaEmitter:
         w(1, f"{m} = {self._extent(ranges, b.i_left)}")
         w(1, f"{kk} = {self._extent(ranges, rhs.sum_names())}")
         w(1, f"{n} = {self._extent(ranges, b.i_right)}")
-        w(1, f"if {m} > 0 and {n} > 0 and {kk} > 0{self._size_guard(b.guard)}:")
+        d = 1
+        if s.var in self.row_panels:   # in panels where `panel_runs`, else stored whole
+            reader = self.row_panels[s.var].consumer
+            runs, rows = panel_code(m, n, kk)
+            w(1, f"_pan{k} = {runs}{self._size_guard(b.guard)}")
+            w(1, f"if _pan{k}:")
+            w(2, f"_R{k} = {rows}")
+            w(2, f"{name} = np.empty((0, {n}))   # (by rows, in the loop of {reader})")
+            w(1, "else:")
+            w(2, f"_R{k} = {STRIP_ROWS}")
+            d = 2
+        w(d, f"if {m} > 0 and {n} > 0 and {kk} > 0{self._size_guard(b.guard)}:")
         left = self._blas_operand(b.left.var, b.left_perm, f"({m}, {kk})", len(b.i_left))
         right = self._blas_operand(b.right.var, b.right_perm, f"({kk}, {n})",
                                    len(rhs.sum_names()))
         prod_expr = f"tl_matmul({left}, {right})"
         if rhs.coeff != 1.0:
             prod_expr = f"{num(rhs.coeff)} * {prod_expr}"
-        w(2, f"_p{k} = {prod_expr}")
+        w(d + 1, f"_p{k} = {prod_expr}")
         dims = [ranges[g] for g in b.i_left + b.i_right]
         res = f"_p{k}.reshape({self.shape(dims)})"
         if b.out_perm != tuple(range(len(b.out_perm))):
             res = f"np.ascontiguousarray({res}.transpose({_tuple(b.out_perm)}))"
-        w(2, f"{name} = {res}")
-        w(1, "else:")   # an empty product: no BLAS call, and the only fill
-        w(2, f"{name} = np.zeros({self.shape(rhs.dims)})")
+        w(d + 1, f"{name} = {res}")
+        w(d, "else:")   # an empty product: no BLAS call, and the only fill
+        w(d + 1, f"{name} = np.zeros({self.shape(rhs.dims)})")
         if self.instrument:
             w(1, f"{COUNTS}[{self.counted[s.var]}] += {m} * {n} * {kk}")
 
@@ -777,12 +805,16 @@ class NumbaEmitter:
                 assert isinstance(st, Loop)
                 if st.position is not None:
                     self.ex.positions[st.position] = st.var
+                strips = st.var in self.strips and not blocked
                 if first and mode == "chunk":
                     depth = self._chunk_loop(st, depth, ctx, blocked)
                 elif first and mode == "prange":
-                    depth = self._parallel_loop(st, depth, ctx)
+                    depth = self._strip_loop(st, depth, True) if strips else \
+                        self._parallel_loop(st, depth, ctx)
                 elif blocked:
                     depth = self._block_loop(st.var, st.lo, st.stop, depth, ctx)
+                elif strips:
+                    depth = self._strip_loop(st, depth, False)
                 else:
                     w(depth, f"for {st.var} in range({st.lo}, {st.stop}):")
                     depth += 1
@@ -826,6 +858,42 @@ class NumbaEmitter:
                 self.ex.positions = positions
                 self.ex.locals[(v, idx)] = local
         self.emitting = readers
+
+    def _strip_loop(self, st: Loop, depth: int, parallel: bool) -> int:
+        """The reader's loop over the rows of a row-panel product (`codegen.RowPanel`) in
+        strips of `_R` rows (`prange` over the strips when `parallel`): each strip first
+        computes its rows of the product into a panel (one BLAS call), which the body
+        reads; where the call stored the product whole (`_pan` false), the strips read it
+        in place.  The rows are visited in the loop's order, so sums add the same terms in
+        the same order."""
+        w, rp = self.w, self.strips[st.var]
+        s = self.plan.by_var[rp.producer]
+        b = s.blas
+        assert b is not None and not st.head and st.position is None
+        k = self._tag(s)
+        rows, buf, off, rs, end = f"_R{k}", f"_pb{k}", f"_po{k}", f"_rs{k}", f"_re{k}"
+        alloc = f"{buf} = np.empty(({rows}, _n{k})) if _pan{k} else {self.var(s.var)}"
+        if parallel:
+            lo = f"_slo{k}"
+            w.block(depth, [f"{lo} = {st.lo}",
+                            f"for _s{k} in prange((max(0, {st.stop} - {lo}) + {rows} - 1) "
+                            f"// {rows}):"])
+            depth += 1
+            w.block(depth, [f"{rs} = {lo} + _s{k} * {rows}", alloc])
+        else:
+            w.block(depth, [alloc, f"for {rs} in range({st.lo}, {st.stop}, {rows}):"])
+            depth += 1
+        right = self._blas_operand(b.right.var, b.right_perm, f"(_k{k}, _n{k})", 1)
+        fill = [f"tl_matmul_into({self.var(b.left.var)}[{rs}:{end}], {right}, "
+                f"{buf}[:{end} - {rs}])"]
+        if s.rhs.coeff != 1.0:
+            fill.append(f"{buf}[:{end} - {rs}] *= {num(s.rhs.coeff)}")
+        w.block(depth, [f"{end} = min({rs} + {rows}, {st.stop})",
+                        f"if _pan{k}:", *[INDENT + ln for ln in fill],
+                        f"{off} = {rs} if _pan{k} else 0",
+                        f"for {st.var} in range({rs}, {end}):"])
+        self.ex.panels[rp.producer] = (buf, off)
+        return depth + 1
 
     def _parallel_loop(self, st: Loop, depth: int, ctx: LoopContext) -> int:
         """`for v in prange(lo, stop)`.  Instrumented, each iteration counts into its own
@@ -891,7 +959,10 @@ class NumbaEmitter:
             w(depth + 1, f"{it} = 0")
         off = "" if lo == "0" else f"{lo} + "
         start, stop = f"{off}({c} * {n}) // {nc}", f"{off}(({c} + 1) * {n}) // {nc}"
-        if not blocked:
+        strips = not blocked and st.var in self.strips
+        if strips:
+            body = self._strip_loop(Loop(st.var, start, stop), depth + 1, False)
+        elif not blocked:
             w(depth + 1, f"for {st.var} in range({start}, {stop}):")
         after = [f"for _d{t} in range({nc}):", f"{INDENT}_p{t} = {part}[_d{t}]",
                  *[INDENT + ln for ln in accumulate.merge(ctx.acc, f"_p{t}", INDENT,
@@ -907,7 +978,7 @@ class NumbaEmitter:
         ctx.acc = a
         if blocked:
             return self._block_loop(st.var, start, stop, depth + 1, ctx)
-        return depth + 2
+        return body if strips else depth + 2
 
 
 def _tuple(t: Sequence[int]) -> str:

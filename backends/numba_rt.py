@@ -254,6 +254,13 @@ def tl_matmul(a, b):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
+def tl_matmul_into(a, b, out):  # type: ignore[no-untyped-def]
+    """`out[:] = a @ b` (BLAS gemm into a C-contiguous `out`): a strip of a row-panel
+    product (`codegen.RowPanel`)."""
+    np.dot(a, b, out)
+
+
+@njit(cache=True, nogil=True)
 def _syrk(a):  # type: ignore[no-untyped-def]
     """a a^T of a C-contiguous a (m x k): syrk on the Fortran view (a^T, k x m) fills one
     triangle, which is copied to the other in 32 x 32 tiles."""
@@ -514,9 +521,20 @@ def python_matmul(a: object, b: object) -> object:
     return np.dot(a, b)
 
 
+def python_matmul_into(a: object, b: object, out: object) -> None:
+    import numpy as np
+    np.dot(a, b, out=out)
+
+
 def python_gram(a: object, d: object) -> object:
     import numpy as np
     return np.dot(np.asarray(a) * np.asarray(d), np.asarray(a).T)
+
+
+@njit(cache=True, nogil=True)
+def tl_matmul_into_loops(a, b, out):  # type: ignore[no-untyped-def]
+    """`tl_matmul_into` as a loop nest (AOT images, backends/aot_cpu.py)."""
+    out[:, :] = tl_matmul_loops(a, b)
 
 
 @njit(cache=True, nogil=True)

@@ -1524,3 +1524,83 @@ def weighted_gram_programs(draw: Callable, rows: Sequence[int] = (0, 1, 3, 32, 4
 
 
 __all__ += ["weighted_gram_programs", "GramCase"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Row-panel products (backends/codegen.py, `RowPanel`)
+
+
+class PanelCase(NamedTuple):
+    """A Tensor-SSA program with a matrix product `P[i, j] = c * sum k. L * R` and a reader
+    of it, its arguments, and whether the code generator should compute P in the reader's
+    row loop (`codegen.row_panels`)."""
+
+    program: Any
+    args: dict[str, Any]
+    panel: bool
+
+
+PANEL_READERS = ("map_sum", "pointwise", "shifted", "reversed", "row_sums", "masked_sum",
+                 "column_sums", "two_readers")
+
+
+@st.composite
+def row_panel_programs(draw: Callable) -> PanelCase:
+    """Programs for row-panel products: P from L (N x K, or K x N: then not by rows) and R
+    (K x M or M x K) with a coefficient, read by one statement: a map summed with a weight
+    A, a pointwise product with A (an N x M result), reads at `[i, j + 1]` (zero-extended)
+    and `[i, M - 1 - j]`, row sums, a masked total `[j <= i]`; or not by rows (column
+    sums, a second reader).  Sizes either above the panel thresholds (the panels run: rows
+    that end mid-strip, K small or 40, above `PANEL_MAX_K`) or tiny (the product is
+    stored)."""
+    from tensorlang.ir.build import Builder
+
+    big = draw(st.booleans())
+    n_val = draw(st.sampled_from((129, 150) if big else (0, 1, 3)))
+    m_val = draw(st.sampled_from((256, 300) if big else (1, 4)))
+    k_val = draw(st.sampled_from((1, 3, 5, 40) if big else (0, 2)))
+    n, m, k = Affine.var("N"), Affine.var("M"), Affine.var("K")
+    l_rows = draw(st.booleans()) or draw(st.booleans())   # L stored N x K (3 in 4)
+    r_rows = draw(st.booleans())                          # R stored K x M
+    params = [Param("N", TSize()), Param("M", TSize()), Param("K", TSize()),
+              Param("L", tensor([n, k] if l_rows else [k, n])),
+              Param("R", tensor([k, m] if r_rows else [m, k])), Param("A", tensor([n, m]))]
+    b = Builder(params)
+    left, right, a = b.input("L"), b.input("R"), b.input("A")
+    coeff = draw(st.sampled_from((1.0, -1.5)))
+    prod = b.contract([("i", n), ("j", m)], [("k", k)],
+                      (left, ["i", "k"] if l_rows else ["k", "i"]),
+                      (right, ["k", "j"] if r_rows else ["j", "k"]), coeff=coeff)
+    kind = draw(st.sampled_from(PANEL_READERS))
+    ij = [("i", n), ("j", m)]
+    i, j = Affine.var("i"), Affine.var("j")
+    if kind == "map_sum":
+        fn = draw(st.sampled_from(("sin", "square", "tanh")))
+        q = b.map(ij, fn, [(prod, ["i", "j"])])
+        out = b.contract([], ij, (q, ["i", "j"]), (a, ["i", "j"]))
+    elif kind == "pointwise":
+        out = b.contract(ij, [], (prod, ["i", "j"]), (a, ["i", "j"]), coeff=0.5)
+    elif kind == "shifted":
+        out = b.add(ij, (prod, [i, j + 1]), (a, ["i", "j"]))
+    elif kind == "reversed":
+        out = b.contract(ij, [], (prod, [i, m - 1 - j]), (a, ["i", "j"]))
+    elif kind == "row_sums":
+        out = b.contract([("i", n)], [("j", m)], (prod, ["i", "j"]), (a, ["i", "j"]))
+    elif kind == "masked_sum":
+        out = b.reduce([], ij, (prod, ["i", "j"]), pred=Cmp("<=", j, i))
+    elif kind == "column_sums":
+        out = b.reduce([("j", m)], [("i", n)], (prod, ["i", "j"]))
+    else:
+        total = b.reduce([], ij, (prod, ["i", "j"]))
+        out = b.contract(ij, [], (prod, ["i", "j"]), total)
+    program = b.program(out, name="panel")
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 16)))
+    args: dict[str, Any] = dict(
+        N=n_val, M=m_val, K=k_val,
+        L=rng.standard_normal((n_val, k_val) if l_rows else (k_val, n_val)),
+        R=rng.standard_normal((k_val, m_val) if r_rows else (m_val, k_val)),
+        A=rng.standard_normal((n_val, m_val)))
+    return PanelCase(program, args, l_rows and kind not in ("column_sums", "two_readers"))
+
+
+__all__ += ["row_panel_programs", "PanelCase", "PANEL_READERS"]
