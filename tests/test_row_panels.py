@@ -67,3 +67,18 @@ def test_nnmatfac_computes_w_h_in_panels_and_agrees(fn):
         want = interpret(tssa.to_core(p), args)
         for engine in ("jit", "aot"):
             assert_same(numba_cpu.compile_program(p, engine=engine)(args), want, atol=1e-9)
+
+
+def test_machine_estimate_moves_no_product_that_runs_in_panels():
+    from tensorlang.backends.common import machine_model
+    f = tl.load(EXAMPLES / "nnmatfac.tl")["nnmatfac"]
+    p = f.run_to(f.default_stage())
+    (rp,) = plan_program(p).panels.values()
+    product = 8 * 2000 * 2000
+    small = {s.var: s for s in machine_model.estimate(p, dict(N=2000, M=2000, K=5)).stmts}
+    large = {s.var: s for s in machine_model.estimate(p, dict(N=2000, M=2000, K=50)).stmts}
+    assert small[rp.producer].into == rp.consumer and small[rp.producer].bytes < product
+    assert large[rp.producer].into == "" and large[rp.producer].bytes >= product
+    assert large[rp.consumer].bytes - small[rp.consumer].bytes >= 0.99 * product
+    arrays = machine_model.kernel_arrays(p, dict(N=2000, M=2000, K=5))
+    assert arrays.largest_temporary == (rp.producer, codegen.panel_rows(2000) * 2000)

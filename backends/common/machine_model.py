@@ -10,7 +10,9 @@ What a statement costs follows the code generator's plan (`backends.codegen`):
   are added to the consumer's row) and it moves no memory;
 * a BLAS statement does `2 m n k` flops at BLAS speed, reads its operands once (plus a copy
   of an operand the plan transposes) and writes its result; a weighted Gram product
-  (syrk, `backends/gram.py`) does half of that and copies its base scaled;
+  (syrk, `backends/gram.py`) does half of that and copies its base scaled; a row-panel
+  product (`codegen.RowPanel`) that runs in panels at these sizes (`codegen.panel_runs`)
+  writes no result to memory, and its reader reads none;
 * a loop statement does its exact SPEC 3 operations (`semantics.cost.prim_cost`, builtin
   calls weighted by `CALL_FLOPS`) at scalar-loop speed, writes its array (twice when it is
   zero-filled first, `common.storage`) and reads each materialised operand array at most
@@ -31,7 +33,8 @@ from tensorlang.ir.ast import Affine
 from tensorlang.semantics.cost import cost_program
 from tensorlang.semantics.interp import bind_args
 
-from ..codegen import ProgramPlan, StmtPlan, builtins_used, plan_program, plan_reads
+from ..codegen import (ProgramPlan, StmtPlan, builtins_used, panel_rows, panel_runs,
+                       plan_program, plan_reads)
 from . import storage
 
 FLOAT_BYTES = 8
@@ -59,7 +62,7 @@ class StmtEstimate:
 
     def row(self) -> str:
         where = f"fused into {self.into}" if self.mode == "fused" else \
-            ("BLAS" if self.blas else "loops")
+            (f"BLAS rows in {self.into}" if self.into else "BLAS") if self.blas else "loops"
         return (f"{self.var:>8}  {where:<16} {self.flops:>14,} {self.bytes:>14,} "
                 f"{self.seconds * 1e3:>10.4f}")
 
@@ -105,6 +108,7 @@ def estimate(p: tssa.Program, args: Mapping[str, Any],
     for v in (s.var for s in plan.stmts):      # program order: producers first
         for c in fused_into.get(v, ()):        # each consumer recomputes a duplicated one
             owned[c] += owned[v]
+    panels = running_panels(plan, sizes)
     out: list[StmtEstimate] = []
     for s in plan.stmts:
         if s.mode == "input":
@@ -113,10 +117,24 @@ def estimate(p: tssa.Program, args: Mapping[str, Any],
             out.append(StmtEstimate(s.var, "fused", flops[s.var], 0, False, 0.0,
                                     ", ".join(fused_into.get(s.var, ()))))
         elif s.mode == "blas":
-            out.append(_blas(s, plan, sizes))
+            out.append(_blas(s, plan, sizes, s.var in panels))
         else:
-            out.append(_loops(s, plan, sizes, owned[s.var], counts[s.var]))
+            out.append(_loops(s, plan, sizes, owned[s.var], counts[s.var], set(panels)))
     return MachineEstimate(tuple(out))
+
+
+def running_panels(plan: ProgramPlan, sizes: Mapping[str, int]) -> dict[str, int]:
+    """The row-panel products (`codegen.RowPanel`) that run in panels at `sizes`, each with
+    the elements of one panel."""
+    out: dict[str, int] = {}
+    for v, rp in plan.panels.items():
+        s = plan.by_var[v]
+        assert s.blas is not None
+        ranges = {k: max(0, d.evaluate(sizes)) for k, d in s.rhs.ranges().items()}
+        (i,), (j,), (k,) = s.blas.i_left, s.blas.i_right, s.rhs.sum_names()
+        if panel_runs(ranges[i], ranges[j], ranges[k]):
+            out[v] = panel_rows(ranges[j]) * ranges[j]
+    return out
 
 
 @dataclass(frozen=True)
@@ -141,12 +159,13 @@ def kernel_arrays(p: tssa.Program, sizes: Mapping[str, int],
     plan = plan or plan_program(p)
     shapes = plan.program.shapes
     outs = set(plan.program.output_vars())
+    panels = running_panels(plan, sizes)   # (a panel per strip being computed: per thread)
     temps, inputs = [], 0
     for s in plan.stmts:
         if s.mode == "input":
             inputs += _size(shapes[s.var], sizes)
         elif s.mode != "fused" and not s.scalar and s.var not in outs:
-            temps.append((s.var, _size(shapes[s.var], sizes)))
+            temps.append((s.var, panels.get(s.var, _size(shapes[s.var], sizes))))
     return KernelArrays(tuple(temps), sum(_size(shapes[v], sizes) for v in outs), inputs)
 
 
@@ -166,7 +185,8 @@ def _size(dims: tuple[Affine, ...], sizes: Mapping[str, int]) -> int:
     return n
 
 
-def _blas(s: StmtPlan, plan: ProgramPlan, sizes: Mapping[str, int]) -> StmtEstimate:
+def _blas(s: StmtPlan, plan: ProgramPlan, sizes: Mapping[str, int], panels: bool
+          ) -> StmtEstimate:
     assert s.blas is not None
     b, rhs, shapes = s.blas, s.rhs, plan.program.shapes
     ranges = {k: max(0, d.evaluate(sizes)) for k, d in rhs.ranges().items()}
@@ -190,15 +210,18 @@ def _blas(s: StmtPlan, plan: ProgramPlan, sizes: Mapping[str, int]) -> StmtEstim
         in_place = perm == (1, 0) and first == 1          # a plain transpose: no copy
         copied = perm != tuple(range(len(perm))) and not in_place
         moved += size * (3 if copied else 1)
-    moved += _size(rhs.dims, sizes)
+    if not panels:   # (in panels, the product stays in the cache)
+        moved += _size(rhs.dims, sizes)
     flops = 2 * m * n * k
     bytes_ = FLOAT_BYTES * moved
-    seconds = BLAS_OVERHEAD + max(flops / BLAS_FLOPS, bytes_ / BANDWIDTH)
-    return StmtEstimate(s.var, "blas", flops, bytes_, True, seconds)
+    calls = -(-m // panel_rows(n)) if panels else 1
+    seconds = BLAS_OVERHEAD * calls + max(flops / BLAS_FLOPS, bytes_ / BANDWIDTH)
+    return StmtEstimate(s.var, "blas", flops, bytes_, True, seconds,
+                        plan.panels[s.var].consumer if panels else "")
 
 
 def _loops(s: StmtPlan, plan: ProgramPlan, sizes: Mapping[str, int], flops: int,
-           count: tuple[int, int, int]) -> StmtEstimate:
+           count: tuple[int, int, int], panels: set[str]) -> StmtEstimate:
     p = plan.program
     points = max(count) if any(count) else _size(s.rhs.dims, sizes)
     out_elems = _size(s.rhs.dims, sizes) if not s.scalar else 0
@@ -206,7 +229,7 @@ def _loops(s: StmtPlan, plan: ProgramPlan, sizes: Mapping[str, int], flops: int,
     moved = out_elems * fill * FLOAT_BYTES
     inner = s.rhs.sum_names()[-1:] or s.rhs.gen_names()[-1:]
     for var, idx in plan_reads(s.rhs, plan):
-        if not idx:
+        if not idx or var in panels:   # (a row panel: in the cache)
             continue
         size = _size(p.shapes[var], sizes)
         walked = inner and idx and idx[-1].coeff(inner[0]) not in (0, 1) or \
@@ -226,4 +249,5 @@ def _fused_consumers(plan: ProgramPlan) -> dict[str, tuple[str, ...]]:
             for v in plan.fused}
 
 
-__all__ = ["StmtEstimate", "MachineEstimate", "estimate", "KernelArrays", "kernel_arrays"]
+__all__ = ["StmtEstimate", "MachineEstimate", "estimate", "KernelArrays", "kernel_arrays",
+           "running_panels"]
