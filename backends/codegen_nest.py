@@ -615,15 +615,21 @@ class RelNames:
     function of the caller: bounds checks of relation arguments read sizes, never the
     mask, so a kernel that only iterates coordinates is not passed a mask built per call.
     `patterns`: the patterns the kernel is given (those a row-nonempty test may use);
-    `sizes`: the size names (what `row_test` decides coverage with).  Without `dims` (a
+    `sizes`: the size names (what `row_test` decides coverage with); `nonneg`: see below.
+    Without `dims` (a
     key that is compared, never run: sibling fusion) a dimension prints symbolically."""
 
     def __init__(self, mask: Callable[[str], str],
                  pattern: Callable[[tuple[str, tuple[int, ...], int]], tuple[str, str]],
                  dims: Mapping[str, tuple[Affine, ...]] | None = None,
                  patterns: Iterable[tuple[str, tuple[int, ...], int]] = (),
-                 sizes: Iterable[str] = ()):
+                 sizes: Iterable[str] = (), nonneg: str = ""):
         self.mask = mask
+        # a function the compiler takes as "the argument is not negative" (numba_rt.
+        # tl_nonneg), wrapped around a coordinate loop's position and the coordinates it
+        # reads (relation members are never negative): indexing with them then needs no
+        # wraparound test (a branch or a select per read); "" prints them bare
+        self.nonneg = nonneg
         self.pattern = pattern
         self.dims = dims
         self.patterns = frozenset(patterns)
@@ -758,7 +764,12 @@ def _driver_steps(d: Driver, nm: NameFn, rels: RelNames, tag: str) -> list[Step]
     coords, ptr = rels.pattern(d.pattern)
     steps: list[Step] = []
     e = f"_e{tag}"
-    head = [f"{nm(v)} = {coords}[{e}, {d.nbound + t}]" for t, v in enumerate(d.driven())]
+
+    def member(at: str) -> str:   # a coordinate: not negative
+        return f"{rels.nonneg}({at})" if rels.nonneg else at
+    pos = member(e)
+    head = [f"{nm(v)} = {member(f'{coords}[{pos}, {d.nbound + t}]')}"
+            for t, v in enumerate(d.driven())]
     if d.lookup:   # (a 0-d index array has the one member: flat index 0)
         bound = [nm(v) for v in d.bound()]
         dims = [rels.dim(d.rel, t, nm) for t in range(len(bound))]
@@ -767,7 +778,7 @@ def _driver_steps(d: Driver, nm: NameFn, rels: RelNames, tag: str) -> list[Step]
         key = bound[0] if bound else "0"
         for t in range(1, len(bound)):
             key = f"({key}) * {dims[t]} + {bound[t]}"
-        steps.append(Assign(nm(d.driven()[0]), f"{coords}[{key}, {d.nbound}]"))
+        steps.append(Assign(nm(d.driven()[0]), member(f"{coords}[{key}, {d.nbound}]")))
         return steps
     if d.nbound == 0:
         steps.append(Loop(e, "0", f"{coords}.shape[0]", head, (d.rel, d.order, d.args)))

@@ -25,7 +25,7 @@ import ast
 import textwrap
 from dataclasses import dataclass, field
 
-__all__ = ["split_body", "Part"]
+__all__ = ["split_body", "Part", "flow_of"]
 
 
 @dataclass
@@ -109,6 +109,14 @@ class _Flow:
         if isinstance(s, (ast.Break, ast.Continue, ast.Pass)):
             return defined
         raise ValueError(f"kernel_split: unexpected statement {type(s).__name__}")
+
+
+def flow_of(stmts: list[ast.stmt], defined: set[str]) -> tuple[set[str], set[str]]:
+    """The names `stmts` may read before assigning them (`defined`: assigned already), and
+    every name they assign."""
+    flow = _Flow()
+    flow.block(stmts, defined)
+    return flow.reads, flow.assigns
 
 
 # A line of straight-line code (an assignment without a conditional expression or `and`/`or`)

@@ -21,7 +21,7 @@ from .codegen import (MASK, SIZE, VALUE, BlasPlan, ExprPrinter, Namer, ProgramPl
 from .codegen_nest import (Assign, Facts, Guard, Lines, Loop, Part, RelNames, Step, part_steps,
                            pred_code)
 from .gram import GramForm
-from . import accumulate, kernel_cache, kernel_split, sibling_fusion
+from . import accumulate, kernel_cache, kernel_split, prange_bodies, sibling_fusion
 from .common import storage
 from .numba_cpu import (CHUNK_MIN, CHUNKS, CONSTS, COUNTS, DENSE_RATIO, INDENT, KERNEL,
                         PARALLEL)
@@ -83,6 +83,7 @@ class LoopContext:
     block: bool = False
     target: str = ""
     test_line: int = -1   # the line testing the loop's length against accumulate.SHORT_CHEAP
+    loop: Loop | None = None   # the blocked loop (its head is the short case's too)
     middle: list[str] = field(default_factory=list)
 
     @property
@@ -99,6 +100,10 @@ class NumbaEmitter:
     relation_layouts = True
     # a sum's innermost plain loop runs as blocks of vectorisable terms (accumulate.block_loop)
     blocked_sums = True
+    # coordinate loops read their members through `numba_rt.tl_nonneg` (`RelNames.nonneg`)
+    nonneg_members = True
+    # each prange loop's body is a function of its own (backends/prange_bodies.py)
+    outline_parallel_bodies = True
 
     def __init__(self, plan: ProgramPlan, instrument: bool, jit: bool = True,
                  constants: bool = False) -> None:
@@ -113,7 +118,8 @@ class NumbaEmitter:
         self.nm = Namer()
         self.counter = [0]
         self.rels = RelNames(lambda r: self.nm.get(MASK, r), self._pattern_names,
-                             plan.rel_dims, plan.patterns, plan.sizes)
+                             plan.rel_dims, plan.patterns, plan.sizes,
+                             accumulate.NONNEG if self.nonneg_members else "")
         self.ex = ExprPrinter(plan, self.nm, self.rels, self.counter, INDENT)
         if self.relation_layouts:
             self.ex.layouts = storage.coordinate_layouts(plan)
@@ -219,7 +225,9 @@ class NumbaEmitter:
             (["tl_gram"] if gram else []) + \
             ([accumulate.NEUMAIER] if sums and self.neumaier_call else []) + \
             ([accumulate.BLOCK_BUFFER, accumulate.NONNEG, accumulate.BLOCK_CLOSE]
-             if sums and self.blocked_sums else [])
+             if sums and self.blocked_sums else []) + \
+            ([accumulate.NONNEG] if self.plan.patterns and self.rels.nonneg and
+             not (sums and self.blocked_sums) else [])
         if self.jit:
             w(0, "from numba import njit, prange")
             if helpers:
@@ -247,7 +255,8 @@ class NumbaEmitter:
         # coordinate vectors computed in their reader's loop (instrumented: each statement
         # counts its own iterations)
         self.inline = {} if self.instrument else storage.inlined_coordinates(
-            self.plan, self.ex.layouts, [u[0].var for u in units if len(u) == 1])
+            self.plan, self.ex.layouts, [u[0].var for u in units if len(u) == 1],
+            self.row_grouped())
         self.row_panels = {v: rp for v, rp in self.row_panels.items()
                            if rp.consumer not in self.inline}
         self.ex.panelled = frozenset(self.row_panels)
@@ -280,6 +289,12 @@ class NumbaEmitter:
             self.abstract_constants(body_start)
         loops = sum(ln.count("prange(") for ln in w.lines[body_start:]) + self.shared_loops
         self.allow_parallel = loops <= MAX_PARALLEL_LOOPS
+        if self.outline_parallel_bodies and self.allow_parallel:   # (prange_bodies.py)
+            funcs, w.lines[body_start:] = prange_bodies.outline(
+                w.lines[body_start:], [a[1] for a in args],
+                '@njit(parallel=False, cache=True, error_model="numpy")')
+            w.lines[deco:deco] = funcs
+            deco, body_start = deco + len(funcs), body_start + len(funcs)
         if len(w.lines) - body_start > SPLIT_LINES:
             moved = self.split(deco, body_start, [a[1] for a in args])
             deco, body_start = deco + moved, body_start + moved
@@ -550,31 +565,23 @@ class NumbaEmitter:
             return f"{name}[{self.ex.position(s.var, tuple(Affine.var(g) for g in gens))}]"
         return f"{name}[{', '.join(self.index(g) for g in gens)}]"
 
-    def sums_by_row(self, s: StmtPlan, opart: Part, osteps: list[Step], otag: str,
-                    ctx: LoopContext, name: str) -> bool:
-        """A sum whose inner loops do not depend on the innermost outer loop `g` (a gather
-        `sum k. E[tok[b, k], d]`: the row of `b` is the same for every `d`) runs with `g`
-        innermost: the inner loops once per outer point, every term added to an array
-        of `g`'s sums (a contiguous, vectorisable loop), instead of walking the row again
-        for each `g`.  Each element sees the same terms in the same order and its blocks
-        close at the same counts (one count for all: no inner step depends on `g`), so the
-        result is the per-point sum's bit for bit.  False (nothing printed) when it does
-        not apply."""
+    def _row_group(self, s: StmtPlan, opart: Part, osteps: list[Step], otag: str,
+                   counter: list[int]) -> tuple[Loop, list[Step]] | None:
+        """Whether `sums_by_row` applies to `s` (nest `opart`, printed as `osteps`): its
+        innermost outer loop and its inner steps (named with `counter`), else None."""
         if self.instrument or s.inner is None or len(s.inner) != 1 or len(s.outer or []) != 1 \
                 or isinstance(s.rhs, tssa.ExtremeRhs) or len(osteps) < 2:
-            return False
+            return None
         last = osteps[-1]
         if not isinstance(last, Loop) or last.head or \
                 not any(isinstance(st, Loop) for st in osteps[:-1]):
-            return False
+            return None
         ipart = s.inner[0]
         if not ipart.has_loop():
-            return False
-        itag = otag + "i"
-        isteps = part_steps(ipart, self.index, self.rels, self.counter, INDENT, itag,
+            return None
+        isteps = part_steps(ipart, self.index, self.rels, counter, INDENT, otag + "i",
                             s.body_facts(opart, ipart))
-        g = last.var
-        word = re.compile(rf"\b{re.escape(g)}\b")
+        word = re.compile(rf"\b{re.escape(last.var)}\b")
         texts: list[str] = []
         for st in isteps:
             if isinstance(st, Guard):
@@ -586,7 +593,44 @@ class NumbaEmitter:
             else:
                 texts += st.lines
         if any(word.search(t) for t in texts):
+            return None
+        return last, isteps
+
+    def row_grouped(self) -> dict[str, str]:
+        """Statement -> the generator index that `sums_by_row` makes innermost (its inner
+        loops then run once per point of the other indices), for the statements it applies
+        to: decided before printing (on scratch names), for `storage.inlined_coordinates`."""
+        out: dict[str, str] = {}
+        for s in self.plan.stmts:
+            if s.mode != "loops" or s.inner is None or s.outer is None or len(s.outer) != 1 \
+                    or s.var in self.dense:
+                continue
+            scratch = [self.counter[0]]
+            tag = self._tag(s)
+            osteps = part_steps(s.outer[0], self.index, self.rels, scratch, INDENT, tag + "o",
+                                s.body_facts(s.outer[0]))
+            grouped = self._row_group(s, s.outer[0], osteps, tag, scratch)
+            if grouped is not None:
+                names = [n for n in s.rhs.gen_names() if self.index(n) == grouped[0].var]
+                if len(names) == 1:
+                    out[s.var] = names[0]
+        return out
+
+    def sums_by_row(self, s: StmtPlan, opart: Part, osteps: list[Step], otag: str,
+                    ctx: LoopContext, name: str) -> bool:
+        """A sum whose inner loops do not depend on the innermost outer loop `g` (a gather
+        `sum k. E[tok[b, k], d]`: the row of `b` is the same for every `d`) runs with `g`
+        innermost: the inner loops once per outer point, every term added to an array
+        of `g`'s sums (a contiguous, vectorisable loop), instead of walking the row again
+        for each `g`.  Each element sees the same terms in the same order and its blocks
+        close at the same counts (one count for all: no inner step depends on `g`), so the
+        result is the per-point sum's bit for bit.  False (nothing printed) when it does
+        not apply."""
+        grouped = self._row_group(s, opart, osteps, otag, self.counter)
+        if grouped is None:
             return False
+        last, isteps = grouped
+        g, ipart, itag = last.var, s.inner[0], otag + "i"
         w, rhs, t = self.w, s.rhs, otag
         acc, glo, glen = f"_acc{self._tag(s)}", f"_glo{t}", f"_glen{t}"
         depth = self.steps(osteps[:-1], 1, "prange", ctx)
@@ -656,6 +700,10 @@ class NumbaEmitter:
                     w.lines[ictx.test_line] = w.lines[ictx.test_line].replace(
                         f" >= {accumulate.SHORT_CHEAP}", f" >= {accumulate.SHORT}", 1)
                 w.block(idepth - 3, ictx.middle)
+                if ictx.loop is not None:   # a coordinate loop's members, in the short case
+                    w.block(idepth - 1, ictx.loop.head)
+                    if ictx.loop.position is not None and self.inline:
+                        self.inline_at(ictx.loop.position, idepth - 1)
                 # the short loop as the sum's only loop adds fewer than a block's terms: no
                 # block closes, so a plain addition gives the counted form's bits
                 alone = not chunked and len(s.inner) == 1 and \
@@ -787,7 +835,11 @@ class NumbaEmitter:
         first = True
         for k, st in enumerate(steps):
             # the innermost loop of a sum, over an index's range: as blocks
-            blocked = ctx.block and k == len(steps) - 1 and isinstance(st, Loop) and not st.head
+            # (a coordinate loop too: its head lines and inlined vectors are printed again
+            # in the short case's loop, `reduce_at`)
+            blocked = ctx.block and k == len(steps) - 1 and isinstance(st, Loop)
+            if blocked:
+                ctx.loop = st
             if isinstance(st, Guard):
                 w.block(depth, st.pre)
                 w(depth, f"if {st.code}:")
@@ -829,34 +881,18 @@ class NumbaEmitter:
         """At the top of coordinate loop `loop`'s body: the coordinate vectors that the
         statements being printed read at its member (`storage.inlined_coordinates`),
         computed into locals that their reads then use (with their own indices renamed to
-        the loop's: the generators to its variables, the summation indices to fresh names)."""
+        the loop's: the generators to its variables, the summation indices to fresh names);
+        the vectors such a vector reads first (a chain)."""
         readers, self.emitting = self.emitting, []
         for u in readers:
             for v, reader in self.inline.items():
                 if reader != u.var:
                     continue
-                layout, vs = self.ex.layouts[v], self.plan.by_var[v]
+                layout = self.ex.layouts[v]
                 idx = tuple(Affine.var(loop[2][layout.args.index(g)]) for g in layout.gens)
                 if not layout.position(idx, loop):
                     continue
-                tag = self._tag(vs)
-                rename = {g: self.index(loop[2][k]) for k, g in enumerate(layout.args)}
-                rename.update({n: f"_r{tag}_{self.nm.index(n)}" for n in vs.rhs.sum_names()})
-                positions = dict(self.ex.positions)
-                self.ex.rename = rename
-                local = f"_l{tag}"
-                assert vs.outer is not None and vs.facts is not None
-                if vs.inner is None:
-                    self.ex.reset()
-                    pre: list[str] = []
-                    value = self.ex.pointwise(vs.rhs, {}, vs.facts, pre, vs.facts)
-                    self.w.block(depth, pre)
-                else:
-                    value = self.reduce_at(vs, vs.outer[0], tag, depth, "", False)
-                self.w(depth, f"{local} = {value}")
-                self.ex.rename = {}
-                self.ex.positions = positions
-                self.ex.locals[(v, idx)] = local
+                self.ex.locals[(v, idx)] = self._inline_value(v, loop, depth)
         self.emitting = readers
 
     def _strip_loop(self, st: Loop, depth: int, parallel: bool) -> int:
@@ -894,6 +930,37 @@ class NumbaEmitter:
                         f"for {st.var} in range({rs}, {end}):"])
         self.ex.panels[rp.producer] = (buf, off)
         return depth + 1
+
+    def _inline_value(self, v: str, loop: tuple[str, tuple[int, ...], tuple[str, ...]],
+                      depth: int) -> str:
+        """The lines computing coordinate vector `v` at the member of `loop` (whose
+        arguments are the relation's, in order: `v`'s own loop has the same pattern), after
+        those of the vectors inlined into `v`; the local holding it."""
+        layout, vs = self.ex.layouts[v], self.plan.by_var[v]
+        tag = self._tag(vs)
+        code = {k: self.index(a) for k, a in enumerate(loop[2])}   # (outside any rename)
+        mine: dict[tuple[str, tuple[Affine, ...]], str] = {}
+        for w, reader in self.inline.items():
+            if reader == v:
+                (idx,) = [i for r, i in plan_reads(vs.rhs, self.plan) if r == w]
+                mine[(w, idx)] = self._inline_value(w, loop, depth)
+        rename = {g: code[k] for k, g in enumerate(layout.args)}
+        rename.update({n: f"_r{tag}_{self.nm.index(n)}" for n in vs.rhs.sum_names()})
+        positions, outer_locals = dict(self.ex.positions), self.ex.locals
+        self.ex.rename, self.ex.locals = rename, mine
+        local = f"_l{tag}"
+        assert vs.outer is not None and vs.facts is not None
+        if vs.inner is None:
+            self.ex.reset()
+            pre: list[str] = []
+            value = self.ex.pointwise(vs.rhs, {}, vs.facts, pre, vs.facts)
+            self.w.block(depth, pre)
+        else:
+            value = self.reduce_at(vs, vs.outer[0], tag, depth, "", False)
+        self.w(depth, f"{local} = {value}")
+        self.ex.rename, self.ex.locals = {}, outer_locals
+        self.ex.positions = positions
+        return local
 
     def _parallel_loop(self, st: Loop, depth: int, ctx: LoopContext) -> int:
         """`for v in prange(lo, stop)`.  Instrumented, each iteration counts into its own

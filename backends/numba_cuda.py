@@ -123,6 +123,8 @@ class CudaEmitter(NumbaEmitter):
     neumaier_call = False   # (device code: the merges stay inline)
     relation_layouts = False   # (one dense array per statement, allocated by the host)
     blocked_sums = False       # (one thread per output point: its sums stay counted)
+    nonneg_members = False     # (numba_rt.tl_nonneg is a CPU intrinsic)
+    outline_parallel_bodies = False   # (a CPU kernel's prange loops)
 
     def __init__(self, plan: ProgramPlan) -> None:
         super().__init__(plan, instrument=False)

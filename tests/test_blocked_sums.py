@@ -43,8 +43,9 @@ def _source(fn) -> str:
 
 
 def _block_bodies(src: str) -> list[list[str]]:
-    """The bodies of the blocked loops (`for _tbj...`) of a kernel's source."""
-    lines = src.split("def tl_kernel", 1)[1].splitlines()
+    """The bodies of the blocked loops (`for _tbj...`) of a kernel's source (the kernel
+    and the functions it calls: a parallel loop's body is one, backends/prange_bodies.py)."""
+    lines = src.split("\ndef ", 1)[1].splitlines()
     out = []
     for k, line in enumerate(lines):
         if line.lstrip().startswith("for _tbj"):

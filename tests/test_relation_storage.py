@@ -38,12 +38,17 @@ def _source(fn: Any, **kw: Any) -> str:
 
 
 def test_matfac_temporaries_are_coordinate_vectors():
-    """matfac's residual is computed, stored and read at Om's members only: no N x M
-    array; the product U V^T is computed in the loop that reads it (matfac f: the final
-    sum; the gradient: the residual `v3`), the residual stored as a vector indexed by the
-    coordinate's position."""
+    """matfac's residual is computed and read at Om's members only: no N x M array; the
+    product U V^T is computed in the loop that reads it (matfac f: the final sum; the
+    gradient: the residual `v3`), and the gradient's residual in turn in the CSR walk of
+    its rows that sums it (a chain, each member's row sums with the K index innermost,
+    `sums_by_row`): no vector of Om's members is stored."""
     m = _load("matfac.tl")
-    for name, vectors in (("matfac", 0), ("matfac_grad", 1)):
+    grad = _source(m["matfac_grad"])
+    assert grad.count("#   (computed in the loop of ") == 2
+    assert re.search(r"for _e\d+i in range\(rp1_Om\[", grad)
+    assert re.search(r"_l\d+ = \(-2\.0 \* \(v_T\[i0, j0\] \+ \(-1\.0 \* _l\d+\)\)\)", grad)
+    for name, vectors in (("matfac", 0), ("matfac_grad", 0)):
         src = _source(m[name])
         assert not re.search(r"np\.(empty|zeros)\(\(max\(0, n_N\), max\(0, n_M\)\)\)", src)
         assert "#   (computed in the loop of " in src, name

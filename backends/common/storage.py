@@ -123,22 +123,30 @@ def coordinate_layouts(plan: ProgramPlan) -> dict[str, CoordLayout]:
 
 
 def inlined_coordinates(plan: ProgramPlan, layouts: Mapping[str, CoordLayout],
-                        alone: Sequence[str]) -> dict[str, str]:
+                        alone: Sequence[str], grouped: Mapping[str, str] | None = None
+                        ) -> dict[str, str]:
     """Coordinate vector -> its one reader, for the vectors computed where they are read
     (module docstring) instead of stored: the writer's nest is its coordinate loop alone
-    (no guard: its value is computed at every member), it reads no coordinate vector, and
-    it is read by one statement, in whose every nest the matching coordinate loop binds
-    every index of that reader (each member is visited once: the value is computed once
-    per member, as its own loop would).  `alone`: the statements that have a nest to
-    themselves (`sibling_fusion.schedule`'s one-statement units)."""
+    (a guard only on sizes that the reader's outer guards imply, checked before any of
+    its loops: the value is computed at every member the reader visits), every coordinate vector it reads is
+    itself computed there (a chain `v0 -> v3 -> v4` computes v0 and then v3 at the top of
+    v4's loop), and it is read by one statement, in whose every nest the matching
+    coordinate loop binds every index of that reader but the one `grouped` names (the
+    generator that reader's sums run innermost, `NumbaEmitter.sums_by_row`: inside the
+    coordinate loop, once per member): each member is visited once, so the value is
+    computed once per member, as its own loop would.  `alone`: the statements that have a
+    nest to themselves (`sibling_fusion.schedule`'s one-statement units)."""
     out: dict[str, str] = {}
+    grouped = grouped or {}
     readers = [(u, plan_reads(u.rhs, plan)) for u in plan.stmts if u.mode in ("loops", "blas")]
-    by_var = plan.by_var
-    for v, layout in layouts.items():
-        s = by_var[v]
+    for s in plan.stmts:   # (writers first: a chain's earlier vectors are decided first)
+        v = s.var
+        layout = layouts.get(v)
+        if layout is None:
+            continue
         assert s.outer is not None
-        if v not in alone or s.outer[0].nest.guard or \
-                any(w in layouts for w, _ in plan_reads(s.rhs, plan)):
+        if v not in alone or \
+                any(w in layouts and out.get(w) != v for w, _ in plan_reads(s.rhs, plan)):
             continue
         users = [(u, [idx for w, idx in reads if w == v]) for u, reads in readers]
         users = [(u, idxs) for u, idxs in users if idxs]
@@ -147,7 +155,10 @@ def inlined_coordinates(plan: ProgramPlan, layouts: Mapping[str, CoordLayout],
         u, (idx,) = users[0]
         if u.mode != "loops" or u.outer is None:   # (u reads a vector: it is not inlined)
             continue
+        if not _guard_holds(s.outer[0].nest.guard, u, plan.sizes):
+            continue
         names = set(u.rhs.gen_names()) | set(u.rhs.sum_names())
+        names.discard(grouped.get(u.var, ""))
         ok = True
         for opart in u.outer:
             for ipart in u.inner or [None]:
@@ -159,6 +170,16 @@ def inlined_coordinates(plan: ProgramPlan, layouts: Mapping[str, CoordLayout],
         if ok:
             out[v] = u.var
     return out
+
+
+def _guard_holds(guard: Sequence[Pred], u: StmtPlan, sizes: Sequence[str]) -> bool:
+    """Every conjunct of `guard` mentions sizes only and follows from the guards of each of
+    `u`'s outer nests (printed before its loops)."""
+    if any(ast.free_names(g) - set(sizes) for g in guard):
+        return False
+    assert u.outer is not None
+    return all(Facts.of({}, sizes, part.nest.guard).implies(g)
+               for part in u.outer for g in guard)
 
 
 def dense_pass_candidates(plan: ProgramPlan, layouts: Mapping[str, CoordLayout]

@@ -1,0 +1,116 @@
+"""Relation-driven loops of the Numba CPU kernels (issue 14; docs/backends.md "Storage" and
+"Summation accuracy"): a relation-driven sum's coordinate loop runs as blocks; a chain of
+coordinate vectors is computed in the CSR walk that reads the last (matfac's gradient in one
+pass); coordinates are read as non-negative; and each `prange` body is a function of its own
+(`backends/prange_bodies.py`).  Compiled kernels agree with the interpreter on random
+relation-masked programs, at sizes where both the block and the short forms run."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tensorlang as tl
+from examples_util import EXAMPLES, assert_same, to_program
+from tensorlang.semantics.interp import interpret
+from tensorlang.testing import random_args
+
+numba_cpu = pytest.importorskip("tensorlang.backends.numba_cpu")
+from tensorlang.backends import prange_bodies  # noqa: E402
+
+
+def _source(fn) -> str:
+    return numba_cpu.generated_source(fn.run_to("ssa"))
+
+
+def test_matfac_sum_runs_its_coordinate_loop_as_blocks():
+    """matfac f: the terms of the relation-driven sum go into a block buffer (the product
+    computed first in the block loop's body), and the short case reads the same members."""
+    src = _source(tl.load(str(EXAMPLES / "matfac.tl"))["matfac"])
+    body = src.split("def tl_body0", 1)[1].split("\ndef ", 1)[0]
+    assert re.search(r"_e\d+i = tl_nonneg\(_tbj\d+\)", body)
+    assert re.search(r"_tb\d+\[_tbj\d+ - _tbb\d+\] = tl_square\(", body)
+    assert body.count("j0 = tl_nonneg(rc0_Om[tl_nonneg(_e") == 2   # blocks, short loop
+    assert "for _c7 in prange(_nc7):\n        tl_body0(_c7, " in src
+
+
+def test_matfac_gradient_is_one_pass_over_the_rows():
+    src = _source(tl.load(str(EXAMPLES / "matfac.tl"))["matfac_grad"])
+    assert src.count("prange(") == 1 and "rc0_Om" not in src.split("def tl_kernel")[1]
+    assert "np.empty((rc" not in src
+
+
+CHAINS = [
+    # matfac's shape: the residual's square, its gradient in U and in V
+    ("sum i:N, j:M. [E(i, j)] * (A[i, j] - sum k:K. U[i, k] * V[j, k]) ** 2", "U"),
+    ("sum i:N, j:M. [E(i, j)] * (A[i, j] - sum k:K. U[i, k] * V[j, k]) ** 2", "V"),
+    ("sum i:N, j:M. [E(i, j)] * tanh(A[i, j] * sum k:K. U[i, k] * V[j, k])", "U"),
+    ("sum i:N, j:M. [E(i, j)] * exp(A[i, j]) * (sum k:K. U[i, k] * V[j, k]) ** 2", "U"),
+    ("sum i:N, j:M. [E(i, j) and i != j] * (A[i, j] - sum k:K. U[i, k] * V[j, k]) ** 2",
+     "U"),
+]
+
+
+@pytest.mark.parametrize("body,wrt", CHAINS)
+def test_relation_loops_compiled_agree_with_the_interpreter(body, wrt):
+    """Compiled (Numba), f and gradient, on relations of several densities, at sizes whose
+    coordinate chunks and CSR rows are long enough for blocks (and rows too short)."""
+    src = (f"def f(N: size, M: size, K: size, E: rel(N, M), A: R[N, M], U: R[N, K], "
+           f"V: R[M, K]) -> R:\n    return {body}\ndef g = grad(f, {wrt})\n")
+    mod = tl.parse(src)
+    for name in ("f", "g"):
+        d = mod[name].core()
+        c = numba_cpu.compile_program(to_program(d))
+        for seed, (n, m, density) in enumerate(((40, 37, 0.3), (30, 200, 0.9), (7, 5, 0.2),
+                                                (0, 3, 0.5), (20, 20, 0.0))):
+            args = random_args(d, {"N": n, "M": m, "K": 3}, np.random.default_rng(seed),
+                               density=density)
+            # (the serial image for one program: it runs the same code, a body a call)
+            for engine in ("jit", "aot") if body == CHAINS[0][0] and wrt == "U" else ("jit",):
+                c.engine = engine
+                assert_same(c(args), interpret(d, args), atol=1e-9)
+
+
+# -- prange_bodies.outline ------------------------------------------------------------------
+
+DECO = "@njit(parallel=False)"
+
+
+def test_a_parallel_body_becomes_a_function_of_the_names_it_reads():
+    body = ["    out = np.empty(n)",
+            "    s = 2.0",
+            "    for i in prange(0, n):",
+            "        t = x[i] * s",
+            "        out[i] = t + t",
+            "    return (out,)"]
+    funcs, new = prange_bodies.outline(body, ["n", "x"], DECO)
+    assert funcs[:2] == [DECO, "def tl_body0(i, out, s, x):"]
+    assert funcs[2:4] == ["    t = x[i] * s", "    out[i] = t + t"]
+    assert new[2:4] == ["    for i in prange(0, n):", "        tl_body0(i, out, s, x)"]
+    ns: dict = {"np": np, "prange": range, "njit": lambda **kw: (lambda f: f)}
+    exec("\n".join(funcs + ["def k(n, x):", *new]), ns)
+    assert_same(ns["k"](4, np.arange(4.0))[0], 4.0 * np.arange(4.0), atol=0)
+
+
+def test_a_body_with_a_carried_value_or_a_value_read_later_stays():
+    carried = ["    s = 0.0", "    for i in prange(0, n):", "        s += x[i]", "    return (s,)"]
+    later = ["    for i in prange(0, n):", "        t = x[i]", "    y = t", "    return (y,)"]
+    for body in (carried, later):
+        funcs, new = prange_bodies.outline(body, ["n", "x"], DECO)
+        assert funcs == [] and new == body
+
+
+def test_parallel_bodies_inside_guards_are_numbered_in_order():
+    body = ["    if n > 0:",
+            "        for i in prange(0, n):",
+            "            a[i] = 1.0",
+            "    for j in prange(0, n):",
+            "        b[j] = a[j]",
+            "    return (b,)"]
+    funcs, new = prange_bodies.outline(body, ["n", "a", "b"], DECO)
+    assert [f for f in funcs if f.startswith("def ")] == ["def tl_body0(i, a):",
+                                                          "def tl_body1(j, a, b):"]
+    assert new[2] == "            tl_body0(i, a)" and new[4] == "        tl_body1(j, a, b)"
