@@ -640,18 +640,38 @@ class NumbaEmitter:
                         f"{acc} = _buf{t}[0]", f"{acc}_s = _buf{t}[1]", f"{acc}_c = _buf{t}[2]",
                         f"{acc}_n = 0", f"{acc}_m = False"])
         ictx = LoopContext(itag, acc, [], [])
-        idepth = self.steps(isteps, depth, "seq", ictx)
-        w(idepth, f"for {g} in range({glo}, {glo} + {glen}):")
-        self.body(idepth + 1, f"{acc}[{g} - {glo}]", "+", rhs, s.body_facts(opart, ipart),
-                  "", sums=True)
         at = f"{acc}[_g{t}]"
         merge = [f"for _g{t} in range({glen}):",
                  f"{INDENT}{acc}_s[_g{t}], {acc}_c[_g{t}] = "
                  f"{accumulate.NEUMAIER}({acc}_s[_g{t}], {acc}_c[_g{t}], {at})"]
-        w.block(idepth, [f"{acc}_n += 1", f"if {acc}_n == {accumulate.BLOCK}:",
-                         *[INDENT + ln for ln in merge],
-                         f"{INDENT}{acc}[:] = 0.0", f"{INDENT}{acc}_n = 0",
-                         f"{INDENT}{acc}_m = True"])
+        fold = [*merge, f"{acc}[:] = 0.0", f"{acc}_m = True"]
+        last_in = isteps[-1]
+        if isinstance(last_in, Loop) and sum(isinstance(st, Loop) for st in isteps) == 1:
+            # the one inner loop (a CSR row's walk) in blocks of BLOCK iterations: a full
+            # block folds where the count would reach BLOCK, so no count per term
+            idepth = self.steps(isteps[:-1], depth, "seq", ictx)
+            hi, b = f"_rbh{t}", f"_rbb{t}"
+            w.block(idepth, [f"{hi} = {last_in.stop}",
+                             f"for {b} in range({last_in.lo}, {hi}, {accumulate.BLOCK}):",
+                             f"{INDENT}for {last_in.var} in range({b}, "
+                             f"min({b} + {accumulate.BLOCK}, {hi})):"])
+            w.block(idepth + 2, last_in.head)
+            if last_in.position is not None:
+                self.ex.positions[last_in.position] = last_in.var
+                if self.inline:
+                    self.inline_at(last_in.position, idepth + 2)
+            w(idepth + 2, f"for {g} in range({glo}, {glo} + {glen}):")
+            self.body(idepth + 3, f"{acc}[{g} - {glo}]", "+", rhs,
+                      s.body_facts(opart, ipart), "", sums=True)
+            w.block(idepth + 1, [f"if {b} + {accumulate.BLOCK} <= {hi}:",
+                                 *[INDENT + ln for ln in fold]])
+        else:
+            idepth = self.steps(isteps, depth, "seq", ictx)
+            w(idepth, f"for {g} in range({glo}, {glo} + {glen}):")
+            self.body(idepth + 1, f"{acc}[{g} - {glo}]", "+", rhs,
+                      s.body_facts(opart, ipart), "", sums=True)
+            w.block(idepth, [f"{acc}_n += 1", f"if {acc}_n == {accumulate.BLOCK}:",
+                             *[INDENT + ln for ln in fold], f"{INDENT}{acc}_n = 0"])
         self.close(ictx)
         store = self.store(s)
         tot = f"_tot{t}"

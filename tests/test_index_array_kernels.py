@@ -253,7 +253,7 @@ def test_index_array_read_at_known_indices_is_a_lookup():
     source = numba_cpu.generated_source(f.final_program())   # (simplified)
     assert "('coords', ('src', (0, 1), 0))" in source      # C-order coordinates, no CSR
     code = body(source)
-    assert "rp0_src" not in code and re.search(r"= rc0_src\[i\d, 1\]", code)
+    assert "rp0_src" not in code and re.search(r"= tl_nonneg\(rc0_src\[i\d, 1\]\)", code)
     assert "tl_matmul" in code and "1 <= n_V" in code       # the `[1 <= V]` contraction
 
 

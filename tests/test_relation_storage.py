@@ -46,7 +46,7 @@ def test_matfac_temporaries_are_coordinate_vectors():
     m = _load("matfac.tl")
     grad = _source(m["matfac_grad"])
     assert grad.count("#   (computed in the loop of ") == 2
-    assert re.search(r"for _e\d+i in range\(rp1_Om\[", grad)
+    assert re.search(r"for _rbb\d+ in range\(rp1_Om\[", grad)   # the row's walk, in blocks
     assert re.search(r"_l\d+ = \(-2\.0 \* \(v_T\[i0, j0\] \+ \(-1\.0 \* _l\d+\)\)\)", grad)
     for name, vectors in (("matfac", 0), ("matfac_grad", 0)):
         src = _source(m[name])
