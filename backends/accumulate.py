@@ -14,8 +14,9 @@ depend on the number of threads.
 
 The counted form (`add`: an add, a count and a branch per term) keeps LLVM from
 vectorising the loop, and its one dependency chain through `acc` serialises a body of
-logs or divisions.  Where the innermost loop is a plain range (`block_loop`), the sum is
-instead a nested loop: blocks of `BLOCK` consecutive iterations, counted from the loop's
+logs or divisions.  Where the innermost loop is a plain range or a walk of a relation's
+coordinates (`block_loop`; the emitter prints the member's reads at the top of both the
+block body and the short loop), the sum is instead a nested loop: blocks of `BLOCK` consecutive iterations, counted from the loop's
 start, whose terms are first stored into a buffer on the stack (a loop without a
 dependency between iterations, which LLVM vectorises), then added by `block_sum` in
 `LANES` interleaved partial sums (a fixed order: the same bits on every machine).  A full
