@@ -59,6 +59,65 @@ def test_compiled_estimate_is_close_to_the_allocations(name):
         assert peak <= ours <= 2 * peak, (fn.name, ours, peak)
 
 
+# The plain-Python run's own small allocations besides the arrays (its argument list and
+# frames, a reduction's partial sums per chunk): a few KiB at most, whatever the sizes.
+CALL_BYTES = 4096
+
+
+def test_a_recomputed_producer_is_no_array():
+    """`d` is N x N, cheap (a relu of a difference) and read by two statements: each
+    recomputes it (`codegen.decide_fusion`), so the kernel allocates no N x N array and the
+    estimate counts none; the estimate of every statement's array counts one."""
+    m = tl.parse("def f(N: size, x: R[N], y: R[N]) -> R[N]:\n"
+                 "    d = gen i:N. gen j:N. relu(x[i] - y[j])\n"
+                 "    a = gen i:N. max j:N. d[i, j] * y[j]\n"
+                 "    b = gen j:N. max i:N. d[i, j] * x[i]\n"
+                 "    return gen i:N. a[i] * b[i]\n")
+    n = 300
+    rng = np.random.default_rng(0)
+    bound = m.f.bind(x=rng.standard_normal(n), y=rng.standard_normal(n))
+    est = m.f.compile("numba").estimate(bound)
+    dense = memory.estimate(api.memory_program(m.f, "numba"), bound, compiled=True)
+    assert max(t.entries for t in dense.temporaries) == n * n
+    assert max(t.entries for t in est.temporaries) <= n
+    peak = _peak_bytes(m.f, bound)
+    ours = est.temporary_bytes + est.output
+    assert peak <= ours + CALL_BYTES and ours <= 2 * peak, (ours, peak)
+
+
+def test_a_coordinate_vector_counts_the_relations_members():
+    """matfac's gradient stores its residual `[Om(i, j)] * (T - U V^T)` as a vector of Om's
+    members (`storage.coordinate_layouts`), not as an N x M array: the estimate counts
+    nnz(Om) entries for it (N M when Om is not made yet), an upper bound of the traced
+    peak, and a different relation of the same shape is estimated anew."""
+    grad = tl.grad(tl.load(str(EX / "matfac.tl"))["matfac"], "U")
+    n, m, k = 200, 150, 4
+    rng = np.random.default_rng(2)
+    args = {"Om": rng.random((n, m)) < 0.1, "T": rng.standard_normal((n, m)),
+            "U": rng.standard_normal((n, k)), "V": rng.standard_normal((m, k))}
+    bound = grad.bind(**args)
+    compiled = grad.compile("numba")
+    est = compiled.estimate(bound)
+    nnz = int(args["Om"].sum())
+    vectors = [t for t in est.temporaries if t.entries == nnz]
+    assert vectors and max(t.entries for t in est.temporaries) < n * m
+    sizes_only = compiled.estimate({"N": n, "M": m, "K": k, "T": args["T"], "U": args["U"],
+                                    "V": args["V"]})
+    assert max(t.entries for t in sizes_only.temporaries) == n * m
+    peak = _peak_bytes(grad, bound)
+    ours = est.temporary_bytes + est.output
+    assert peak <= ours + CALL_BYTES and ours <= 2 * peak, (ours, peak)
+    # the call's check reads the relation it is given (same shape, four times the members)
+    denser = dict(args, Om=rng.random((n, m)) < 0.4)
+    compiled(**args)
+    limit = ours + est.inputs + 8 * nnz
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(memory.ENV_VAR, str(limit))
+        compiled(**args)
+        with pytest.raises(ResourceError):
+            compiled(**denser)
+
+
 def test_blr_lq_gradient_at_d1000_is_not_refused():
     """The estimate of the call the benchmark makes (D = 1000, N = 2000): the interpreter's
     working array of the product `sum j:D. Qbar[j, i] C[i, j]` (D x (D + N) x D entries) is
