@@ -119,11 +119,13 @@ def test_a_coordinate_vector_counts_the_relations_members():
     denser = dict(args, Om=rng.random((n, m)) < 0.4)
     compiled(**args)
     limit = ours + est.inputs + 8 * nnz
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(memory.ENV_VAR, str(limit))
+    memory.set_limit(limit)
+    try:
         compiled(**args)
         with pytest.raises(ResourceError):
             compiled(**denser)
+    finally:
+        memory.set_limit(None)
 
 
 @pytest.mark.parametrize("strategy, examples", [

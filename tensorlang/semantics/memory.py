@@ -71,6 +71,7 @@ class Estimate:
     inputs: int
     temporaries: tuple[Temporary, ...]
     output: int
+    output_loc: Loc | None = None   # where the result is written (`return`)
 
     @property
     def temporary_bytes(self) -> int:
@@ -241,7 +242,12 @@ def estimate(d: ast.Def, args: Mapping[str, Any], compiled: bool = False,
         memo[key] = _temporaries(d, sizes, compiled) if arrays is None else \
             _allocated(d, sizes, arrays, dict(members))
     temps, output = memo[key]
-    return Estimate(inputs, temps, output)
+    return Estimate(inputs, temps, output, _return_loc(d))
+
+
+@functools.lru_cache(maxsize=64)
+def _return_loc(d: ast.Def) -> Loc | None:
+    return statement_loc(d, "return") or d.loc
 
 
 def relation_members(arrays: tuple[Allocation, ...], args: Mapping[str, Any]
@@ -255,6 +261,13 @@ def relation_members(arrays: tuple[Allocation, ...], args: Mapping[str, Any]
 def _allocated(d: ast.Def, sizes: Mapping[str, int], arrays: tuple[Allocation, ...],
                members: Mapping[str, int]) -> tuple[tuple[Temporary, ...], int]:
     output = _FLOAT_BYTES * _type_entries(d.ret, sizes) if d.ret is not None else 0
+    # The kernels' statements have the SSA's names (v0, v1, ...): an array is named, for
+    # messages, after a statement of `d` as written of as many entries, where there is one
+    # (`qform`'s `v0[i0:N] = sum j0:N. ...` is its `y = gen i:N. sum j:N. ...`)
+    written: dict[int, tuple[str, Loc | None]] = {}
+    for t in _temporaries(d, sizes, True)[0]:
+        if not t.working:
+            written.setdefault(t.entries, (t.name, t.loc))
     temps: list[Temporary] = []
     for a in arrays:
         if a.output:
@@ -262,8 +275,10 @@ def _allocated(d: ast.Def, sizes: Mapping[str, int], arrays: tuple[Allocation, .
         entries = math.prod(_extent(x, sizes) for x in a.dims)
         if a.rel is not None and a.rel in members:
             entries = min(entries, members[a.rel])
-        where = statement_loc(d, a.name) or d.loc
-        temps.append(Temporary(a.name, where, entries, _FLOAT_BYTES * entries, a.working,
+        name, where = a.name, statement_loc(d, a.name)
+        if where is None:
+            name, where = written.get(entries, (a.name, d.loc))
+        temps.append(Temporary(name, where, entries, _FLOAT_BYTES * entries, a.working,
                                a.name if a.working else ""))
     return tuple(temps), output
 
@@ -382,9 +397,13 @@ def check_estimate(est: Estimate, what: str) -> Estimate:
         return est
     big = est.largest()
     where = ""
-    if big is not None:
+    if big is not None and big.nbytes >= est.output:
         where = (f"; the largest array is statement {big.name}: {big.entries:,} entries, "
                  f"{format_bytes(big.nbytes)}")
+    elif est.output:   # (a compiled kernel may allocate nothing but its result)
+        big = Temporary("return", est.output_loc, est.output // _FLOAT_BYTES, est.output)
+        where = (f"; the largest array is the result (statement return): {big.entries:,} "
+                 f"entries, {format_bytes(big.nbytes)}")
     temps = est.temporary_bytes
     raise ResourceError(
         f"{what} needs about {format_bytes(est.total)} (inputs {format_bytes(est.inputs)}, "
