@@ -30,6 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+import numpy as np
+
 from tensorlang.ir import tssa
 from tensorlang.ir.ast import Affine
 from tensorlang.semantics.cost import cost_program
@@ -103,7 +105,8 @@ def estimate(p: tssa.Program, args: Mapping[str, Any],
                     values=False)
     sizes = {n: int(env.sizes[n]) for n in plan.sizes}
     counts = cost_program(plan.program, args).per_stmt   # (the plan may rewrite: gram.py)
-    arrays = _stored(plan, sizes, args)
+    members = {r: int(np.count_nonzero(mask)) for r, mask in env.rels.items()}
+    arrays = _stored(plan, sizes, members)
     fused_into = _fused_consumers(plan)
     flops: dict[str, int] = {}
     for s in plan.stmts:
@@ -183,13 +186,12 @@ def _entries(a: memory.Allocation, sizes: Mapping[str, int], members: Mapping[st
     return min(box, members[a.rel]) if a.rel in members else box
 
 
-def _stored(plan: ProgramPlan, sizes: Mapping[str, int], args: Mapping[str, Any]
+def _stored(plan: ProgramPlan, sizes: Mapping[str, int], members: Mapping[str, int]
             ) -> dict[str, int]:
     """Elements of each statement's own array (`common.allocation`; none for a statement
-    that has none)."""
-    arrays = allocation.kernel_arrays(plan)
-    members = dict(memory.relation_members(arrays, args))
-    return {a.name: _entries(a, sizes, members) for a in arrays if not a.working}
+    that has none), a coordinate vector at its relation's `members`."""
+    return {a.name: _entries(a, sizes, members) for a in allocation.kernel_arrays(plan)
+            if not a.working}
 
 
 def call_weight(rhs: tssa.Rhs) -> int:
