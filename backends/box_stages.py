@@ -209,7 +209,6 @@ class StagedProgram:
         # call would allocate, and page-fault, fresh memory)
         return _build(self.program.output, vals)
 
-
     @property
     def arrays(self) -> tuple[memory.Allocation, ...]:
         """What a call allocates (`memory.Allocation`s): each kernel's arrays (its outputs
