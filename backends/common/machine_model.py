@@ -173,8 +173,8 @@ def kernel_arrays(p: tssa.Program, sizes: Mapping[str, int],
     panels = running_panels(plan, sizes)   # (a panel per strip being computed: per thread)
     arrays = allocation.kernel_arrays(plan)
     members = dict(memory.relation_members(arrays, sizes))
-    temps = tuple((a.name, panels.get(a.name, _entries(a, sizes, members)) if not a.working
-                   else _entries(a, sizes, members)) for a in arrays if not a.output)
+    temps = tuple((a.name, panels.get(a.name, _entries(a, sizes, members)))
+                  for a in arrays if not a.output)
     inputs = sum(_size(shapes[s.var], sizes) for s in plan.stmts if s.mode == "input")
     return KernelArrays(temps, sum(_size(shapes[v], sizes) for v in outs), inputs)
 
