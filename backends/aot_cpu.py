@@ -61,18 +61,19 @@ class Header:
     parallel: bool                       # some function is compiled with parallel loops
     blas: bool                           # calls BLAS (tl_matmul, tl_gram)
     parts: bool                          # the body is cut into separately compiled parts
+    arrays: tuple[tuple, ...] = ()       # TL_ARRAYS: `memory.Allocation.literal`s
 
     @classmethod
     def of(cls, text: str) -> "Header":
         values: dict[str, Any] = {}
         for line in text.splitlines():
-            for name in ("TL_ARGS", "TL_COUNTED"):
+            for name in ("TL_ARGS", "TL_COUNTED", "TL_ARRAYS"):
                 if line.startswith(name + " = "):
                     values[name] = pyast.literal_eval(line[len(name) + 3:])
         return cls(values["TL_ARGS"], values["TL_COUNTED"],
                    "@njit(parallel=TL_PARALLEL" in text,
                    "tl_matmul(" in text or "tl_gram(" in text,
-                   "\ndef tl_part" in text)
+                   "\ndef tl_part" in text, values["TL_ARRAYS"])
 
 
 # ---------------------------------------------------------------------------------------------

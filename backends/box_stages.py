@@ -9,6 +9,7 @@ a pair box (`lq`, `eigh`) share one factorisation per call.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Union
 
@@ -17,7 +18,7 @@ import numpy as np
 from tensorlang.ir import ast, tssa
 from tensorlang.ir.ast import Affine, PTrue
 from tensorlang.ir.tssa import BoxRhs, Input, Program, ReduceRhs, Stmt
-from tensorlang.semantics import boxes, interp
+from tensorlang.semantics import boxes, interp, memory
 
 
 @dataclass(frozen=True)
@@ -208,6 +209,22 @@ class StagedProgram:
         # call would allocate, and page-fault, fresh memory)
         return _build(self.program.output, vals)
 
+    @property
+    def arrays(self) -> tuple[memory.Allocation, ...]:
+        """What a call allocates (`memory.Allocation`s): each kernel's arrays (its outputs
+        too: the result is a copy, `_build`), each box's output and working copies."""
+        out: list[memory.Allocation] = []
+        factored: set[tuple] = set()
+        for part, kernel in self.parts:
+            if kernel is not None:
+                out += [dataclasses.replace(a, output=False) for a in kernel.arrays]
+            elif isinstance(part, Stmt):
+                rhs = part.rhs
+                key = _box_key(rhs)
+                out += memory.box_allocations(part.var, rhs.fn, rhs.dims, rhs.arg_shapes(),
+                                              key not in factored)
+                factored.add(key)
+        return tuple(out)
 
     def kernels_for(self, sizes: Mapping[str, int]) -> list[Any]:
         """The compiled kernels a call with these sizes runs, in order."""

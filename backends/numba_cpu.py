@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterator, Mapping
 import numpy as np
 
 from tensorlang.ir import ast
-from tensorlang.semantics import interp, relation
+from tensorlang.semantics import interp, memory, relation
 from tensorlang.ir import tssa
 from tensorlang.ir.canon import conjuncts
 from tensorlang.syntax import ssa_printer
@@ -150,6 +150,8 @@ class CompiledProgram:
         header = Header.of(source)
         self._args: tuple[tuple[str, Any], ...] = header.args
         self._counted: list[str] = list(header.counted)
+        # the arrays the kernel allocates (the memory estimate of a call, `Compiled.estimate`)
+        self.arrays = tuple(memory.Allocation.of_literal(a) for a in header.arrays)
         # The image is serial and loop-only: "auto" weighs the call only when it is not the
         # same code as the JIT kernel.  A kernel cut into parts runs on the JIT: pycc builds
         # each part twice (Numba's JIT compiles every `@njit` callee before linking it into

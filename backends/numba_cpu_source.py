@@ -22,7 +22,7 @@ from .codegen_nest import (Assign, Facts, Guard, Lines, Loop, Part, RelNames, St
                            pred_code)
 from .gram import GramForm
 from . import accumulate, kernel_cache, kernel_split, prange_bodies, sibling_fusion
-from .common import storage
+from .common import allocation, storage
 from .numba_cpu import (CHUNK_MIN, CHUNKS, CONSTS, COUNTS, DENSE_RATIO, INDENT, KERNEL,
                         PARALLEL)
 from .scalar_builtins import FUNCS
@@ -260,6 +260,12 @@ class NumbaEmitter:
         self.row_panels = {v: rp for v, rp in self.row_panels.items()
                            if rp.consumer not in self.inline}
         self.ex.panelled = frozenset(self.row_panels)
+        # the arrays this kernel allocates, for the memory estimate of a call (read as text)
+        arrays = allocation.kernel_arrays(self.plan, units, self.ex.layouts, self.inline,
+                                          self._reads_of())
+        w.lines.insert(deco - 3, "TL_ARRAYS = " + repr(tuple(a.literal() for a in arrays)))
+        body_start += 1
+        deco += 1
         for unit in units:
             for s in unit:
                 w(1, "# " + safe_comment(ssa_printer.fmt_stmt(tssa.Stmt(s.var, s.rhs))))

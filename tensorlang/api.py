@@ -838,15 +838,17 @@ class Compiled:
         self.warnings: tuple[str, ...] = pass_failures(fn) if backend != "interp" else ()
         self._memory_def: Def | None = None
         # per call description: the memory estimate and its total
-        self._estimates: dict[Any, tuple[memory.Estimate, int]] = {}
+        # (and the member counts of the relations its coordinate vectors are indexed by)
+        self._estimates: dict[Any, tuple[memory.Estimate, int, tuple]] = {}
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         key, bound = self._binder.bind_keyed(args, kwargs)
         hit = self._estimates.get(key) if key is not None else None
-        if hit is None:
-            # a kernel sums in loops or one matrix product: no working arrays
-            est = memory.estimate(self._estimated(), bound, compiled=self.backend != "interp")
-            hit = (est, est.total)
+        if hit is None or (key is not None and hit[2] and
+                           memory.relation_members(self._arrays(), bound) != hit[2]):
+            est = self.estimate(bound)
+            arrays = self._arrays()
+            hit = (est, est.total, memory.relation_members(arrays, bound) if arrays else ())
             if key is not None:
                 if len(self._estimates) >= CallBinder.MAX_PLANS:
                     self._estimates.clear()
@@ -857,6 +859,18 @@ class Compiled:
         if self.backend == "interp":  # the interpreter recurses over the program
             return to_python(limits.run(self._run, bound, where=_at_def(self.function)))
         return to_python(self._run_bound(bound))
+
+    def estimate(self, bound: Mapping[str, Any]) -> memory.Estimate:
+        """The memory estimate of a call on `bound` (bound arguments; a relation or array
+        not made yet counts its type): on the Numba backend the arrays its kernels allocate
+        (`backends/common/allocation.py`, read from their headers), on another compiled
+        backend every statement's array and no sum working arrays, on the interpreter its
+        own working arrays too (`semantics/memory.py`)."""
+        return memory.estimate(self._estimated(), bound, compiled=self.backend != "interp",
+                               arrays=self._arrays())
+
+    def _arrays(self) -> tuple[memory.Allocation, ...] | None:
+        return getattr(self._run, "arrays", None) if self.backend == "numba" else None
 
     def _estimated(self) -> Def:
         if self._memory_def is None:  # kept: no worker per call

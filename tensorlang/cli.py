@@ -315,10 +315,11 @@ def build_args(fn: Any, given: Mapping[str, Any], random_sizes: Mapping[str, int
     from tensorlang.semantics import memory
 
     # before making the random inputs; the estimate a call of the API makes on `backend`
-    # (`api.Compiled`): its program (for a derived function on a compiled backend the final
-    # one, from the front cache in a warm process) and no sum working arrays when compiled
-    memory.check(api.memory_program(fn, backend), {**fixed, **sizes}, fn.name,
-                 compiled=backend != "interp")
+    # (`api.Compiled.estimate`: on Numba the arrays its kernels allocate)
+    est = fn.compile(backend).estimate({**fixed, **sizes}) if backend == "numba" else \
+        memory.estimate(api.memory_program(fn, backend), {**fixed, **sizes},
+                        compiled=backend != "interp")
+    memory.check_estimate(est, fn.name)
     rng = np.random.default_rng(seed)
     values = _random_args(fn, sizes, rng)
     out = dict(fixed)

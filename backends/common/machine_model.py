@@ -17,7 +17,9 @@ What a statement costs follows the code generator's plan (`backends.codegen`):
   calls weighted by `CALL_FLOPS`) at scalar-loop speed, writes its array (twice when it is
   zero-filled first, `common.storage`) and reads each materialised operand array at most
   once per visited point; a read whose innermost index has a stride other than 1 (a column
-  walk) moves a cache line per element.
+  walk) moves a cache line per element.  The arrays are those the kernel allocates
+  (`common.allocation`): a coordinate vector has one element per member of its relation,
+  and a statement kept in a local or computed in its reader's loop writes none.
 
 The constants describe one core of a current x86 machine; the model is for ranking
 statements and programs (which one dominates, what a layout change saves), not for
@@ -28,14 +30,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+import numpy as np
+
 from tensorlang.ir import tssa
 from tensorlang.ir.ast import Affine
 from tensorlang.semantics.cost import cost_program
 from tensorlang.semantics.interp import bind_args
 
+from tensorlang.semantics import memory
+
 from ..codegen import (ProgramPlan, StmtPlan, builtins_used, panel_rows, panel_runs,
                        plan_program, plan_reads)
-from . import storage
+from . import allocation, storage
 
 FLOAT_BYTES = 8
 CACHE_LINE = 64
@@ -99,6 +105,8 @@ def estimate(p: tssa.Program, args: Mapping[str, Any],
                     values=False)
     sizes = {n: int(env.sizes[n]) for n in plan.sizes}
     counts = cost_program(plan.program, args).per_stmt   # (the plan may rewrite: gram.py)
+    members = {r: int(np.count_nonzero(mask)) for r, mask in env.rels.items()}
+    arrays = _stored(plan, sizes, members)
     fused_into = _fused_consumers(plan)
     flops: dict[str, int] = {}
     for s in plan.stmts:
@@ -119,7 +127,8 @@ def estimate(p: tssa.Program, args: Mapping[str, Any],
         elif s.mode == "blas":
             out.append(_blas(s, plan, sizes, s.var in panels))
         else:
-            out.append(_loops(s, plan, sizes, owned[s.var], counts[s.var], set(panels)))
+            out.append(_loops(s, plan, sizes, owned[s.var], counts[s.var], arrays,
+                              set(panels)))
     return MachineEstimate(tuple(out))
 
 
@@ -139,10 +148,11 @@ def running_panels(plan: ProgramPlan, sizes: Mapping[str, int]) -> dict[str, int
 
 @dataclass(frozen=True)
 class KernelArrays:
-    """The arrays a compiled program allocates at given sizes, in elements: each
-    materialised statement's (dense: `common.storage` may store one smaller), the inputs'
-    and the output's.  A kernel whose largest temporary is O(output + inputs) allocates no
-    intermediate larger than what it is given and returns (issue 14: matfac's Hessian)."""
+    """The arrays a compiled program allocates at given sizes, in elements: each array the
+    kernel makes (`common.allocation`: a coordinate vector at its relation's member count
+    when known, else its box; a product's copies), the inputs' and the output's.  A kernel
+    whose largest temporary is O(output + inputs) allocates no intermediate larger than
+    what it is given and returns (issue 14: matfac's Hessian)."""
 
     temporaries: tuple[tuple[str, int], ...]    # (statement, elements), not the outputs
     outputs: int
@@ -155,18 +165,33 @@ class KernelArrays:
 
 def kernel_arrays(p: tssa.Program, sizes: Mapping[str, int],
                   plan: ProgramPlan | None = None) -> KernelArrays:
-    """`KernelArrays` of program `p` at `sizes` (a value for each size parameter)."""
+    """`KernelArrays` of program `p` at `sizes` (a value for each size parameter; a
+    relation among them: its member count sizes the coordinate vectors it indexes)."""
     plan = plan or plan_program(p)
     shapes = plan.program.shapes
     outs = set(plan.program.output_vars())
     panels = running_panels(plan, sizes)   # (a panel per strip being computed: per thread)
-    temps, inputs = [], 0
-    for s in plan.stmts:
-        if s.mode == "input":
-            inputs += _size(shapes[s.var], sizes)
-        elif s.mode != "fused" and not s.scalar and s.var not in outs:
-            temps.append((s.var, panels.get(s.var, _size(shapes[s.var], sizes))))
-    return KernelArrays(tuple(temps), sum(_size(shapes[v], sizes) for v in outs), inputs)
+    arrays = allocation.kernel_arrays(plan)
+    members = dict(memory.relation_members(arrays, sizes))
+    temps = tuple((a.name, panels.get(a.name, _entries(a, sizes, members)))
+                  for a in arrays if not a.output)
+    inputs = sum(_size(shapes[s.var], sizes) for s in plan.stmts if s.mode == "input")
+    return KernelArrays(temps, sum(_size(shapes[v], sizes) for v in outs), inputs)
+
+
+def _entries(a: memory.Allocation, sizes: Mapping[str, int], members: Mapping[str, int]
+             ) -> int:
+    """Elements of an array the kernel allocates (a coordinate vector: at most its box)."""
+    box = _size(a.dims, sizes)
+    return min(box, members[a.rel]) if a.rel in members else box
+
+
+def _stored(plan: ProgramPlan, sizes: Mapping[str, int], members: Mapping[str, int]
+            ) -> dict[str, int]:
+    """Elements of each statement's own array (`common.allocation`; none for a statement
+    that has none), a coordinate vector at its relation's `members`."""
+    return {a.name: _entries(a, sizes, members) for a in allocation.kernel_arrays(plan)
+            if not a.working}
 
 
 def call_weight(rhs: tssa.Rhs) -> int:
@@ -221,17 +246,20 @@ def _blas(s: StmtPlan, plan: ProgramPlan, sizes: Mapping[str, int], panels: bool
 
 
 def _loops(s: StmtPlan, plan: ProgramPlan, sizes: Mapping[str, int], flops: int,
-           count: tuple[int, int, int], panels: set[str]) -> StmtEstimate:
+           count: tuple[int, int, int], arrays: Mapping[str, int], panels: set[str]
+           ) -> StmtEstimate:
     p = plan.program
     points = max(count) if any(count) else _size(s.rhs.dims, sizes)
-    out_elems = _size(s.rhs.dims, sizes) if not s.scalar else 0
-    fill = 2 if storage.allocation(s, plan) == storage.ZEROS else 1
+    out_elems = arrays.get(s.var, 0)
+    box = s.rhs.dims and out_elems == _size(s.rhs.dims, sizes)   # (not a coordinate vector)
+    fill = 2 if box and storage.allocation(s, plan) == storage.ZEROS else 1
     moved = out_elems * fill * FLOAT_BYTES
     inner = s.rhs.sum_names()[-1:] or s.rhs.gen_names()[-1:]
+    inputs = p.inputs()
     for var, idx in plan_reads(s.rhs, plan):
-        if not idx or var in panels:   # (a row panel: in the cache)
-            continue
-        size = _size(p.shapes[var], sizes)
+        if not idx or var in panels or (var not in arrays and var not in inputs):
+            continue      # (a scalar, a row panel in the cache, or a value held in a local)
+        size = arrays[var] if var in arrays else _size(p.shapes[var], sizes)
         walked = inner and idx and idx[-1].coeff(inner[0]) not in (0, 1) or \
             inner and any(a.coeff(inner[0]) != 0 for a in idx[:-1])
         per = CACHE_LINE if walked else FLOAT_BYTES

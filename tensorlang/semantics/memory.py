@@ -14,6 +14,15 @@ From the sizes alone (no data is read), `estimate` adds up the bytes of
     is D M entries there, not D M D),
   * the output (its type at the given sizes).
 
+On the Numba CPU backend the temporaries are instead the arrays its kernels allocate
+(`arrays`: `Allocation`s, which the code generator records in each kernel module's header,
+`backends/common/allocation.py`): a statement fused into its readers (recomputed in each),
+a sibling-nest member kept in a local, a coordinate vector computed in its reader's loop
+are no array; a relation-masked temporary stored as a coordinate vector has one entry per
+member of the relation (`nnz`, read off the bound relation; its box when the relation is
+not made yet); a matrix product's scaled or transposed copies are counted.  That estimate
+is an upper bound of what the kernels allocate (tests/test_memory_compiled.py traces it).
+
 `check` refuses a run whose estimate is above the limit with a `ResourceError` naming the
 largest statement, where it is in the source, and its size.  The limit comes from
 `set_limit` (the CLI's `--max-memory`), else the environment variable
@@ -54,6 +63,7 @@ class Temporary:
     entries: int
     nbytes: int
     working: bool = False  # a sum's working array: freed once reduced
+    group: str = ""        # working arrays of one group live together (a product's copies)
 
 
 @dataclass(frozen=True)
@@ -61,12 +71,18 @@ class Estimate:
     inputs: int
     temporaries: tuple[Temporary, ...]
     output: int
+    output_loc: Loc | None = None   # where the result is written (`return`)
 
     @property
     def temporary_bytes(self) -> int:
         """Every gen array, plus the widest working array of a sum (one lives at a time)."""
         kept = sum(t.nbytes for t in self.temporaries if not t.working)
-        return kept + max((t.nbytes for t in self.temporaries if t.working), default=0)
+        working: dict[tuple[str, int], int] = {}
+        for k, t in enumerate(self.temporaries):
+            if t.working:
+                key = (t.group, 0) if t.group else ("", k)
+                working[key] = working.get(key, 0) + t.nbytes
+        return kept + max(working.values(), default=0)
 
     @property
     def total(self) -> int:
@@ -161,25 +177,110 @@ def _type_entries(t: ast.Type, sizes: Mapping[str, int]) -> int:
     return 1 if isinstance(t, ast.TReal) else 0
 
 
-def estimate(d: ast.Def, args: Mapping[str, Any], compiled: bool = False) -> Estimate:
+@dataclass(frozen=True)
+class Allocation:
+    """An array a compiled kernel allocates (module docstring): statement `name`'s, of
+    shape `dims` (affine in the sizes), or, with `rel`, a coordinate vector of one entry per
+    member of relation `rel` (at most its box `dims`).  `working`: freed before the next
+    one is made (a product's scaled copy); `output`: the program's result (counted as the
+    output, not as a temporary)."""
+
+    name: str
+    dims: tuple[ast.Affine, ...]
+    rel: str | None = None
+    working: bool = False
+    output: bool = False
+
+    def literal(self) -> tuple:
+        """As plain literals (a kernel module's header: `ast.literal_eval` reads it back)."""
+        return (self.name, tuple((d.terms, d.const) for d in self.dims), self.rel,
+                self.working, self.output)
+
+    @staticmethod
+    def of_literal(t: tuple) -> "Allocation":
+        name, dims, rel, working, output = t
+        return Allocation(name, tuple(ast.Affine(tuple(map(tuple, terms)), const)
+                                      for terms, const in dims), rel, working, output)
+
+
+# LAPACK factorises a copy of a box's operands (traced, `semantics.boxes`): lq's geqrf is
+# handed a copy of A^T and its triangle copied out; eigh symmetrises A into a copy, syevd
+# copies that and works in about 2 n^2 more
+BOX_WORK_COPIES = {"lq": 2, "eigh": 4}
+
+
+def box_allocations(name: str, fn: str, out: tuple[ast.Affine, ...],
+                    operands: list[tuple[ast.Affine, ...]], factorises: bool
+                    ) -> list[Allocation]:
+    """What box statement `name = fn(operands)` allocates: its output of shape `out` and,
+    when it `factorises` (the first part of a pair box run; the other shares it), working
+    copies of its operands."""
+    work = [Allocation(name, shape, working=True)
+            for shape in operands for _ in range(BOX_WORK_COPIES.get(fn, 1))]
+    return [Allocation(name, out)] + (work if factorises else [])
+
+
+def estimate(d: ast.Def, args: Mapping[str, Any], compiled: bool = False,
+             arrays: tuple[Allocation, ...] | None = None) -> Estimate:
     """Bytes of inputs, temporaries and output of running core def `d` on `args` (bound
     arguments: sizes as ints); `compiled`: on a compiled backend (no sum working arrays),
-    else on the interpreter."""
+    else on the interpreter.  `arrays`: the temporaries are the arrays the compiled kernels
+    allocate (module docstring; `d` then gives the inputs, the output and the locations)."""
     sizes = {p.name: int(args[p.name]) for p in d.params
              if isinstance(p.type, ast.TSize) and p.name in args}
     inputs = sum(_value_bytes(args[p.name]) if p.name in args else _param_bytes(p.type, sizes)
                  for p in d.params)
+    members = relation_members(arrays, args) if arrays is not None else ()
     # the rest depends on the sizes only: kept per def (calls in a loop pay a dict lookup)
     memo = _MEMO.get(d)
     if memo is None:
         memo = _MEMO[d] = {}
-    key = (compiled, tuple(sorted(sizes.items())))
+    key = (compiled, tuple(sorted(sizes.items())), arrays, members)
     if key not in memo:
         if len(memo) > 64:
             memo.clear()
-        memo[key] = _temporaries(d, sizes, compiled)
+        memo[key] = _temporaries(d, sizes, compiled) if arrays is None else \
+            _allocated(d, sizes, arrays, dict(members))
     temps, output = memo[key]
-    return Estimate(inputs, temps, output)
+    return Estimate(inputs, temps, output, _return_loc(d))
+
+
+@functools.lru_cache(maxsize=64)
+def _return_loc(d: ast.Def) -> Loc | None:
+    return statement_loc(d, "return") or d.loc
+
+
+def relation_members(arrays: tuple[Allocation, ...], args: Mapping[str, Any]
+                     ) -> tuple[tuple[str, int], ...]:
+    """The member count of each bound relation that a coordinate vector of `arrays` is
+    indexed by (a relation not bound yet: absent, its vector counts its box)."""
+    rels = sorted({a.rel for a in arrays if a.rel is not None})
+    return tuple((r, int(args[r].nnz)) for r in rels if hasattr(args.get(r), "nnz"))
+
+
+def _allocated(d: ast.Def, sizes: Mapping[str, int], arrays: tuple[Allocation, ...],
+               members: Mapping[str, int]) -> tuple[tuple[Temporary, ...], int]:
+    output = _FLOAT_BYTES * _type_entries(d.ret, sizes) if d.ret is not None else 0
+    # The kernels' statements have the SSA's names (v0, v1, ...): an array is named, for
+    # messages, after a statement of `d` as written of as many entries, where there is one
+    # (`qform`'s `v0[i0:N] = sum j0:N. ...` is its `y = gen i:N. sum j:N. ...`)
+    written: dict[int, tuple[str, Loc | None]] = {}
+    for t in _temporaries(d, sizes, True)[0]:
+        if not t.working:
+            written.setdefault(t.entries, (t.name, t.loc))
+    temps: list[Temporary] = []
+    for a in arrays:
+        if a.output:
+            continue
+        entries = math.prod(_extent(x, sizes) for x in a.dims)
+        if a.rel is not None and a.rel in members:
+            entries = min(entries, members[a.rel])
+        name, where = a.name, statement_loc(d, a.name)
+        if where is None:
+            name, where = written.get(entries, (a.name, d.loc))
+        temps.append(Temporary(name, where, entries, _FLOAT_BYTES * entries, a.working,
+                               a.name if a.working else ""))
+    return tuple(temps), output
 
 
 _MEMO: "weakref.WeakKeyDictionary[ast.Def, dict[tuple, tuple[tuple[Temporary, ...], int]]]" = \
@@ -224,9 +325,7 @@ def _temporaries(d: ast.Def, sizes: Mapping[str, int], compiled: bool
             temps.append(Temporary(name, where, out, _FLOAT_BYTES * out))
             if (node.fn, node.args) not in factored:
                 factored.add((node.fn, node.args))
-                work = sum(math.prod(s) for s in shapes)
-                if node.fn == "eigh":   # syevd's workspace: about 2 n^2 more
-                    work *= 3
+                work = BOX_WORK_COPIES.get(node.fn, 1) * sum(math.prod(s) for s in shapes)
                 temps.append(Temporary(name, where, work, _FLOAT_BYTES * work, True))
         if isinstance(node, ast.Let):
             statement = own_loc(node.value.loc, d) or statement_loc(d, node.name) or where
@@ -298,9 +397,13 @@ def check_estimate(est: Estimate, what: str) -> Estimate:
         return est
     big = est.largest()
     where = ""
-    if big is not None:
+    if big is not None and big.nbytes >= est.output:
         where = (f"; the largest array is statement {big.name}: {big.entries:,} entries, "
                  f"{format_bytes(big.nbytes)}")
+    elif est.output:   # (a compiled kernel may allocate nothing but its result)
+        big = Temporary("return", est.output_loc, est.output // _FLOAT_BYTES, est.output)
+        where = (f"; the largest array is the result (statement return): {big.entries:,} "
+                 f"entries, {format_bytes(big.nbytes)}")
     temps = est.temporary_bytes
     raise ResourceError(
         f"{what} needs about {format_bytes(est.total)} (inputs {format_bytes(est.inputs)}, "
@@ -310,7 +413,8 @@ def check_estimate(est: Estimate, what: str) -> Estimate:
         big.loc if big is not None else None)
 
 
-__all__ = ["ResourceError", "Estimate", "Temporary", "estimate", "check", "check_estimate",
+__all__ = ["ResourceError", "Estimate", "Temporary", "Allocation", "estimate",
+           "relation_members", "box_allocations", "BOX_WORK_COPIES", "check", "check_estimate",
            "limit", "own_loc",
            "set_limit", "parse_amount", "physical_memory", "format_bytes", "ENV_VAR",
            "statement_loc"]
