@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from tensorlang.ir import ast
 from tensorlang.ir import tssa
+from tensorlang.ir.canon import conjuncts as ast_conjuncts
 from tensorlang.ir.ast import Affine, Cmp, Exists, PFalse, Pred, PTrue, TIndex, TRel, TSize
 from tensorlang.ir.tssa import (AddRhs, ConstRhs, ContractRhs, ExtremeRhs, IndexRhs, Input,
                                 MapRhs, Operand, Program, ReduceRhs, Rhs)
@@ -131,14 +132,41 @@ def rank(rows: Sequence[Sequence[int]]) -> int:
     return r
 
 
-def injective(idx: Sequence[Affine], names: Sequence[str]) -> bool:
-    """The access `idx` takes distinct values at distinct points of `names` (full column
-    rank of its coefficient matrix): a fused producer is then evaluated at most once per
-    point of its own index space by each consumer."""
+def injective(idx: Sequence[Affine], names: Sequence[str], pred: Pred = PTrue()) -> bool:
+    """The access `idx` takes distinct values at distinct points of `names` where `pred`
+    holds: a fused producer is then evaluated at most once per point of its own index
+    space by each consumer.  An index is determined by the access when it lies in the row
+    space of its coefficient matrix (full column rank: every index is), or when two
+    conjuncts of `pred` pin `s * x` to an interval shorter than `s` between affines of
+    determined indices and sizes: `2 i <= j <= 2 i + 1` determines `i` from `j` (the
+    adjoint of an upsampling reads its window `[2 i, 2 i + 1]` this way)."""
     if not names:
         return True
-    rows = [[a.coeff(n) for n in names] for a in idx]
-    return bool(rows) and rank(rows) == len(names)
+    known = [[a.coeff(n) for n in names] for a in idx]
+    bounds: list[Affine] = []   # each: b <= 0
+    for c in ast_conjuncts(pred):
+        if isinstance(c, Cmp):
+            b = c.lhs - c.rhs + (1 if c.op == "<" else 0)
+            bounds += [b, -b] if c.op == "==" else [b]
+    det: set[str] = set()
+    while True:
+        base = rank(known) if known else 0
+        new = {n for k, n in enumerate(names) if n not in det and
+               rank(known + [[int(j == k) for j in range(len(names))]]) == base}
+        for x in names:
+            if x in det or x in new:
+                continue
+            for lo in bounds:
+                s = lo.coeff(x)
+                if s > 0 and (lo.vars() & set(names)) - {x} <= det | new and any(
+                        hi.coeff(x) == -s and (hi + lo).is_const() and -(hi + lo).const < s
+                        for hi in bounds):
+                    new.add(x)
+                    break
+        if not new:
+            return len(det) == len(names)
+        det |= new
+        known += [[int(j == names.index(n)) for j in range(len(names))] for n in new]
 
 
 @dataclass(frozen=True)
@@ -308,7 +336,7 @@ def _fusable_read(var: str, consumer: Rhs) -> bool:
     if len(reads) != 1:
         return False
     (o,) = reads
-    return injective(o.idx, consumer.gen_names() + consumer.sum_names())
+    return injective(o.idx, consumer.gen_names() + consumer.sum_names(), consumer.pred)
 
 
 # ---------------------------------------------------------------------------------------------

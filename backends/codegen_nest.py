@@ -447,6 +447,25 @@ class Part:
             any(lv.loop is not None and point_level(lv.loop) is None
                 for lv in self.nest.levels)
 
+    def static_terms(self) -> int | None:
+        """At most how many points the nest visits whatever the sizes, when every loop
+        has an upper and a lower bound a constant apart (the window `2 i <= j <= 2 i + 1`
+        of an upsampling's adjoint: 2); None when some loop (or a relation driver) has no
+        such bound."""
+        if self.driver is not None and not self.driver.lookup:
+            return None
+        total = 1
+        for lv in self.nest.levels:
+            if lv.loop is None or point_level(lv.loop) is not None:
+                continue
+            spans = [(u.expr - lo.expr).const + 1 for u in lv.loop.upper
+                     for lo in lv.loop.lower
+                     if u.div == 1 and lo.div == 1 and (u.expr - lo.expr).is_const()]
+            if not spans:
+                return None
+            total *= max(0, min(spans))
+        return total
+
 
 MAX_ALTERNATIVES = 16
 

@@ -703,10 +703,14 @@ class NumbaEmitter:
         assert s.inner is not None
         acc = f"_acc{self._tag(s)}"
         extreme = isinstance(rhs, tssa.ExtremeRhs)
-        # without inner loops each part adds at most one term: fewer than a block, whose
-        # compensated merge into 0 is the plain total bit for bit (0.0 + t, inf, nan alike)
-        few = not extreme and not chunked and len(s.inner) <= accumulate.BLOCK and \
-            not any(ipart.has_loop() for ipart in s.inner)
+        # without inner loops each part adds at most one term, and loops a constant number
+        # of iterations long (a window) fewer than SHORT, the length from which a sum's
+        # innermost loop would run as blocks: fewer terms than a block, whose compensated
+        # merge into 0 is the plain total bit for bit (0.0 + t, inf, nan alike)
+        terms = [ipart.static_terms() for ipart in s.inner]
+        few = not extreme and not chunked and None not in terms and \
+            sum(t or 0 for t in terms) <= accumulate.BLOCK and \
+            all(t is not None and t < accumulate.SHORT for t in terms)
         plain_unless_blocks = False   # (a short loop alone: only the blocks need the fold)
         w.block(depth, accumulate.extreme_init(acc, rhs.op) if extreme else
                 [f"{acc} = 0.0"] if few else accumulate.init(acc))

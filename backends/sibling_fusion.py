@@ -17,6 +17,8 @@ statements:
     changes nothing); when that is the unit of a statement it reads, every read of that
     unit's members (through fused producers too, `codegen.plan_reads`) must be at the
     point being computed, which an earlier body of the same iteration has just written;
+  * a scalar statement is a unit of its own placed right after the last unit it reads from
+    (not after every earlier unit), so that it never separates siblings it does not feed;
   * a unit closes at `MAX_WEIGHT`: Numba's compile time grows faster than linearly with a
     function's size, and a shared nest is one statement that `kernel_split` cannot cut.
 
@@ -85,6 +87,17 @@ def schedule(plan: ProgramPlan, max_weight: int | None = None) -> list[list[Stmt
     for s in plan.counted():
         reads = plan_reads(s.rhs, plan)
         last = max((where[v] for v, _ in reads if v in where), default=-1)
+        if s.scalar:
+            # a scalar goes right after what it reads, not after everything before it: as
+            # a barrier it kept later statements out of the nests it does not feed (nbody's
+            # Hessian-vector product: the constant 0.01 split the pair nest in two, and two
+            # N x N sums were stored instead of kept in locals)
+            units.insert(last + 1, [s])
+            keys.insert(last + 1, None)
+            weights.insert(last + 1, weight(s))
+            where = {v: k + 1 if k > last else k for v, k in where.items()}
+            where[s.var] = last + 1
+            continue
         key = nest_key(s)
         target = -1
         if key is not None:
