@@ -44,9 +44,6 @@ PART_LINES = 150
 # region carries all their bodies, and a kernel whose nests are shared is no cheaper to
 # lower in parallel than the same kernel with a nest per statement.
 MAX_PARALLEL_LOOPS = 48
-# Points of a generator that a transposed gather takes together (`sums_by_column_tiles`):
-# eight doubles are one cache line of the row it reads.
-TILE = 8
 # A kernel with more float constants than this keeps them as literals: each `tl_c[k]` read
 # costs Numba about 2 ms of compile time, twice what a statement costs (a chain of 10,000
 # statements `y = y * 0.5 + x[1]` compiled in 136 s with its 10,000 constants as
@@ -544,8 +541,7 @@ class NumbaEmitter:
                 depth = self.steps(osteps, 1, "prange", ctx)
                 self.body(depth, self.store(s), "=", rhs, s.body_facts(opart), ctx.cnt,
                           sums=False)
-            elif self.sums_by_column_tiles(s, opart, osteps, otag, ctx) or \
-                    self.sums_by_row(s, opart, osteps, otag, ctx, name):
+            elif self.sums_by_row(s, opart, osteps, otag, ctx, name):
                 pass
             else:   # a sum or a max/min: a reduction per point
                 mode = "prange" if opart.has_loop() else "seq"
@@ -696,135 +692,6 @@ class NumbaEmitter:
                         f"{INDENT * 2}{tot} = _s{t} + {acc}_c[{g} - {glo}] "
                         f"if _s{t} - _s{t} == 0.0 else _s{t}",
                         f"{INDENT * 2}{store} = {tot}"])
-        return True
-
-    def _column_tiles(self, s: StmtPlan, opart: Part, osteps: list[Step], otag: str,
-                      counter: list[int]) -> tuple[Loop, Loop | None, list[Guard], Loop] | None:
-        """Whether `sums_by_column_tiles` applies to `s` (nest `opart`, printed as
-        `osteps`): its first generator loop, its second (or None), the inner guards and the
-        inner loop, else None."""
-        if self.instrument or s.inner is None or len(s.inner) != 1 or \
-                len(s.outer or []) != 1 or isinstance(s.rhs, tssa.ExtremeRhs):
-            return None
-        k = next((k for k, st in enumerate(osteps) if not isinstance(st, Guard)), None)
-        if k is None or any(isinstance(st, Guard) and st.pre for st in osteps[:k]):
-            return None
-        loops = osteps[k:]
-        if not 1 <= len(loops) <= 2 or not all(isinstance(st, Loop) and not st.head and
-                                                st.position is None for st in loops):
-            return None
-        first, second = loops[0], (loops[1] if len(loops) == 2 else None)
-        assert isinstance(first, Loop)
-        word = re.compile(rf"\b{re.escape(first.var)}\b")
-        if second is not None and (word.search(second.lo) or word.search(second.stop)):
-            return None
-        isteps = part_steps(s.inner[0], self.index, self.rels, counter, INDENT, otag + "i",
-                            s.body_facts(opart, s.inner[0]))
-        if not isteps or not isinstance(isteps[-1], Loop):
-            return None
-        inner = isteps[-1]
-        guards = isteps[:-1]
-        if inner.head or inner.position is not None or word.search(inner.lo) or \
-                not all(isinstance(g, Guard) and not g.pre for g in guards):
-            return None
-        if second is not None:   # the tile's points share the summation loop: per point only
-            other = re.compile(rf"\b{re.escape(second.var)}\b")
-            if any(other.search(x) for x in [inner.lo, inner.stop, *(g.code for g in guards)]):
-                return None
-        # worth it only where a read is transposed: the summation index in a leading
-        # position and the tiled generator last (each term a new cache line, otherwise)
-        names = {self.index(n): n for n in s.rhs.gen_names() + s.rhs.sum_names()}
-        g0, j = names.get(first.var), names.get(inner.var)
-        if g0 is None or j is None or not any(
-                len(idx) >= 2 and idx[-1] == Affine.var(g0) and
-                any(j in a.vars() for a in idx[:-1])
-                for _, idx in plan_reads(s.rhs, self.plan)):
-            return None
-        return first, second, guards, inner   # type: ignore[return-value]
-
-    def sums_by_column_tiles(self, s: StmtPlan, opart: Part, osteps: list[Step], otag: str,
-                             ctx: LoopContext) -> bool:
-        """A sum that reads an array transposed (`sum j < i. w[j, i] ...`, the gather of
-        an adjoint of a `[i < j]` nest) runs over tiles of `TILE` consecutive points of its
-        first generator `i`: the parallel loop is over tiles, the summation loop `j` runs
-        once per tile with the tile's points innermost, so a term's read `w[j, i]` is the
-        next element of the row `j` that the tile's previous point read (one cache line
-        per `j` and tile, instead of one per term).  The summation loop's start must not
-        depend on `i`; its stop (and the inner guards) may: a point takes a term only while
-        `j` is below its own stop.  Each point sees the same terms in the same order and
-        its blocks close at the same counts (blocks counted from the common start; a full
-        block folds where the point's own loop would), so the result is the per-point
-        sum's bit for bit.  False (nothing printed) when it does not apply."""
-        tiled = self._column_tiles(s, opart, osteps, otag, self.counter)
-        if tiled is None:
-            return False
-        first, second, guards, inner = tiled
-        w, rhs, t = self.w, s.rhs, otag
-        g, j = first.var, inner.var
-        acc, a, b, hi, jmax = f"_acc{self._tag(s)}", f"_ta{t}", f"_tb{t}", f"_thi{t}", \
-            f"_tjm{t}"
-        gens = [g] if second is None else [g, second.var]
-        depth = self.steps([st for st in osteps if isinstance(st, Guard)], 1, "seq", ctx)
-        w.block(depth, [f"_tlo{t} = {first.lo}",
-                        f"_tn{t} = max(0, {first.stop} - _tlo{t})"])
-        w(depth, f"for _tt{t} in prange((_tn{t} + {TILE - 1}) // {TILE}):")
-        depth += 1
-        glen = "1" if second is None else f"max(0, {second.stop} - ({second.lo}))"
-        w.block(depth, [f"{a} = _tlo{t} + _tt{t} * {TILE}",
-                        f"{b} = min({a} + {TILE}, _tlo{t} + _tn{t})",
-                        f"_tgl{t} = {glen}",
-                        f"_buf{t} = np.zeros((3, {TILE}, _tgl{t}))",   # (one allocation)
-                        f"{acc} = _buf{t}[0]", f"{acc}_s = _buf{t}[1]", f"{acc}_c = _buf{t}[2]",
-                        f"_tm{t} = np.zeros({TILE}, np.bool_)",
-                        f"{hi} = np.empty({TILE}, np.int64)",
-                        f"_tjl{t} = {inner.lo}",
-                        f"{jmax} = _tjl{t}",
-                        f"for {g} in range({a}, {b}):"])
-        # each point's stop: its loop's, or the start where its guards fail (no terms)
-        gd = depth + 1
-        if guards:
-            w(gd, f"{hi}[{g} - {a}] = _tjl{t}")
-            w(gd, "if " + " and ".join(f"({gu.code})" for gu in guards) + ":")
-            gd += 1
-        w.block(gd, [f"{hi}[{g} - {a}] = {inner.stop}",
-                     f"{jmax} = max({jmax}, {hi}[{g} - {a}])"])
-        at = (f"{acc}[{g} - {a}, 0]" if second is None else
-              f"{acc}[{g} - {a}, {second.var} - ({second.lo})]")
-        w.block(depth, [f"for _tbb{t} in range(_tjl{t}, {jmax}, {accumulate.BLOCK}):",
-                        f"{INDENT}for {j} in range(_tbb{t}, min(_tbb{t} + "
-                        f"{accumulate.BLOCK}, {jmax})):",
-                        f"{INDENT * 2}for {g} in range({a}, {b}):",
-                        f"{INDENT * 3}if {j} < {hi}[{g} - {a}]:"])
-        bd = depth + 4
-        if second is not None:
-            w(bd, f"for {second.var} in range({second.lo}, {second.stop}):")
-            bd += 1
-        self.body(bd, at, "+", rhs, s.body_facts(opart, s.inner[0]), "", sums=True)
-        fold_at = f"{acc}[_tp{t}, _tq{t}]"
-        w.block(depth + 1, [
-            f"for _tp{t} in range({b} - {a}):",
-            f"{INDENT}if _tbb{t} + {accumulate.BLOCK} <= {hi}[_tp{t}]:",
-            f"{INDENT * 2}for _tq{t} in range(_tgl{t}):",
-            f"{INDENT * 3}{acc}_s[_tp{t}, _tq{t}], {acc}_c[_tp{t}, _tq{t}] = "
-            f"{accumulate.NEUMAIER}({acc}_s[_tp{t}, _tq{t}], {acc}_c[_tp{t}, _tq{t}], "
-            f"{fold_at})",
-            f"{INDENT * 3}{fold_at} = 0.0",
-            f"{INDENT * 2}_tm{t}[_tp{t}] = True"])
-        # no block closed: the total is the open block (merged into 0: itself)
-        store = self.store(s)
-        w(depth, f"for {g} in range({a}, {b}):")
-        inner_depth = depth + 1
-        if second is not None:
-            w(inner_depth, f"for {second.var} in range({second.lo}, {second.stop}):")
-            inner_depth += 1
-        pt = f"{g} - {a}, {'0' if second is None else f'{second.var} - ({second.lo})'}"
-        w.block(inner_depth, [
-            f"if not _tm{t}[{g} - {a}]:",
-            f"{INDENT}{store} = {acc}[{pt}]",
-            "else:",
-            f"{INDENT}_s{t}, _c{t} = {accumulate.NEUMAIER}({acc}_s[{pt}], {acc}_c[{pt}], "
-            f"{acc}[{pt}])",
-            f"{INDENT}{store} = _s{t} + _c{t} if _s{t} - _s{t} == 0.0 else _s{t}"])
         return True
 
     def reduce_at(self, s: StmtPlan, opart: Part, otag: str, depth: int, cnt: str,
