@@ -505,20 +505,58 @@ class NumbaEmitter:
         cond = pred_code(tssa.conjuncts(rhs.pred), self.index, rels, self.counter, INDENT)
         assert not cond.pre, cond.pre   # (no `exists`: dense_pass_candidates)
         assert s.facts is not None
+        store = self.store(s)
+        # A select without a branch: the value computed at every point of the box (printed
+        # with the box's facts only, so that each read carries the range test it needs
+        # there) and the mask as one boolean expression without short-circuits.  A branch
+        # on a random mask mispredicts at every few points: masked's gradient at N = 1000
+        # and 30% density took 3.4 ms as `(v if m[i, j] and ... else 0.0)`, 0.5 ms so.
+        flat = self._bitwise(rhs.pred, rel, rhs)
         self.ex.reset()
         pre: list[str] = []
-        value = self.ex.pointwise(rhs, {}, s.facts, pre, s.facts)
-        store = self.store(s)
-        if pre:   # lines the value needs, run only where the mask holds
-            w.block(depth, [f"if {cond.code}:", *[INDENT + ln for ln in pre],
-                            f"{INDENT}{store} = {value}", "else:", f"{INDENT}{store} = 0.0"])
-        else:     # a select: no branch in the loop
-            w(depth, f"{store} = ({value} if {cond.code} else 0.0)")
+        box = Facts.of(dict(zip(rhs.gen_names(), rhs.dims)), s.facts.sizes)
+        value = self.ex.pointwise(rhs, {}, box, pre, box)
+        if flat is not None and not pre:
+            w.block(depth, [f"_dv{tag} = {value}", f"{store} = (_dv{tag} if {flat} else 0.0)"])
+        else:
+            self.ex.reset()
+            pre = []
+            value = self.ex.pointwise(rhs, {}, s.facts, pre, s.facts)
+            if pre:   # lines the value needs, run only where the mask holds
+                w.block(depth, [f"if {cond.code}:", *[INDENT + ln for ln in pre],
+                                f"{INDENT}{store} = {value}", "else:",
+                                f"{INDENT}{store} = 0.0"])
+            else:     # the value only where the mask holds
+                w(depth, f"{store} = ({value} if {cond.code} else 0.0)")
         self.close(ctx)
         w(1, "else:")
         start = len(w.lines)
         self.emit_nests(s)
         w.lines[start:] = [INDENT + ln for ln in w.lines[start:]]
+
+    def _bitwise(self, p: Pred, rel: str, rhs: tssa.Rhs) -> str | None:
+        """`p` as one boolean expression of `&` and `|` over comparisons and reads of the
+        dense pass's own mask (every term evaluated: no branch), when each read of the mask
+        is at generator indices whose ranges are the relation's extents (in range at every
+        point of the box); else None."""
+        if isinstance(p, PTrue):
+            return "True"
+        if isinstance(p, (ast.And, ast.Or)):
+            a, b = self._bitwise(p.a, rel, rhs), self._bitwise(p.b, rel, rhs)
+            if a is None or b is None:
+                return None
+            return f"({a} {'&' if isinstance(p, ast.And) else '|'} {b})"
+        if isinstance(p, ast.Cmp):
+            op = p.op if p.op != "=" else "=="
+            return f"({self.aff(p.lhs)} {op} {self.aff(p.rhs)})"
+        if isinstance(p, ast.RelCall) and p.name == rel:
+            ranges = rhs.ranges()
+            dims = self.plan.rel_dims[rel]
+            names = [a.as_var() for a in p.args]
+            if any(n is None or ranges.get(n) != d for n, d in zip(names, dims)):
+                return None
+            return f"{self.nm.get(DENSE_MASK, rel)}[{', '.join(self.index(n) for n in names)}]"
+        return None
 
     def emit_nests(self, s: StmtPlan) -> None:
         w, rhs, name = self.w, s.rhs, self.var(s.var)

@@ -72,6 +72,25 @@ def test_masked_gradient_chooses_a_dense_pass_by_density():
     assert "rd_E[i0, i1]" in src and "('dmask', 'E')" in src
     assert "for _e1o in prange(0, rc0_E.shape[0]):" in src     # the coordinate scatter
     assert "rd_E" not in _source(_load("masked.tl")["masked_grad"], instrument=True)
+    # the dense pass selects without a branch: the value at every point, the mask as one
+    # expression of `&` and `|` (no short-circuit `and`, `or`, no chained range test)
+    body = src[src.index("def tl_body0"):src.index("@njit", src.index("def tl_body0"))]
+    assert re.search(r"_dv\d+ = \(2\.0 \* v_A\[i0, i1\]\)", body), body
+    assert "& rd_E[i0, i1])" in body and " and " not in body and " or " not in body, body
+
+
+def test_a_dense_pass_reads_a_shifted_operand_with_its_range_test():
+    """The dense pass computes its value at every point of the box: a read that is in
+    range only where the mask holds keeps its range test there (no read outside `x`)."""
+    d = tl.parse("def s(N: size, E: rel(N, N), x: R[N, N]) -> R[N, N]:\n"
+                 "    return gen i:N. gen j:N. [E(i, j) and i < N - 1] * x[i + 1, j]\n")["s"]
+    src = _source(d)
+    rng = np.random.default_rng(0)
+    for n in (0, 1, 5):
+        args = {"N": n, "E": rng.random((n, n)) < 0.7, "x": rng.standard_normal((n, n))}
+        _check(d.core(), args, 1, jit=True)
+        _check(d.core(), args, 1)
+    assert "rd_E" in src
 
 
 def _check(d: ast.Def, args: dict[str, Any], ratio: int | None, jit: bool = False) -> None:
