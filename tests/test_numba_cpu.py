@@ -234,7 +234,8 @@ def test_generated_code_shape():
     assert "_exists" in src                         # an exists is a flag loop
     _, conv = example("conv")
     csrc = generated_source(conv)
-    assert "for i0 in prange(0, n_N):" in csrc and "tl_matmul" not in csrc
+    assert "for i0 in range(_chunk_lo, _chunk_hi):" in csrc and "prange(_pk" in csrc
+    assert "tl_matmul" not in csrc
     assert "v_x[i0 + j0]" in csrc                  # proved in range: no guard
     _, trace = example("trace_diag")
     tsrc = generated_source(trace)

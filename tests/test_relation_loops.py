@@ -34,7 +34,9 @@ def test_matfac_sum_runs_its_coordinate_loop_as_blocks():
     assert re.search(r"_e\d+i = tl_nonneg\(_tbj\d+\)", body)
     assert re.search(r"_tb\d+\[_tbj\d+ - _tbb\d+\] = tl_square\(", body)
     assert body.count("j0 = tl_nonneg(rc0_Om[tl_nonneg(_e") == 2   # blocks, short loop
-    assert "for _c7 in prange(_nc7):\n        tl_body0(_c7, " in src
+    assert re.search(r"for _pc0 in prange\(_pk0\):\n        tl_body0\(0 \+ \(_pc0 \* _pn0\)", src)
+    assert "def tl_body0(_chunk_lo, _chunk_hi, " in src
+    assert "    for _c7 in range(_chunk_lo, _chunk_hi):" in src
 
 
 def test_matfac_gradient_is_one_pass_over_the_rows():
@@ -87,12 +89,17 @@ def test_a_parallel_body_becomes_a_function_of_the_names_it_reads():
             "        out[i] = t + t",
             "    return (out,)"]
     funcs, new = prange_bodies.outline(body, ["n", "x"], DECO)
-    assert funcs[:2] == [DECO, "def tl_body0(i, out, s, x):"]
-    assert funcs[2:4] == ["    t = x[i] * s", "    out[i] = t + t"]
-    assert new[2:4] == ["    for i in prange(0, n):", "        tl_body0(i, out, s, x)"]
+    assert funcs[:3] == [DECO, "def tl_body0(_chunk_lo, _chunk_hi, out, s, x):",
+                         "    for i in range(_chunk_lo, _chunk_hi):"]
+    assert funcs[3:5] == ["        t = x[i] * s", "        out[i] = t + t"]
+    assert new[2:6] == ["    _pn0 = max(0, n - (0))", "    _pk0 = max(1, min(64, _pn0))",
+                        "    for _pc0 in prange(_pk0):",
+                        "        tl_body0(0 + (_pc0 * _pn0) // _pk0, "
+                        "0 + ((_pc0 + 1) * _pn0) // _pk0, out, s, x)"]
     ns: dict = {"np": np, "prange": range, "njit": lambda **kw: (lambda f: f)}
     exec("\n".join(funcs + ["def k(n, x):", *new]), ns)
-    assert_same(ns["k"](4, np.arange(4.0))[0], 4.0 * np.arange(4.0), atol=0)
+    for n in (0, 1, 4, 63, 64, 65, 200):   # chunks of every iteration, each once
+        assert_same(ns["k"](n, np.arange(float(n)))[0], 4.0 * np.arange(float(n)), atol=0)
 
 
 def test_a_body_with_a_carried_value_or_a_value_read_later_stays():
@@ -111,6 +118,9 @@ def test_parallel_bodies_inside_guards_are_numbered_in_order():
             "        b[j] = a[j]",
             "    return (b,)"]
     funcs, new = prange_bodies.outline(body, ["n", "a", "b"], DECO)
-    assert [f for f in funcs if f.startswith("def ")] == ["def tl_body0(i, a):",
-                                                          "def tl_body1(j, a, b):"]
-    assert new[2] == "            tl_body0(i, a)" and new[4] == "        tl_body1(j, a, b)"
+    assert [f for f in funcs if f.startswith("def ")] == [
+        "def tl_body0(_chunk_lo, _chunk_hi, a):", "def tl_body1(_chunk_lo, _chunk_hi, a, b):"]
+    assert new[3:5] == ["        for _pc0 in prange(_pk0):",
+                        "            tl_body0(0 + (_pc0 * _pn0) // _pk0, "
+                        "0 + ((_pc0 + 1) * _pn0) // _pk0, a)"]
+    assert new[7] == "    for _pc1 in prange(_pk1):"

@@ -70,7 +70,8 @@ def test_masked_gradient_chooses_a_dense_pass_by_density():
     src = _source(_load("masked.tl")["masked_grad"])
     assert f"rc0_E.shape[0] * {numba_cpu.DENSE_RATIO} >= (n_N) * (n_N)" in src
     assert "rd_E[i0, i1]" in src and "('dmask', 'E')" in src
-    assert "for _e1o in prange(0, rc0_E.shape[0]):" in src     # the coordinate scatter
+    assert "_pn1 = max(0, rc0_E.shape[0] - (0))" in src        # the coordinate scatter
+    assert "for _e1o in range(_chunk_lo, _chunk_hi):" in src
     assert "rd_E" not in _source(_load("masked.tl")["masked_grad"], instrument=True)
     # the dense pass selects without a branch: the value at every point, the mask as one
     # expression of `&` and `|` (no short-circuit `and`, `or`, no chained range test)
