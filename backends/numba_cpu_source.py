@@ -547,8 +547,7 @@ class NumbaEmitter:
                 return None
             return f"({a} {'&' if isinstance(p, ast.And) else '|'} {b})"
         if isinstance(p, ast.Cmp):
-            op = p.op if p.op != "=" else "=="
-            return f"({self.aff(p.lhs)} {op} {self.aff(p.rhs)})"
+            return f"({self.aff(p.lhs)} {p.op} {self.aff(p.rhs)})"
         if isinstance(p, ast.RelCall) and p.name == rel:
             ranges = rhs.ranges()
             dims = self.plan.rel_dims[rel]

@@ -30,6 +30,7 @@ stays per statement).
 """
 from __future__ import annotations
 
+import math
 from typing import Mapping, Sequence
 
 from tensorlang.ir.ast import Affine
@@ -83,25 +84,23 @@ def schedule(plan: ProgramPlan, max_weight: int | None = None) -> list[list[Stmt
     units: list[list[StmtPlan]] = []
     keys: list[str | None] = []
     weights: list[int] = []
-    where: dict[str, int] = {}
+    where: dict[str, float] = {}   # unit index; a scalar: half past the unit it follows
+    after: dict[int, list[StmtPlan]] = {}   # unit index -> the scalars emitted right after it
     for s in plan.counted():
         reads = plan_reads(s.rhs, plan)
         last = max((where[v] for v, _ in reads if v in where), default=-1)
         if s.scalar:
             # a scalar goes right after what it reads, not after everything before it: as
             # a barrier it kept later statements out of the nests it does not feed (nbody's
-            # Hessian-vector product: the constant 0.01 split the pair nest in two, and two
-            # N x N sums were stored instead of kept in locals)
-            units.insert(last + 1, [s])
-            keys.insert(last + 1, None)
-            weights.insert(last + 1, weight(s))
-            where = {v: k + 1 if k > last else k for v, k in where.items()}
-            where[s.var] = last + 1
+            # gradient: the constant 0.01 split the pair nest in two, and the N x N squared
+            # distances were stored instead of kept in a local)
+            after.setdefault(math.floor(last), []).append(s)
+            where[s.var] = math.floor(last) + 0.5
             continue
         key = nest_key(s)
         target = -1
         if key is not None:
-            for k in range(max(last, 0), len(units)):
+            for k in range(max(math.ceil(last), 0), len(units)):
                 if keys[k] == key and weights[k] + weight(s) <= max_weight and \
                         (k > last or _reads_at_point(s, units[k], reads)):
                     target = k
@@ -115,7 +114,10 @@ def schedule(plan: ProgramPlan, max_weight: int | None = None) -> list[list[Stmt
             units[target].append(s)
             weights[target] += weight(s)
         where[s.var] = target
-    return units
+    out = [[s] for s in after.get(-1, [])]
+    for k, unit in enumerate(units):
+        out += [unit, *([s] for s in after.get(k, []))]
+    return out
 
 
 def read_only_here(unit: Sequence[StmtPlan], plan: ProgramPlan,
