@@ -92,6 +92,7 @@ def test_a_dense_pass_reads_a_shifted_operand_with_its_range_test():
         _check(d.core(), args, 1, jit=True)
         _check(d.core(), args, 1)
     assert "rd_E" in src
+    assert re.search(r"_dv\d+ = \(v_x\[i0 \+ 1, i1\] if i0 \+ 1 < ", src), src
 
 
 def _check(d: ast.Def, args: dict[str, Any], ratio: int | None, jit: bool = False) -> None:
