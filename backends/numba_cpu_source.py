@@ -512,10 +512,11 @@ class NumbaEmitter:
         # on a random mask mispredicts at every few points: masked's gradient at N = 1000
         # and 30% density took 3.4 ms as `(v if m[i, j] and ... else 0.0)`, 0.5 ms so.
         flat = self._bitwise(rhs.pred, rel, rhs)
-        self.ex.reset()
         pre: list[str] = []
-        box = Facts.of(dict(zip(rhs.gen_names(), rhs.dims)), s.facts.sizes)
-        value = self.ex.pointwise(rhs, {}, box, pre, box)
+        if flat is not None:
+            self.ex.reset()
+            box = Facts.of(dict(zip(rhs.gen_names(), rhs.dims)), s.facts.sizes)
+            value = self.ex.pointwise(rhs, {}, box, pre, box)
         if flat is not None and not pre:
             w.block(depth, [f"_dv{tag} = {value}", f"{store} = (_dv{tag} if {flat} else 0.0)"])
         else:
@@ -746,8 +747,7 @@ class NumbaEmitter:
         # merge into 0 is the plain total bit for bit (0.0 + t, inf, nan alike)
         terms = [ipart.static_terms() for ipart in s.inner]
         few = not extreme and not chunked and None not in terms and \
-            sum(t or 0 for t in terms) <= accumulate.BLOCK and \
-            all(t is not None and t < accumulate.SHORT for t in terms)
+            sum(terms) <= accumulate.BLOCK and max(terms, default=0) < accumulate.SHORT
         plain_unless_blocks = False   # (a short loop alone: only the blocks need the fold)
         w.block(depth, accumulate.extreme_init(acc, rhs.op) if extreme else
                 [f"{acc} = 0.0"] if few else accumulate.init(acc))
