@@ -135,6 +135,10 @@ def block_close(buf, n, acc, acc_n, s, c):  # type: ignore[no-untyped-def]
 # loop index as a value the compiler may take as non-negative (so that indexing needs no
 # wraparound, which would turn the vectorised loads into gathers).
 BLOCK_BUFFER = "tl_block_buffer"
+# ... and one of 3 * ROW_MAX floats for a row of at most ROW_MAX sums (their accumulators,
+# compensations and carries), so that a short row costs no allocation
+ROW_BUFFER = "tl_row_buffer"
+ROW_MAX = 256
 NONNEG = "tl_nonneg"
 BLOCK_CLOSE = "tl_block_close"
 
@@ -197,6 +201,7 @@ def extreme_update(acc: str, op: str, value: str, indent: str) -> list[str]:
     return [f"{t} = {value}", f"if {t} {cmp} {acc} or {t} != {t}:", f"{indent}{acc} = {t}"]
 
 
-__all__ = ["BLOCK", "LANES", "SHORT", "SHORT_CHEAP", "NEUMAIER", "BLOCK_BUFFER", "NONNEG",
+__all__ = ["BLOCK", "LANES", "SHORT", "SHORT_CHEAP", "NEUMAIER", "BLOCK_BUFFER", "ROW_BUFFER",
+           "ROW_MAX", "NONNEG",
            "BLOCK_CLOSE", "init", "merge", "neumaier", "add", "block_sum", "block_close",
            "block_loop", "result", "extreme_init", "extreme_update"]

@@ -47,7 +47,8 @@ from tensorlang.syntax import ssa_printer
 from tensorlang.syntax.errors import ShapeError, TLError
 from tensorlang.ir.tssa import Program
 
-from . import box_stages, heap, kernel_cache
+from . import box_stages, heap, kernel_cache, size_constants
+from .size_constants import SMALL
 
 BACKEND = "numba_cpu"
 INDENT = "    "
@@ -106,7 +107,8 @@ def engine_note(text: str) -> str:
                                                  ("loops for BLAS", header.blas)) if there)
     return (f"# Engines (docs/caching.md): calls of at most {AOT_MAX_WORK} operations "
             f"(SPEC 3 cost) run the serial AOT image of this module ({changes}); larger "
-            f"calls run Numba's parallel JIT kernel.  ${ENV_ENGINE}=jit|aot fixes one.\n")
+            f"calls run Numba's parallel JIT kernel, with any size of at most {SMALL} "
+            f"compiled in (backends/size_constants.py).  ${ENV_ENGINE}=jit|aot fixes one.\n")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,8 +178,11 @@ class CompiledProgram:
         # (a plain-Python module, `jit=False`, has no threads to set)
         self._threaded = bool(module_key) and (header.parallel or header.blas)
         self._rt: Any = None   # numba_rt (thread policy), imported before the first JIT call
-        # per sizes: the thread count, negative when BLAS is to be capped at it
-        self._threads: dict[tuple[int, ...], int] = {}
+        # per sizes: the JIT kernel to run (generic, or with small sizes compiled in:
+        # backends/size_constants.py) and the thread count, negative when BLAS is to be
+        # capped at it
+        self._jit_plans: dict[tuple[int, ...], tuple[Any, int]] = {}
+        self._variants: dict[tuple[tuple[str, int], ...], Any] = {}
         leaves = program.output_vars()
         self._copy_leaf = [v in leaves[:k] or v in self._inputs for k, v in enumerate(leaves)]
         self._one_leaf = isinstance(program.output, str) and not self._copy_leaf[0]
@@ -324,19 +329,44 @@ class CompiledProgram:
 
             self._rt = numba_rt
         key = tuple([bound[name] for name in self._size_names])
-        threads = self._threads.get(key, 0)
-        if not threads:
-            if len(self._threads) > 64:
-                self._threads.clear()
-            threads = self._threads[key] = self._rt.threads_for(
-                kernel_work(self.program, {n: int(bound[n]) for n in self._size_names}),
-                self._blas)
+        plan = self._jit_plans.get(key)
+        if plan is None:
+            if len(self._jit_plans) > 64:
+                self._jit_plans.clear()
+            sizes = {n: int(bound[n]) for n in self._size_names}
+            work = kernel_work(self.program, sizes)
+            plan = self._jit_plans[key] = (self._jit_kernel(sizes, work),
+                                           self._rt.threads_for(work, self._blas))
+        kernel, threads = plan
         # BLAS owns the threads where it runs: Numba's loops of such a kernel use one
         self._rt.use_threads(1 if self._blas else abs(threads))
         if threads < 0:    # a BLAS call to keep on fewer threads than BLAS would take
             with self._rt.BlasThreads(-threads):
-                return self.kernel(*kargs)
-        return self.kernel(*kargs)
+                return kernel(*kargs)
+        return kernel(*kargs)
+
+    def _jit_kernel(self, sizes: Mapping[str, int], work: int) -> Any:
+        """The JIT kernel for a call at `sizes` doing about `work` operations: in a call too
+        large for the AOT image, the sizes of at most `SMALL` compiled in
+        (a kernel module per such size tuple, at most `size_constants.VARIANTS`)."""
+        if work <= AOT_MAX_WORK:
+            return self.kernel
+        params = dict(zip(_kernel_params(self.source), self._args))
+        small = tuple((name, sizes[key]) for name, (kind, key) in params.items()
+                      if kind == "size" and sizes.get(key, SMALL + 1) <= SMALL)
+        if not small:
+            return self.kernel
+        hit = self._variants.get(small)
+        if hit is None:
+            if len(self._variants) >= size_constants.VARIANTS:
+                return self.kernel
+            text = size_constants.with_constant_sizes(self.source, dict(small))
+            key = kernel_cache.kernel_key(text, BACKEND, "module")
+            module, _ = kernel_cache.load_kernel_module(
+                BACKEND, key, text, {"program": self.program.name,
+                                     "instrumented": self.instrument, "sizes": dict(small)})
+            hit = self._variants[small] = _SealAfterCall(getattr(module, KERNEL), key)
+        return hit
 
     def _getter(self, kind: str, key: Any, used: bool) -> Callable[[Mapping[str, Any]], Any]:
         """How kernel argument (`kind`, `key`) is taken from the bound arguments."""
@@ -394,6 +424,23 @@ class CompiledProgram:
             return {"hits": 0, "misses": 0}
         return {"hits": int(sum(st.cache_hits.values())),
                 "misses": int(sum(st.cache_misses.values()))}
+
+
+class _SealAfterCall:
+    """A specialised JIT kernel that records its cache files after its first call (as
+    `CompiledProgram._seal` does for the generic kernel)."""
+
+    def __init__(self, kernel: Any, key: str) -> None:
+        self.kernel, self.key = kernel, key
+
+    def __call__(self, *kargs: Any) -> Any:
+        out = self.kernel(*kargs)
+        if self.key:
+            st = getattr(self.kernel, "stats", None)
+            if st is not None and sum(st.cache_misses.values()):
+                kernel_cache.seal(BACKEND, self.key)
+            self.key = ""
+        return out
 
 
 def check_index_array(name: str, t: ast.Type, rel: relation.Relation) -> None:
@@ -481,13 +528,21 @@ def dense_pass(rel: relation.Relation) -> bool:
 def _mask_reads(source: str, args: tuple[tuple[str, Any], ...]) -> list[bool]:
     """Per kernel argument: False for a relation mask the kernel's code never reads (read from
     the module's text, so that neither engine needs Numba to know)."""
-    tree = pyast.parse(source)
-    kernel = next(node for node in tree.body
-                  if isinstance(node, pyast.FunctionDef) and node.name == KERNEL)
+    kernel = _kernel_def(source)
     names = [a.arg for a in kernel.args.args]
     loads = {node.id for stmt in kernel.body for node in pyast.walk(stmt)
              if isinstance(node, pyast.Name) and isinstance(node.ctx, pyast.Load)}
     return [kind != "mask" or names[i] in loads for i, (kind, _) in enumerate(args)]
+
+
+def _kernel_def(source: str) -> pyast.FunctionDef:
+    return next(node for node in pyast.parse(source).body
+                if isinstance(node, pyast.FunctionDef) and node.name == KERNEL)
+
+
+def _kernel_params(source: str) -> list[str]:
+    """The kernel's parameter names, in the order of its header's TL_ARGS."""
+    return [a.arg for a in _kernel_def(source).args.args]
 
 
 def _no_mask(arity: int) -> np.ndarray:

@@ -224,8 +224,8 @@ class NumbaEmitter:
             (["tl_matmul_into"] if self.row_panels else []) + \
             (["tl_gram"] if gram else []) + \
             ([accumulate.NEUMAIER] if sums and self.neumaier_call else []) + \
-            ([accumulate.BLOCK_BUFFER, accumulate.NONNEG, accumulate.BLOCK_CLOSE]
-             if sums and self.blocked_sums else []) + \
+            ([accumulate.BLOCK_BUFFER, accumulate.ROW_BUFFER, accumulate.NONNEG,
+              accumulate.BLOCK_CLOSE] if sums and self.blocked_sums else []) + \
             ([accumulate.NONNEG] if self.plan.patterns and self.rels.nonneg and
              not (sums and self.blocked_sums) else [])
         if self.jit:
@@ -680,8 +680,12 @@ class NumbaEmitter:
         depth = self.steps(osteps[:-1], 1, "prange", ctx)
         w(depth, f"{glo} = {last.lo}")
         w(depth, f"{glen} = max(0, {last.stop} - {glo})")
-        w.block(depth, [f"_buf{t} = np.zeros((3, {glen}))",   # (one allocation)
-                        f"{acc} = _buf{t}[0]", f"{acc}_s = _buf{t}[1]", f"{acc}_c = _buf{t}[2]",
+        # (on the stack when the row is short: no allocation per row)
+        w.block(depth, [f"_buf{t} = {accumulate.ROW_BUFFER}(3 * {glen}) if {glen} <= "
+                        f"{accumulate.ROW_MAX} else np.empty(3 * {glen})",
+                        f"_buf{t}[:3 * {glen}] = 0.0",
+                        f"{acc} = _buf{t}[:{glen}]", f"{acc}_s = _buf{t}[{glen}:2 * {glen}]",
+                        f"{acc}_c = _buf{t}[2 * {glen}:3 * {glen}]",
                         f"{acc}_n = 0", f"{acc}_m = False"])
         ictx = LoopContext(itag, acc, [], [])
         at = f"{acc}[_g{t}]"

@@ -72,6 +72,27 @@ def tl_block_buffer(typingctx):  # type: ignore[no-untyped-def]
 
 
 @intrinsic
+def tl_row_buffer(typingctx, n):  # type: ignore[no-untyped-def]
+    """A float64 array of 3 * `accumulate.ROW_MAX` elements on the stack of the calling
+    function (as `tl_block_buffer`): the sums, compensations and carries of a row of sums
+    (`numba_cpu_source.sums_by_row`), which would otherwise be allocated for every row.
+    `n` (at most its size: the elements the caller uses) matters to the stand-in only."""
+    arrty = types.Array(types.float64, 1, "C")
+    size = 3 * accumulate.ROW_MAX
+
+    def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+        double = context.get_value_type(types.float64)
+        data = cgutils.alloca_once(builder, double, size=size)
+        ary = make_array(arrty)(context, builder)
+        intp = context.get_value_type(types.intp)
+        populate_array(ary, data=data, shape=cgutils.pack_array(builder, [intp(size)]),
+                       strides=cgutils.pack_array(builder, [intp(8)]),
+                       itemsize=intp(8), meminfo=None)
+        return ary._getvalue()
+    return arrty(n), codegen
+
+
+@intrinsic
 def tl_nonneg(typingctx, x):  # type: ignore[no-untyped-def]
     """`x`, which the compiler may assume is not negative (`llvm.assume`): indexing with it
     needs no wraparound, so a loop's loads stay contiguous (vector loads, not gathers).
@@ -358,7 +379,8 @@ tl_gram_loops = _gram_loops     # what AOT images call instead of BLAS (backends
 __all__ = [f"tl_{name}" for name in FUNCS] + ["tl_matmul", "tl_matmul_loops", "tl_gram",
                                                 "tl_gram_loops", "tl_neumaier",
                                                 "tl_block_sum", "tl_block_close",
-                                                "tl_block_buffer", "tl_nonneg", "threads_for",
+                                                "tl_block_buffer", "tl_row_buffer", "tl_nonneg",
+                                                "threads_for",
                                                 "use_threads", "BlasThreads", "PARALLEL_GRAIN"]
 
 
@@ -510,6 +532,11 @@ python_block_close = accumulate.block_close
 def python_block_buffer() -> object:
     import numpy as np
     return np.empty(accumulate.BLOCK)
+
+
+def python_row_buffer(n: int) -> object:
+    import numpy as np
+    return np.empty(n)
 
 
 def python_nonneg(x: int) -> int:

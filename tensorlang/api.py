@@ -464,8 +464,7 @@ def _converter(t: Type, sizes: Mapping[str, int], arrayed: bool = False
     """How a plan converts a value of type `t` (the checks were made by the first call); a
     tensor of pairs is a pair of tensors."""
     if isinstance(t, TIndex):   # an integer array: its entries checked on every call
-        shape = tuple(int(d.evaluate(sizes)) for d in t.sizes)
-        return lambda v: interp.index_array_rel("", v, shape[:-1], shape[-1])
+        return _IndexArrayMemo(tuple(int(d.evaluate(sizes)) for d in t.sizes))
     if isinstance(t, TRel):
         shape = tuple(int(d.evaluate(sizes)) for d in t.sizes)
         return lambda v: relation.from_value(v, shape)
@@ -475,6 +474,29 @@ def _converter(t: Type, sizes: Mapping[str, int], arrayed: bool = False
         first, second = _converter(t.a, sizes, arrayed), _converter(t.b, sizes, arrayed)
         return lambda v: (first(v[0]), second(v[1]))
     return _as_array if arrayed else float
+
+
+class _IndexArrayMemo:
+    """An index array's relation (entries checked), kept for the next call while the array
+    given has the same entries: comparing them is O(n) without a sort, a fraction of building
+    the relation and its CSR forms again (an embedding bag's 16,000 tokens: about 10 us
+    against 0.26 ms).  The kept array is a copy, so changing the given one in place is seen."""
+
+    __slots__ = ("shape", "memo")
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.shape = shape
+        self.memo: tuple[np.ndarray, relation.Relation] | None = None
+
+    def __call__(self, v: Any) -> relation.Relation:
+        memo = self.memo   # (one read: another thread may replace it)
+        if memo is not None and type(v) is np.ndarray and v.dtype == memo[0].dtype and \
+                v.shape == memo[0].shape and np.array_equal(v, memo[0]):
+            return memo[1]
+        rel = interp.index_array_rel("", v, self.shape[:-1], self.shape[-1])
+        if type(v) is np.ndarray:
+            self.memo = (v.copy(), rel)
+        return rel
 
 
 def _as_array(v: Any) -> np.ndarray:

@@ -288,3 +288,21 @@ def test_windowed_row_sums_agree_with_the_interpreter(args):
     a = {"B": args["B"], "K": args["K"], "V": args["V"], "tok": args["tok"],
          "E": rng.uniform(-1, 1, (args["V"], args["B"]))}
     assert_same(f.compile("numba")(**a), f.compile("interp")(**a), atol=1e-12)
+
+
+def test_an_index_array_given_again_reuses_its_relation_and_a_changed_one_does_not():
+    """The API keeps the relation of the last index array given (api._IndexArrayMemo): an
+    array with the same entries reuses it, one changed in place is converted again (and
+    still checked)."""
+    w = WORKLOADS["embag"]
+    f = tl.load(str(EXAMPLES / w.file))[w.func]
+    args = w.inputs(w.sizes(6), np.random.default_rng(3))
+    tok = args["tok"]
+    first = f(**args)
+    assert first == f(**{**args, "tok": tok.copy()})
+    tok[0, 0] = (tok[0, 0] + 1) % args["V"]          # in place: the kept copy differs
+    assert_same(f(**args), f.interpret(**args))
+    assert f(**args) != first
+    tok[0, 0] = args["V"]                              # out of range: still an error
+    with pytest.raises(ShapeError, match="outside the range"):
+        f(**args)
