@@ -251,12 +251,12 @@ class NumbaEmitter:
         w(0, f"def {KERNEL}({', '.join(a[1] for a in args)}):")
         body_start = len(w.lines)
         self.ex.hoistable = frozenset(s.var for s in self.plan.stmts if s.mode == "input")
-        units = sibling_fusion.schedule(self.plan)
+        by_rows = self.row_grouped()
+        units = sibling_fusion.schedule(self.plan, alone=frozenset(by_rows))
         # coordinate vectors computed in their reader's loop (instrumented: each statement
         # counts its own iterations)
         self.inline = {} if self.instrument else storage.inlined_coordinates(
-            self.plan, self.ex.layouts, [u[0].var for u in units if len(u) == 1],
-            self.row_grouped())
+            self.plan, self.ex.layouts, [u[0].var for u in units if len(u) == 1], by_rows)
         self.row_panels = {v: rp for v, rp in self.row_panels.items()
                            if rp.consumer not in self.inline}
         self.ex.panelled = frozenset(self.row_panels)

@@ -75,10 +75,13 @@ REDUCTION_WEIGHT = 8
 MAX_WEIGHT = 32
 
 
-def schedule(plan: ProgramPlan, max_weight: int | None = None) -> list[list[StmtPlan]]:
+def schedule(plan: ProgramPlan, max_weight: int | None = None,
+             alone: frozenset[str] = frozenset()) -> list[list[StmtPlan]]:
     """The statements with loops or a BLAS call, in emission order, grouped into units (see
     the module docstring) of at most `max_weight` (default MAX_WEIGHT; 0: every statement
-    alone, in program order); deterministic: a function of the plan alone."""
+    alone, in program order); the statements in `alone` share no nest (the sums the emitter
+    runs by rows: their inner walk once per row, not once per point, and the map that reads
+    them a plain loop that vectorises); deterministic: a function of the plan alone."""
     if max_weight is None:
         max_weight = MAX_WEIGHT
     units: list[list[StmtPlan]] = []
@@ -97,7 +100,7 @@ def schedule(plan: ProgramPlan, max_weight: int | None = None) -> list[list[Stmt
             after.setdefault(math.floor(last), []).append(s)
             where[s.var] = math.floor(last) + 0.5
             continue
-        key = nest_key(s)
+        key = None if s.var in alone else nest_key(s)
         target = -1
         if key is not None:
             for k in range(max(math.ceil(last), 0), len(units)):

@@ -339,6 +339,7 @@ def _prove(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+@pytest.mark.slow   # (2 min cold; CI runs `tl prove --examples 10` itself after the suite)
 def test_tl_prove_lists_every_rule_and_the_theorems(capsys) -> None:
     code, out, err = _prove(capsys, "--examples", "2")
     assert code == 0, err

@@ -24,9 +24,12 @@ SIBLINGS = """
 def siblings(N: size, M: size, x: R[N, M], y: R[M]) -> (R[N, M], (R[N, M], R[N, M])):
     a = gen i:N. gen j:M. sin(x[i, j]) * y[j]
     b = gen i:N. gen j:M. cos(a[i, j]) + a[i, j] * x[i, j]
-    c = gen i:N. gen j:M. sum k:M. sin(x[i, k]) * a[i, j]
+    c = gen i:N. gen j:M. sum k:M. [k <= j] * sin(x[i, k]) * a[i, j]
     return (a, (b, c))
 """
+# The same with a sum whose inner loop does not depend on j: it runs by rows (all j at once
+# per k, `sums_by_row`), in a nest of its own
+BY_ROWS = SIBLINGS.replace("[k <= j] * ", "")
 
 
 def _args(rng: np.random.Generator, n: int = 5, m: int = 4) -> dict[str, Any]:
@@ -67,6 +70,18 @@ def test_sibling_statements_share_one_nest(monkeypatch):
         c = numba_cpu.compile_program(p, instrument=True, jit=jit)
         assert_same(c(args), want)
         assert c.last_counts == counts
+
+
+def test_a_sum_run_by_rows_keeps_its_own_nest():
+    p = tl.parse(BY_ROWS)["siblings"].run_to("ssa")
+    units = sibling_fusion.schedule(plan_program(p), alone=frozenset({"v6"}))
+    assert [s.var for s in units[-1]] == ["v6"] and len(units[0]) == 2, units
+    src = numba_cpu.generated_source(p)
+    assert src.count("prange(") == 2 and "tl_row_buffer(" in src, src
+    args = _args(np.random.default_rng(1))
+    got = numba_cpu.compile_program(p, jit=True)(args)
+    assert_same(got, interpret(tssa.to_core(p), args))
+    assert _bits(got) == _bits(numba_cpu.compile_program(p, jit=False)(args))
 
 
 # ---------------------------------------------------------------------------------------------

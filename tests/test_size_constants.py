@@ -25,26 +25,33 @@ SOURCE = '''\
 def tl_body0(_lo, _hi, n_K, v_x):
     for i in range(_lo, _hi):
         pass
+    return n_K * 2
 
 
 def other(n_N):
     return n_N
 
 
+def tl_body1(n_K, v_x):
+    return tl_tanh(v_x) * n_K
+
+
 def tl_kernel(n_N, n_K, v_x):
     """doc"""
-    return n_N * n_K
+    return n_N * tl_body0(0, 1, n_K, v_x)
 '''
 
 
-def test_the_constant_comes_first_in_every_function_taking_the_size():
+def test_the_constant_comes_first_in_the_bodies_taking_the_size_and_without_long_helpers():
     out = with_constant_sizes(SOURCE, {"n_K": 5})
-    assert out.count("n_K = 5") == 2
+    assert out.count("n_K = 5") == 1
+    assert "def tl_body0(_lo, _hi, n_K, v_x):\n    n_K = 5   # size compiled in\n" in out
     assert "def other(n_N):\n    return n_N" in out
-    assert 'def tl_kernel(n_N, n_K, v_x):\n    n_K = 5   # size compiled in\n    """doc"""' in out
+    assert "def tl_body1(n_K, v_x):\n    return" in out       # (calls tl_tanh)
+    assert 'def tl_kernel(n_N, n_K, v_x):\n    """doc"""' in out  # (the parallel loops)
     scope: dict[str, Any] = {}
     exec(out, scope)
-    assert scope["tl_kernel"](3, 99, None) == 15
+    assert scope["tl_kernel"](3, 99, None) == 30
 
 
 def _plain(p: tssa.Program, source: str, consts: tuple[float, ...]) -> Any:
