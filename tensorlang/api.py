@@ -463,7 +463,7 @@ def _converter(t: Type, sizes: Mapping[str, int], arrayed: bool = False
                ) -> Callable[[Any], Any]:
     """How a plan converts a value of type `t` (the checks were made by the first call); a
     tensor of pairs is a pair of tensors."""
-    if isinstance(t, TIndex):   # an integer array: its entries checked on every call
+    if isinstance(t, TIndex):   # an integer array: checked whenever its entries change
         return _IndexArrayMemo(tuple(int(d.evaluate(sizes)) for d in t.sizes))
     if isinstance(t, TRel):
         shape = tuple(int(d.evaluate(sizes)) for d in t.sizes)
