@@ -39,7 +39,7 @@ def derivative_fn(kind: str, f: Callable[..., Any], idx: tuple[int, ...],
     """A function of (*primals, *extras) computing derivative `kind` of `f` in the primals at
     positions `idx`, with SPEC 2.5's result conventions."""
     import torch
-    import torch_func
+    from torch import func as torch_func
 
     def restrict(args: tuple) -> Callable[..., Any]:
         def g(*wrt: Any) -> Any:
