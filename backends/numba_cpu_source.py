@@ -252,7 +252,7 @@ class NumbaEmitter:
         body_start = len(w.lines)
         self.ex.hoistable = frozenset(s.var for s in self.plan.stmts if s.mode == "input")
         by_rows = self.row_grouped()
-        units = sibling_fusion.schedule(self.plan, alone=frozenset(by_rows))
+        units = sibling_fusion.schedule(self.plan, alone=self.walks_by_rows(by_rows))
         # coordinate vectors computed in their reader's loop (instrumented: each statement
         # counts its own iterations)
         self.inline = {} if self.instrument else storage.inlined_coordinates(
@@ -659,6 +659,18 @@ class NumbaEmitter:
                 if len(names) == 1:
                     out[s.var] = names[0]
         return out
+
+    def walks_by_rows(self, by_rows: dict[str, str]) -> frozenset[str]:
+        """The sums run by rows whose inner loop walks a relation's row (gnn's in-edges of
+        a node): they keep a nest of their own (`sibling_fusion.schedule`).  A sum over a
+        few static terms (nbody's three coordinates) stays in its shared nest, where its
+        value is a local instead of an N x N array."""
+        out = set()
+        for s in self.plan.stmts:
+            if s.var in by_rows and s.inner is not None and any(
+                    part.driver is not None and not part.driver.lookup for part in s.inner):
+                out.add(s.var)
+        return frozenset(out)
 
     def sums_by_row(self, s: StmtPlan, opart: Part, osteps: list[Step], otag: str,
                     ctx: LoopContext, name: str) -> bool:

@@ -80,8 +80,9 @@ def schedule(plan: ProgramPlan, max_weight: int | None = None,
     """The statements with loops or a BLAS call, in emission order, grouped into units (see
     the module docstring) of at most `max_weight` (default MAX_WEIGHT; 0: every statement
     alone, in program order); the statements in `alone` share no nest (the sums the emitter
-    runs by rows: their inner walk once per row, not once per point, and the map that reads
-    them a plain loop that vectorises); deterministic: a function of the plan alone."""
+    runs by rows over a relation's rows: their walk once per row, not once per point, and
+    the map that reads them a plain loop that vectorises); deterministic: a function of the
+    plan alone."""
     if max_weight is None:
         max_weight = MAX_WEIGHT
     units: list[list[StmtPlan]] = []

@@ -27,9 +27,10 @@ def siblings(N: size, M: size, x: R[N, M], y: R[M]) -> (R[N, M], (R[N, M], R[N, 
     c = gen i:N. gen j:M. sum k:M. [k <= j] * sin(x[i, k]) * a[i, j]
     return (a, (b, c))
 """
-# The same with a sum whose inner loop does not depend on j: it runs by rows (all j at once
-# per k, `sums_by_row`), in a nest of its own
-BY_ROWS = SIBLINGS.replace("[k <= j] * ", "")
+# The same with a sum whose inner loop walks row i of a relation whatever j: it runs by rows
+# (all j at once per member, `sums_by_row`), in a nest of its own
+BY_ROWS = SIBLINGS.replace("[k <= j] * ", "[E(i, k)] * ").replace(
+    "x: R[N, M], y: R[M])", "E: rel(N, M), x: R[N, M], y: R[M])")
 
 
 def _args(rng: np.random.Generator, n: int = 5, m: int = 4) -> dict[str, Any]:
@@ -78,7 +79,8 @@ def test_a_sum_run_by_rows_keeps_its_own_nest():
     assert [s.var for s in units[-1]] == ["v6"] and len(units[0]) == 2, units
     src = numba_cpu.generated_source(p)
     assert src.count("prange(") == 2 and "tl_row_buffer(" in src, src
-    args = _args(np.random.default_rng(1))
+    rng = np.random.default_rng(1)
+    args = {**_args(rng), "E": rng.random((5, 4)) < 0.5}
     got = numba_cpu.compile_program(p, jit=True)(args)
     assert_same(got, interpret(tssa.to_core(p), args))
     assert _bits(got) == _bits(numba_cpu.compile_program(p, jit=False)(args))
