@@ -51,24 +51,30 @@ tl_block_close = njit(**_JIT)(_with_globals(accumulate.block_close, block_sum=tl
                                             neumaier=tl_neumaier))
 
 
-@intrinsic
-def tl_block_buffer(typingctx):  # type: ignore[no-untyped-def]
-    """A float64 array of `accumulate.BLOCK` elements on the stack of the calling function
-    (allocated once, in its entry block; no reference count): the terms of one block.
-    Inside a `prange` the body is a function of its own, so each thread has its own."""
-    arrty = types.Array(types.float64, 1, "C")
+_STACK_ARRAY = types.Array(types.float64, 1, "C")
 
+
+def _stack_array(size: int):  # type: ignore[no-untyped-def]
+    """The codegen of a float64 array of `size` elements on the stack of the calling function
+    (allocated once, in its entry block; no reference count)."""
     def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
         double = context.get_value_type(types.float64)
-        data = cgutils.alloca_once(builder, double, size=accumulate.BLOCK)
-        ary = make_array(arrty)(context, builder)
+        data = cgutils.alloca_once(builder, double, size=size)
+        ary = make_array(_STACK_ARRAY)(context, builder)
         intp = context.get_value_type(types.intp)
-        populate_array(ary, data=data,
-                       shape=cgutils.pack_array(builder, [intp(accumulate.BLOCK)]),
+        populate_array(ary, data=data, shape=cgutils.pack_array(builder, [intp(size)]),
                        strides=cgutils.pack_array(builder, [intp(8)]),
                        itemsize=intp(8), meminfo=None)
         return ary._getvalue()
-    return arrty(), codegen
+    return codegen
+
+
+@intrinsic
+def tl_block_buffer(typingctx):  # type: ignore[no-untyped-def]
+    """A float64 array of `accumulate.BLOCK` elements on the stack of the calling function:
+    the terms of one block.  Inside a `prange` the body is a function of its own, so each
+    thread has its own."""
+    return _STACK_ARRAY(), _stack_array(accumulate.BLOCK)
 
 
 @intrinsic
@@ -77,19 +83,7 @@ def tl_row_buffer(typingctx, n):  # type: ignore[no-untyped-def]
     function (as `tl_block_buffer`): the sums, compensations and carries of a row of sums
     (`numba_cpu_source.sums_by_row`), which would otherwise be allocated for every row.
     `n` (at most its size: the elements the caller uses) matters to the stand-in only."""
-    arrty = types.Array(types.float64, 1, "C")
-    size = 3 * accumulate.ROW_MAX
-
-    def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
-        double = context.get_value_type(types.float64)
-        data = cgutils.alloca_once(builder, double, size=size)
-        ary = make_array(arrty)(context, builder)
-        intp = context.get_value_type(types.intp)
-        populate_array(ary, data=data, shape=cgutils.pack_array(builder, [intp(size)]),
-                       strides=cgutils.pack_array(builder, [intp(8)]),
-                       itemsize=intp(8), meminfo=None)
-        return ary._getvalue()
-    return arrty(n), codegen
+    return _STACK_ARRAY(n), _stack_array(3 * accumulate.ROW_MAX)
 
 
 @intrinsic
