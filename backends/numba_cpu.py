@@ -321,8 +321,6 @@ class CompiledProgram:
 
     def _run_jit(self, bound: Mapping[str, Any], kargs: list[Any]) -> Any:
         """The JIT kernel on `kargs`, on the threads its work at these sizes is worth."""
-        if not self._threaded:
-            return self.kernel(*kargs)
         if self._rt is None:
             # imported before the first parallel kernel runs: it sets how Numba's workers wait
             from . import numba_rt
@@ -335,9 +333,20 @@ class CompiledProgram:
                 self._jit_plans.clear()
             sizes = {n: int(bound[n]) for n in self._size_names}
             work = kernel_work(self.program, sizes)
-            plan = self._jit_plans[key] = (self._jit_kernel(sizes, work),
-                                           self._rt.threads_for(work, self._blas))
-        kernel, threads = plan
+            plan = self._jit_plans[key] = (
+                self._jit_kernel(sizes, work),
+                self._rt.threads_for(work, self._blas) if self._threaded else 0,
+                heap.heap_bytes([a.box_entries(sizes) for a in self.arrays]))
+        kernel, threads, on_heap = plan
+        if on_heap:   # arrays above glibc's mmap threshold: from the heap (heap.py)
+            with heap.ArraysOnHeap(on_heap):
+                return self._run_threads(kernel, threads, kargs)
+        return self._run_threads(kernel, threads, kargs)
+
+    def _run_threads(self, kernel: Any, threads: int, kargs: list[Any]) -> Any:
+        """`kernel` on `threads` (`numba_rt.threads_for`; 0: a serial kernel)."""
+        if threads == 0:
+            return kernel(*kargs)
         # BLAS owns the threads where it runs: Numba's loops of such a kernel use one
         self._rt.use_threads(1 if self._blas else abs(threads))
         if threads < 0:    # a BLAS call to keep on fewer threads than BLAS would take

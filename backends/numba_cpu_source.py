@@ -252,7 +252,8 @@ class NumbaEmitter:
         body_start = len(w.lines)
         self.ex.hoistable = frozenset(s.var for s in self.plan.stmts if s.mode == "input")
         by_rows = self.row_grouped()
-        units = sibling_fusion.schedule(self.plan, alone=self.walks_by_rows(by_rows))
+        units = sibling_fusion.schedule(self.plan, alone=self.walks_by_rows(by_rows),
+                                        exact=frozenset(by_rows))
         # coordinate vectors computed in their reader's loop (instrumented: each statement
         # counts its own iterations)
         self.inline = {} if self.instrument else storage.inlined_coordinates(
@@ -827,7 +828,8 @@ class NumbaEmitter:
         """Statements whose outer nests print identically (`sibling_fusion.schedule`) as
         one nest: its body computes each member's element in turn (a reduction with its
         own inner loops), a value that a later member reads at the same point through a
-        local.  Instrumented, each member keeps its own iteration counter."""
+        local; or statements that share a prefix of their nests (`emit_prefix_unit`).
+        Instrumented, each member keeps its own iteration counter."""
         w, first = self.w, unit[0]
         tag = self._tag(first)
         cnts = [f"_cnt{self._tag(s)}" for s in unit]
@@ -838,13 +840,16 @@ class NumbaEmitter:
         if self.instrument:
             for cnt in cnts:
                 w(1, f"{cnt} = 0")
-        members = {s.var for s in unit}
-        here = sibling_fusion.identity(first)
+        prefix = sibling_fusion.shared_steps(unit)
+        ids = {s.var: sibling_fusion.identity(s) for s in unit}
+        scope = sibling_fusion.in_scope(unit)
         reused = {v for s in unit[1:] for v, idx in plan_reads(s.rhs, self.plan)
-                  if v in members and idx == here}
+                  if v in ids and idx == ids[v] and s.var in scope[v]}
         assert first.outer is not None
         start = len(w.lines)
-        for a, part in enumerate(first.outer):
+        if prefix is not None:
+            self.emit_prefix_unit(unit, prefix, cnts, local_only, reused)
+        for a, part in enumerate(first.outer if prefix is None else ()):
             otag = tag if len(first.outer) == 1 else f"{tag}_{a}"
             steps = part_steps(part, self.index, self.rels, self.counter, INDENT,
                                tag + ("o" if len(first.outer) == 1 else f"o{a}"),
@@ -853,30 +858,83 @@ class NumbaEmitter:
             depth = self.steps(steps, 1, "prange", ctx)
             for m, s in enumerate(unit):
                 assert s.outer is not None
-                store = self.store(s)
-                local = f"_s{self._tag(s)}" if s.var in reused else ""
-                cnt = ctx.cnts[m] if ctx.cnts else ""
-                if s.var in local_only:   # (its readers are later members, at this point)
-                    store = ""
-                if s.inner is None:
-                    self.body(depth, store, "=", s.rhs, s.body_facts(s.outer[a]), cnt,
-                              sums=False, local=local)
-                else:
-                    stag = self._tag(s) if len(first.outer) == 1 else f"{self._tag(s)}_{a}"
-                    total = self.reduce_at(s, s.outer[a], stag, depth, cnt, False)
-                    if local:
-                        w(depth, f"{local} = {total}")
-                        total = local
-                    if store:
-                        w(depth, f"{store} = {total}")
-                if local:
-                    self.ex.locals[(s.var, here)] = local
+                stag = self._tag(s) if len(first.outer) == 1 else f"{self._tag(s)}_{a}"
+                self.member(s, s.outer[a], stag, depth, ctx.cnts[m] if ctx.cnts else "",
+                            s.var in reused, s.var not in local_only)
             self.ex.locals = {}
             self.close(ctx)
         self.shared_loops += (len(unit) - 1) * sum(ln.count("prange(") for ln in w.lines[start:])
         if self.instrument:
             for s, cnt in zip(unit, cnts):
                 w(1, f"{COUNTS}[{self.counted[s.var]}] += {cnt}")
+
+    def emit_prefix_unit(self, unit: list[StmtPlan], prefix: sibling_fusion.Prefix,
+                         cnts: list[str], local_only: frozenset[str], reused: set[str]
+                         ) -> None:
+        """A unit whose members share a prefix of their one nest (`sibling_fusion.
+        shared_steps`): the guard conjuncts they all have and the shared steps once, then
+        each member's other guard conjuncts, own steps and body in turn; a member with no
+        steps of its own keeps its value in a local for later members (`reused`), or only
+        there (`local_only`)."""
+        w, first = self.w, unit[0]
+        tag = self._tag(first)
+        ctx = LoopContext(tag, f"_acc{tag}", [], cnts if self.instrument else [])
+        assert first.outer is not None   # (the guard in a member's order: deterministic)
+        common = [g for g in first.outer[0].nest.guard if g in prefix.guard]
+        depth = self.steps(self._split_nest(first, common, prefix.cut, True), 1, "prange",
+                           ctx)
+        m = 0
+        for run in sibling_fusion.groups(unit):
+            assert run[0].outer is not None
+            extra = [g for g in run[0].outer[0].nest.guard if g not in prefix.guard]
+            own = self._split_nest(run[0], extra, prefix.cut, False)
+            rtag = self._tag(run[0])
+            mctx = LoopContext(rtag, f"_acc{rtag}", [], [])
+            mdepth = self.steps(own, depth, "seq", mctx)
+            for s in run:
+                assert s.outer is not None
+                self.member(s, s.outer[0], self._tag(s), mdepth,
+                            ctx.cnts[m] if ctx.cnts else "", s.var in reused,
+                            s.var not in local_only)
+                m += 1
+            self.close(mctx)
+            if own:   # (the run's locals are out of scope after its own steps)
+                for s in run:
+                    self.ex.locals.pop((s.var, sibling_fusion.identity(s)), None)
+        self.ex.locals = {}
+        self.close(ctx)
+
+    def member(self, s: StmtPlan, part: Part, stag: str, depth: int, cnt: str, local: bool,
+               stored: bool) -> None:
+        """The body of member `s` of a shared nest at one point of its nest `part`: its
+        value stored (`stored`), and kept in a local for later members (`local`)."""
+        store = self.store(s) if stored else ""
+        name = f"_s{self._tag(s)}" if local else ""
+        if s.inner is None:
+            self.body(depth, store, "=", s.rhs, s.body_facts(part), cnt, sums=False,
+                      local=name)
+        else:
+            total = self.reduce_at(s, part, stag, depth, cnt, False)
+            if name:
+                self.w(depth, f"{name} = {total}")
+                total = name
+            if store:
+                self.w(depth, f"{store} = {total}")
+        if name:
+            self.ex.locals[(s.var, sibling_fusion.identity(s))] = name
+
+    def _split_nest(self, s: StmtPlan, guard: Sequence[Pred], cut: int, shared: bool
+                    ) -> list[Step]:
+        """The steps of `s`'s one nest with its guard replaced by the test of `guard`
+        (conjuncts on the sizes): the test and the first `cut` other steps (`shared`), or
+        the test and the steps after them."""
+        assert s.outer is not None and len(s.outer) == 1
+        part, tag = s.outer[0], self._tag(s)
+        steps = part_steps(part, self.index, self.rels, self.counter, INDENT, tag + "o",
+                           s.body_facts(part))[1 if part.nest.guard else 0:]
+        test = [pred_code(list(guard), self.index, self.rels, self.counter, INDENT)] \
+            if guard else []
+        return test + (steps[:cut] if shared else steps[cut:])
 
     def body(self, depth: int, target: str, op: str, rhs: tssa.Rhs, facts: Facts, cnt: str,
              sums: bool, local: str = "") -> str:

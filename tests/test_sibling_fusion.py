@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import tensorlang as tl
 from examples_util import assert_same, to_program
 from tensorlang.ir import tssa
+from tensorlang.ir.ast import Affine
 from tensorlang.semantics.interp import interpret
 from tensorlang.testing import programs
 
@@ -73,6 +74,37 @@ def test_sibling_statements_share_one_nest(monkeypatch):
         assert c.last_counts == counts
 
 
+ROWS = """
+def rows(N: size, M: size, x: R[N, M], y: R[M]) -> (R[N, M], R[N]):
+    r = gen i:N. sum j:M. sin(x[i, j] * y[j])
+    a = gen i:N. gen j:M. cos(x[i, j]) * r[i]
+    t = gen i:N. sum j:M. tanh(a[i, j] + r[i])
+    return (a, t)
+"""
+
+
+def test_rows_and_their_box_share_the_loop_over_rows(monkeypatch):
+    """Prefix sharing: a row, the box that reads it and a row of the box run in one nest
+    over i (each with its own loop over j), bit for bit as in separate nests; the row read
+    at the point being computed is kept in a local."""
+    p = tl.parse(ROWS)["rows"].run_to("ssa")
+    plan = plan_program(p)
+    units = sibling_fusion.schedule(plan)
+    assert len(units) == 1 and sibling_fusion.shared_steps(units[0]).cut == 1, units
+    src = numba_cpu.generated_source(p)
+    assert src.count("prange(") == 1, src
+    args = _args(np.random.default_rng(3), 6, 5)
+    shared, counts = _python_run(p, args, True)
+    alone, counts_alone = _python_run(p, args, False)
+    assert _bits(shared) == _bits(alone) and counts == counts_alone
+    got = numba_cpu.compile_program(p, jit=True)(args)
+    with monkeypatch.context() as m:
+        m.setattr(sibling_fusion, "MAX_WEIGHT", 0)
+        assert _bits(got) == _bits(numba_cpu.compile_program(p, jit=True)(args))
+    assert_same(got, interpret(tssa.to_core(p), args))
+    _check_schedule(p)
+
+
 def test_a_sum_run_by_rows_keeps_its_own_nest():
     p = tl.parse(BY_ROWS)["siblings"].run_to("ssa")
     units = sibling_fusion.schedule(plan_program(p), alone=frozenset({"v6"}))
@@ -97,15 +129,18 @@ _FNS = ("sin", "cos", "tanh", "sigmoid", "softplus")
 def sibling_programs(draw: Any) -> str:
     """A def whose statements are maps and sums over the box [i:N, j:M], reading the
     inputs and earlier statements at the same point, at a mirrored point (`M - 1 - j`) or
-    along a sum, and returning some of them."""
+    along a sum, and rows `gen i:N. sum j:M. ...` that share the loop over i with them
+    (prefix sharing), and returning some of them."""
     count = draw(st.integers(2, 6))
     names: list[str] = []
+    rows: list[str] = []
     lines: list[str] = []
 
     def atom() -> str:
         choices = ["x[i, j]", "y[j]", "0.5"]
         for v in names:
             choices += [f"{v}[i, j]", f"{v}[i, j]", f"{v}[i, M - 1 - j]"]
+        choices += [f"{r}[i]" for r in rows]
         return draw(st.sampled_from(choices))
 
     def expr(depth: int) -> str:
@@ -119,6 +154,11 @@ def sibling_programs(draw: Any) -> str:
 
     for k in range(count):
         name = f"s{k}"
+        if draw(st.integers(0, 3)) == 0:   # a row: shares the loop over i
+            v = draw(st.sampled_from(names or ["x"]))
+            lines.append(f"    {name} = gen i:N. sum j:M. {v}[i, j] * {expr(1)}")
+            rows.append(name)
+            continue
         if names and draw(st.booleans()) and draw(st.booleans()):
             v = draw(st.sampled_from(names))
             body = f"sum k:M. {v}[i, k] * {expr(1)}"
@@ -126,12 +166,13 @@ def sibling_programs(draw: Any) -> str:
             body = expr(2)
         lines.append(f"    {name} = gen i:N. gen j:M. {body}")
         names.append(name)
-    outs = [v for v in names if draw(st.booleans())] or [names[-1]]
+    made = [f"s{k}" for k in range(count)]
+    outs = [v for v in made if draw(st.booleans())] or [made[-1]]
 
     def nest(items: list[str]) -> str:
         return items[0] if len(items) == 1 else f"({items[0]}, {nest(items[1:])})"
 
-    ret = nest(["R[N, M]"] * len(outs))
+    ret = nest(["R[N]" if v in rows else "R[N, M]" for v in outs])
     return (f"def sib(N: size, M: size, x: R[N, M], y: R[M]) -> {ret}:\n" +
             "\n".join(lines) + f"\n    return {nest(outs)}\n")
 
@@ -175,15 +216,21 @@ def _check_schedule(p: tssa.Program) -> None:
     assert sorted(order) == sorted(s.var for s in plan.counted())
     unit_of = {s.var: k for k, u in enumerate(units) for s in u}
     for k, u in enumerate(units):
+        prefix = sibling_fusion.shared_steps(u)
+        assert prefix is None or prefix.cut > 0   # (the same nest, or a prefix of loops)
         for m, s in enumerate(u):
-            assert len(u) == 1 or sibling_fusion.nest_key(s) == sibling_fusion.nest_key(u[0])
+            loops = sibling_fusion.prefix_vars(s, prefix) if prefix is not None else ()
             for v, idx in plan_reads(s.rhs, plan):
                 if v not in unit_of:
                     continue
                 assert unit_of[v] <= k
                 if unit_of[v] == k:
                     assert v in {t.var for t in u[:m]}
-                    assert idx == sibling_fusion.identity(s)
+                    if prefix is None:
+                        assert idx == sibling_fusion.identity(s)
+                    else:   # at the shared loops' current values
+                        gens = plan.by_var[v].rhs.gen_names()
+                        assert all(idx[gens.index(g)] == Affine.var(g) for g in loops)
 
 
 @settings(max_examples=4, deadline=None, derandomize=True,

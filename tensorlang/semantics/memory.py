@@ -196,6 +196,10 @@ class Allocation:
         return (self.name, tuple((d.terms, d.const) for d in self.dims), self.rel,
                 self.working, self.output)
 
+    def box_entries(self, sizes: Mapping[str, int]) -> int:
+        """Its entries at `sizes` (a coordinate vector: at most its box's)."""
+        return math.prod(_extent(x, sizes) for x in self.dims)
+
     @staticmethod
     def of_literal(t: tuple) -> "Allocation":
         name, dims, rel, working, output = t
@@ -272,7 +276,7 @@ def _allocated(d: ast.Def, sizes: Mapping[str, int], arrays: tuple[Allocation, .
     for a in arrays:
         if a.output:
             continue
-        entries = math.prod(_extent(x, sizes) for x in a.dims)
+        entries = a.box_entries(sizes)
         if a.rel is not None and a.rel in members:
             entries = min(entries, members[a.rel])
         name, where = a.name, statement_loc(d, a.name)

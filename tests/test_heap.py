@@ -1,0 +1,99 @@
+"""The heap policy for kernel arrays (backends/heap.py): arrays above glibc's mmap threshold
+come from the heap inside `ArraysOnHeap`, so that a call reuses the last call's memory
+instead of faulting in fresh pages; the compiled programs use it for such calls."""
+from __future__ import annotations
+
+import resource
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from tensorlang.backends import heap
+
+
+def _applied() -> None:
+    if not heap.keep_freed_memory():
+        pytest.skip("no glibc mallopt here")
+
+
+def test_only_calls_with_an_array_above_the_threshold_use_the_heap():
+    _applied()
+    small = heap.MMAP_BYTES // 8
+    assert heap.heap_bytes([small, small]) == 0
+    assert heap.heap_bytes([]) == 0
+    assert heap.heap_bytes([small + 1, 10]) == 8 * (small + 11)
+
+
+def test_arrays_on_heap_nests_and_keeps_twice_the_largest_call(monkeypatch):
+    _applied()
+    calls: list[tuple[int, int]] = []
+    monkeypatch.setattr(heap, "_mallopt", lambda p, v: calls.append((p, v)) or 1)
+    monkeypatch.setattr(heap, "_keep", heap.KEEP_BYTES)
+    with heap.ArraysOnHeap(200 << 20):
+        with heap.ArraysOnHeap(10):
+            assert heap._inside == 2
+        assert heap._inside == 1
+        assert calls[-1] == (heap.M_TRIM_THRESHOLD, 400 << 20)
+    assert heap._inside == 0
+    assert calls == [(heap.M_MMAP_MAX, 0), (heap.M_TRIM_THRESHOLD, 400 << 20),
+                     (heap.M_MMAP_MAX, heap.MMAP_MAX_DEFAULT)]
+    calls.clear()
+    with heap.ArraysOnHeap(8 << 30):   # (at most KEEP_MOST; never lowered)
+        pass
+    assert (heap.M_TRIM_THRESHOLD, heap.KEEP_MOST) in calls
+    calls.clear()
+    with heap.ArraysOnHeap(300 << 20):
+        pass
+    assert [c for c in calls if c[0] == heap.M_TRIM_THRESHOLD] == []
+
+
+def test_a_large_array_is_reused_without_page_faults():
+    """A 42 MB array (above the 32 MiB mmap threshold), freed and allocated again call after
+    call: about 10,000 page faults a call when mapped fresh; few inside ArraysOnHeap."""
+    _applied()
+    numba = pytest.importorskip("numba")
+
+    @numba.njit
+    def fresh(n):
+        a = np.empty((n, n))
+        for i in range(n):
+            for j in range(n):
+                a[i, j] = i - j
+        return a[n - 1, 0]
+
+    def faults() -> float:
+        def call() -> None:
+            with heap.ArraysOnHeap(8 * 2300 * 2300):
+                fresh(2300)
+        for _ in range(2):
+            call()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _ in range(3):
+            call()
+        return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 3
+
+    assert faults() < 1000
+
+
+def test_compiled_calls_with_large_arrays_run_inside_arrays_on_heap(monkeypatch):
+    pytest.importorskip("numba")
+    _applied()
+    entered: list[int] = []
+
+    class Recording(heap.ArraysOnHeap):
+        def __enter__(self) -> None:
+            entered.append(self.nbytes)
+            super().__enter__()
+
+    monkeypatch.setattr(heap, "ArraysOnHeap", Recording)
+    monkeypatch.setattr(heap, "MMAP_BYTES", 1 << 20)   # (a call of a few MB is "large")
+    f = tl.parse("def f(N: size, x: R[N, N]) -> R[N, N]:\n"
+                 "    return gen i:N. gen j:N. sin(x[i, j]) * x[j, i]\n")["f"]
+    x = np.random.default_rng(0).standard_normal((1100, 1100))
+    got = f(N=1100, x=x)   # (work above the AOT image's: the JIT kernel)
+    np.testing.assert_allclose(got, np.sin(x) * x.T, rtol=1e-12)
+    assert entered and entered[0] >= 8 * 1100 * 1100
+    entered.clear()
+    f(N=3, x=x[:3, :3])
+    assert entered == []
