@@ -8,7 +8,8 @@
   * `blas`   -- a dense contraction handed to a matrix product (rules in `blas_plan`);
     a weighted Gram product `X^T diag(d) X` to syrk (`gram.gram_form`, after
     `gram.factor_row_scalings` has brought such contractions to that form);
-  * `loops`  -- a loop nest (`codegen_nest.plan_part`) writing an array, or a scalar local.
+  * `loops`  -- a loop nest (`codegen_nest.plan_part`) writing an array, or a scalar local
+    (a window gather, with `windows`, walked by window: `window_walk`).
 
 `ExprPrinter` prints the scalar expressions of the loop bodies in Python syntax (valid for
 Numba CPU and Numba CUDA device code): zero-extended reads (a guard only where the
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 from .codegen_nest import (Facts, Part, RelNames, in_bounds, index_array_exists,
                            plan_alternatives, point_level, pred_code, row_test)
 from .gram import GramForm, factor_row_scalings, gram_form
+from .window_walk import reads_computed, window_form
 
 # ---------------------------------------------------------------------------------------------
 # Names
@@ -354,6 +356,9 @@ class StmtPlan:
     outer: list[Part] | None = None  # nests binding the generator indices (alternatives)
     inner: list[Part] | None = None  # nests binding the summation indices (sums only)
     facts: Facts | None = None       # what holds in every innermost body
+    # a window gather walked by window (`window_walk`): `rhs` is its product over the
+    # windows and offsets, stored at these indices of the output's box
+    store_at: tuple[Affine, ...] | None = None
 
     def body_facts(self, outer: Part, inner: Part | None = None) -> Facts:
         assert self.facts is not None
@@ -373,6 +378,10 @@ class ProgramPlan:
     @property
     def by_var(self) -> dict[str, StmtPlan]:
         return {s.var: s for s in self.stmts}
+
+    def dims(self, s: StmtPlan) -> tuple[Affine, ...]:
+        """The box of statement `s`'s array (a window walk's rhs ranges over its windows)."""
+        return s.rhs.dims if s.store_at is None else self.program.shapes[s.var]
 
     def counted(self) -> list[StmtPlan]:
         """Statements with their own loops or BLAS call (the instrumented ones)."""
@@ -399,8 +408,10 @@ def plan_reads(rhs: Rhs, plan: ProgramPlan) -> list[tuple[str, tuple[Affine, ...
     return out
 
 
-def plan_program(p: Program, use_blas: bool = True, use_relations: bool = True
-                 ) -> ProgramPlan:
+def plan_program(p: Program, use_blas: bool = True, use_relations: bool = True,
+                 windows: bool = False) -> ProgramPlan:
+    """How every statement of `p` runs (module docstring); `windows`: window gathers
+    walked by window (`window_walk`, the CPU kernels not instrumented)."""
     sizes = [q.name for q in p.params if isinstance(q.type, TSize)]
     rel_dims = {q.name: tuple(q.type.sizes) for q in p.params if isinstance(q.type, TRel)}
     p = with_index_array_facts(p, rel_dims, sizes)
@@ -450,7 +461,12 @@ def plan_program(p: Program, use_blas: bool = True, use_relations: bool = True
             plans.append(StmtPlan(s.var, composed.get(s.var, rhs), "blas", scalar,
                                   blas=blas[s.var], gram=grams.get(s.var)))
             continue
-        plans.append(_loop_plan(s.var, rhs, scalar, sizes, rel_dims, use_relations, arrays))
+        walk = window_form(rhs) if windows and not scalar and \
+            reads_computed(rhs, p.defs, fused) else None
+        plans.append(_loop_plan(s.var, walk.rhs if walk else rhs, scalar, sizes, rel_dims,
+                                use_relations, arrays))
+        if walk is not None:
+            plans[-1].store_at = walk.store_at
         for part in (plans[-1].outer or []) + (plans[-1].inner or []):
             if part.driver is not None and part.driver.pattern not in patterns:
                 patterns.append(part.driver.pattern)

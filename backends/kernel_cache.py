@@ -48,7 +48,8 @@ _HERE = pathlib.Path(__file__).resolve().parent
 _GENERATOR_FILES = ("codegen.py", "codegen_nest.py", "scalar_builtins.py", "numba_rt.py",
                     "numba_cpu.py", "numba_cpu_source.py", "kernel_split.py", "kernel_cache.py",
                     "accumulate.py", "common/storage.py", "gram.py", "sibling_fusion.py",
-                    "common/allocation.py")
+                    "common/allocation.py", "prange_bodies.py", "window_walk.py",
+                    "size_constants.py")
 _INDEXSOLVE = ("indexsolve/__init__.py", "indexsolve/core.py", "indexsolve/fm.py",
                "indexsolve/loops.py", "indexsolve/snf.py")
 PYCACHE = "__pycache__"

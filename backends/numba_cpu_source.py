@@ -252,8 +252,11 @@ class NumbaEmitter:
         body_start = len(w.lines)
         self.ex.hoistable = frozenset(s.var for s in self.plan.stmts if s.mode == "input")
         by_rows = self.row_grouped()
-        units = sibling_fusion.schedule(self.plan, alone=self.walks_by_rows(by_rows),
-                                        exact=frozenset(by_rows))
+        # (a row's sums over a few static terms, nbody's three coordinates, may share)
+        units = sibling_fusion.schedule(
+            self.plan, alone=self.walks_by_rows(by_rows),
+            exact=frozenset(v for v in by_rows
+                            if not sibling_fusion.few_terms(self.plan.by_var[v])))
         # coordinate vectors computed in their reader's loop (instrumented: each statement
         # counts its own iterations)
         self.inline = {} if self.instrument else storage.inlined_coordinates(
@@ -299,9 +302,15 @@ class NumbaEmitter:
         if self.outline_parallel_bodies and self.allow_parallel:   # (prange_bodies.py)
             funcs, w.lines[body_start:] = prange_bodies.outline(
                 w.lines[body_start:], [a[1] for a in args],
-                '@njit(parallel=False, cache=True, error_model="numpy")')
+                '@njit(parallel=False, cache=True, error_model="numpy")',
+                distinct='@njit(parallel=False, cache=True, error_model="numpy", '
+                         'pipeline_class=TlNoAlias)' if self.jit else "")
             w.lines[deco:deco] = funcs
             deco, body_start = deco + len(funcs), body_start + len(funcs)
+            if any("pipeline_class=TlNoAlias" in ln for ln in funcs):
+                at = w.lines.index("from numba import njit, prange") + 1
+                w.lines.insert(at, "from tensorlang.backends.numba_rt import TlNoAlias")
+                deco, body_start = deco + 1, body_start + 1
         if len(w.lines) - body_start > SPLIT_LINES:
             moved = self.split(deco, body_start, [a[1] for a in args])
             deco, body_start = deco + moved, body_start + moved
@@ -579,7 +588,7 @@ class NumbaEmitter:
             if s.inner is None:  # pointwise: one value per point
                 depth = self.steps(osteps, 1, "prange", ctx)
                 self.body(depth, self.store(s), "=", rhs, s.body_facts(opart), ctx.cnt,
-                          sums=False)
+                          sums=False, plus_zero=s.store_at is not None)
             elif self.sums_by_row(s, opart, osteps, otag, ctx, name):
                 pass
             else:   # a sum or a max/min: a reduction per point
@@ -598,7 +607,7 @@ class NumbaEmitter:
         layout = self.ex.layouts.get(s.var)
         if layout is not None:
             return f"np.empty(({self.rels.pattern(layout.pattern)[0]}.shape[0],))"
-        return f"np.{storage.allocation(s, self.plan)}({self.shape(s.rhs.dims)})"
+        return f"np.{storage.allocation(s, self.plan)}({self.shape(self.plan.dims(s))})"
 
     def store(self, s: StmtPlan) -> str:
         """Where the body of `s` stores its element (after its outer loops are printed)."""
@@ -608,6 +617,8 @@ class NumbaEmitter:
         gens = s.rhs.gen_names()
         if s.var in self.ex.layouts:
             return f"{name}[{self.ex.position(s.var, tuple(Affine.var(g) for g in gens))}]"
+        if s.store_at is not None:   # a window gather walked by window (window_walk.py)
+            return f"{name}[{', '.join(self.aff(a) for a in s.store_at)}]"
         return f"{name}[{', '.join(self.index(g) for g in gens)}]"
 
     def _row_group(self, s: StmtPlan, opart: Part, osteps: list[Step], otag: str,
@@ -912,7 +923,7 @@ class NumbaEmitter:
         name = f"_s{self._tag(s)}" if local else ""
         if s.inner is None:
             self.body(depth, store, "=", s.rhs, s.body_facts(part), cnt, sums=False,
-                      local=name)
+                      local=name, plus_zero=s.store_at is not None)
         else:
             total = self.reduce_at(s, part, stag, depth, cnt, False)
             if name:
@@ -937,9 +948,10 @@ class NumbaEmitter:
         return test + (steps[:cut] if shared else steps[cut:])
 
     def body(self, depth: int, target: str, op: str, rhs: tssa.Rhs, facts: Facts, cnt: str,
-             sums: bool, local: str = "") -> str:
+             sums: bool, local: str = "", plus_zero: bool = False) -> str:
         """The innermost statement: `target = value` or `target += term` (`local`: a
-        pointwise value is first assigned to that local, for later reads); the value's
+        pointwise value is first assigned to that local, for later reads; `plus_zero`: the
+        value plus 0.0, the one term of a window gather as its sum adds it); the value's
         expression."""
         self.ex.reset()
         pre: list[str] = []
@@ -947,6 +959,8 @@ class NumbaEmitter:
             value = self.ex.product(rhs.coeff, rhs.operands, facts, pre, facts)
         else:
             value = self.ex.pointwise(rhs, {}, facts, pre, facts)
+        if plus_zero:
+            value = f"({value} + 0.0)"
         self.w.block(depth, pre)
         if local:
             self.w(depth, f"{local} = {value}")
@@ -1195,14 +1209,15 @@ def _tuple(t: Sequence[int]) -> str:
 
 def module_source(p: Program, instrument: bool = False, jit: bool = True) -> str:
     """The kernel module's text (see `numba_cpu.generated_source`)."""
-    return NumbaEmitter(plan_program(p), instrument, jit).source()
+    return NumbaEmitter(plan_program(p, windows=not instrument), instrument, jit).source()
 
 
 def abstract_source(p: Program, instrument: bool = False, jit: bool = True
                     ) -> tuple[str, tuple[float, ...]]:
     """The kernel module with its float constants as the argument `tl_c`, and their values:
     what `compile_program` caches and compiles."""
-    emitter = NumbaEmitter(plan_program(p), instrument, jit, constants=True)
+    emitter = NumbaEmitter(plan_program(p, windows=not instrument), instrument, jit,
+                           constants=True)
     text = emitter.source()
     return text, tuple(emitter.constants)
 

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import ast
 import textwrap
+from typing import Callable
 
 from .kernel_split import flow_of
 
-__all__ = ["outline", "BODY"]
+__all__ = ["outline", "may_share", "BODY"]
 
 BODY = "tl_body"   # the outlined functions: tl_body0, tl_body1, ...
 # A parallel loop calls its body once per chunk of consecutive iterations, at most CHUNKS
@@ -37,6 +38,56 @@ BODY = "tl_body"   # the outlined functions: tl_body0, tl_body1, ...
 # runs its chunk's iterations in order.
 CHUNKS = 64
 CHUNK_LO, CHUNK_HI = "_chunk_lo", "_chunk_hi"
+
+
+# Expressions whose value may be (a view of) an array they name: a name, a choice, an
+# attribute or subscript (`x.T`, `x[:n]`), a method call (`x.reshape(...)`) or these numpy
+# functions; any other call (np.empty, tl_matmul, ...) makes a new array.
+_VIEWS = ("ascontiguousarray", "asarray", "asfortranarray", "reshape", "transpose", "ravel",
+          "squeeze", "view", "swapaxes")
+
+
+def may_share(tree: ast.Module) -> "Callable[[str], str]":
+    """For the names of a kernel body, a representative per group of names whose arrays may
+    share memory (assigned one from another, through the expressions above); the kernel's
+    parameters are read-only inputs, which may share without harm."""
+    parent: dict[str, str] = {}
+
+    def find(n: str) -> str:
+        while parent.get(n, n) != n:
+            n = parent[n]
+        return n
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):   # (a store into an element makes no new name)
+            sources = _sources(node.value)
+            for target in node.targets:
+                names = [target] if isinstance(target, ast.Name) else \
+                    [t for t in getattr(target, "elts", ()) if isinstance(t, ast.Name)]
+                for t in names:
+                    for src in sources:
+                        parent[find(t.id)] = find(src)
+    return find
+
+
+def _sources(e: ast.expr) -> set[str]:
+    if isinstance(e, ast.Name):
+        return {e.id}
+    if isinstance(e, ast.IfExp):
+        return _sources(e.body) | _sources(e.orelse)
+    if isinstance(e, (ast.Attribute, ast.Subscript, ast.Starred)):
+        return _sources(e.value)
+    if isinstance(e, (ast.Tuple, ast.List)):
+        return set().union(*(_sources(x) for x in e.elts))
+    if isinstance(e, ast.Call):
+        f = e.func
+        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) \
+            else ""
+        if name in _VIEWS:
+            out = set().union(*(_sources(a) for a in e.args)) if e.args else set()
+            return out | (_sources(f.value) if isinstance(f, ast.Attribute) and
+                          not (isinstance(f.value, ast.Name) and f.value.id == "np") else set())
+    return set()
 
 
 def _is_prange(s: ast.stmt) -> bool:
@@ -60,16 +111,18 @@ def _loops(stmts: list[ast.stmt], after: list[list[ast.stmt]]
     return out
 
 
-def outline(body: list[str], args: list[str], decorator: str, first: int = 0
-            ) -> tuple[list[str], list[str]]:
+def outline(body: list[str], args: list[str], decorator: str, first: int = 0,
+            distinct: str = "") -> tuple[list[str], list[str]]:
     """Outline the bodies of the `prange` loops of a kernel body (lines indented one level;
     `args`: the kernel's parameters): the functions (each after `decorator`, numbered from
-    `first`) and the new body."""
+    `first`; after `distinct` when given and no two of its arguments may share memory,
+    `may_share`) and the new body."""
     text = textwrap.dedent("\n".join(body))
     tree = ast.parse(text)
     lines = text.split("\n")
     _, assigned = flow_of(tree.body, set())
     known = assigned | set(args)
+    group = may_share(tree)
     found = _loops(tree.body, [])
     funcs: list[str] = []
     # from the last loop up, so that the earlier loops' line numbers stay valid
@@ -81,6 +134,8 @@ def outline(body: list[str], args: list[str], decorator: str, first: int = 0
         if reads & assigns or assigns & read_later:
             continue
         params = sorted((reads & known) - {var})
+        groups = [group(q) for q in params]
+        deco = distinct if distinct and len(set(groups)) == len(groups) else decorator
         number = first + len(found) - 1 - k
         name = f"{BODY}{number}"
         a, b = loop.body[0].lineno - 1, loop.end_lineno or loop.lineno
@@ -93,7 +148,7 @@ def outline(body: list[str], args: list[str], decorator: str, first: int = 0
             # than a short body (deconv's K = 5 dot products: 47 -> 17 us at N = 2000)
             lo, hi = ("0", bounds[0]) if len(bounds) == 1 else bounds
             n, c, t = f"_pn{number}", f"_pk{number}", f"_pc{number}"
-            funcs[:0] = [decorator, f"def {name}({', '.join([CHUNK_LO, CHUNK_HI, *params])}):",
+            funcs[:0] = [deco, f"def {name}({', '.join([CHUNK_LO, CHUNK_HI, *params])}):",
                          f"    for {var} in range({CHUNK_LO}, {CHUNK_HI}):",
                          *["        " + ln if ln else ln for ln in inner], "", ""]
             lines[head:b] = [
@@ -103,7 +158,7 @@ def outline(body: list[str], args: list[str], decorator: str, first: int = 0
                 f"{pad}    {name}({lo} + ({t} * {n}) // {c}, {lo} + (({t} + 1) * {n}) // {c}"
                 f"{''.join(', ' + q for q in params)})"]
         else:
-            funcs[:0] = [decorator, f"def {name}({', '.join([var, *params])}):",
+            funcs[:0] = [deco, f"def {name}({', '.join([var, *params])}):",
                          *["    " + ln if ln else ln for ln in inner], "", ""]
             lines[a:b] = [f"{pad}    {name}({', '.join([var, *params])})"]
     return funcs, ["    " + ln if ln else ln for ln in lines]

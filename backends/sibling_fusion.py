@@ -199,9 +199,14 @@ def weight(s: StmtPlan) -> int:
     than `accumulate.SHORT` per loop, is printed without blocks: a loop and an addition)."""
     if s.inner is None:
         return 1
-    terms = [part.static_terms() for part in s.inner]
-    few = None not in terms and max(terms, default=0) < accumulate.SHORT   # type: ignore
-    return (FEW_WEIGHT if few else REDUCTION_WEIGHT) * len(s.inner)
+    return (FEW_WEIGHT if few_terms(s) else REDUCTION_WEIGHT) * len(s.inner)
+
+
+def few_terms(s: StmtPlan) -> bool:
+    """Whether reduction `s` adds fewer than `accumulate.SHORT` static terms per inner
+    alternative (a loop and an addition, no blocks)."""
+    terms = [part.static_terms() for part in s.inner or ()]
+    return None not in terms and max(terms, default=0) < accumulate.SHORT   # type: ignore
 
 
 # A shared nest is one statement of the kernel, which `kernel_split` cannot cut, and Numba's
@@ -314,6 +319,8 @@ def _reads_at_prefix(s: StmtPlan, unit: Sequence[StmtPlan],
     gens = {m.var: m.rhs.gen_names() for m in unit}
     for v, idx in reads:
         if v in gens:
+            if len(idx) != len(gens[v]):   # (a window walk: its array keeps the output's box)
+                return False
             for g in loops:
                 if g not in gens[v] or idx[gens[v].index(g)] != Affine.var(g):
                     return False

@@ -102,6 +102,25 @@ def test_a_parallel_body_becomes_a_function_of_the_names_it_reads():
         assert_same(ns["k"](n, np.arange(float(n)))[0], 4.0 * np.arange(float(n)), atol=0)
 
 
+def test_bodies_whose_arrays_may_share_memory_keep_the_plain_decorator():
+    """`distinct` (Numba's noalias pipeline) only for a body none of whose arguments may be
+    a view of another: a transpose, a slice, a choice between arrays or a reshape shares."""
+    views = ["    a = np.empty(n)", "    b = a.T", "    c = np.zeros(n)",
+             "    d = c if n > 0 else x", "    e = np.ascontiguousarray(x)",
+             "    f = c.reshape((n,))", "    g = np.empty(n)", "    t = x[0]"]
+    group = prange_bodies.may_share(__import__("ast").parse(
+        "\n".join(ln[4:] for ln in views)))
+    assert group("a") == group("b") and group("c") == group("d") == group("x") == group("f")
+    assert group("e") == group("x") and group("t") == group("x")
+    assert len({group("a"), group("c"), group("g")}) == 3
+    body = views + ["    for i in prange(0, n):", "        g[i] = a[i] + b[i]",
+                    "    for i in prange(0, n):", "        a[i] = g[i] * 2.0",
+                    "    return (g,)"]
+    funcs, _ = prange_bodies.outline(body, ["n", "x"], DECO, distinct="@distinct")
+    decorators = [funcs[k - 1] for k, f in enumerate(funcs) if f.startswith("def ")]
+    assert decorators == [DECO, "@distinct"]   # (a, b, g: a shares; a, g: distinct)
+
+
 def test_a_body_with_a_carried_value_or_a_value_read_later_stays():
     carried = ["    s = 0.0", "    for i in prange(0, n):", "        s += x[i]", "    return (s,)"]
     later = ["    for i in prange(0, n):", "        t = x[i]", "    y = t", "    return (y,)"]

@@ -75,7 +75,7 @@ def kernel_arrays(plan: ProgramPlan, units: Sequence[Sequence[StmtPlan]] | None 
                 continue
             is_out = s.var in outputs
             layout = layouts.get(s.var)
-            out.append(Allocation(s.var, s.rhs.dims, layout.rel if layout else None,
+            out.append(Allocation(s.var, plan.dims(s), layout.rel if layout else None,
                                   output=is_out))
             if s.mode == "blas":
                 out += _product_copies(s, plan)
