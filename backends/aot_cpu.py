@@ -62,18 +62,21 @@ class Header:
     blas: bool                           # calls BLAS (tl_matmul, tl_gram)
     parts: bool                          # the body is cut into separately compiled parts
     arrays: tuple[tuple, ...] = ()       # TL_ARRAYS: `memory.Allocation.literal`s
+    # TL_BLAS: (BLAS outside row panels, the tests of the row panels' `panel_runs` as code)
+    blas_at: tuple[bool, tuple[str, ...]] = (True, ())
 
     @classmethod
     def of(cls, text: str) -> "Header":
         values: dict[str, Any] = {}
         for line in text.splitlines():
-            for name in ("TL_ARGS", "TL_COUNTED", "TL_ARRAYS"):
+            for name in ("TL_ARGS", "TL_COUNTED", "TL_ARRAYS", "TL_BLAS"):
                 if line.startswith(name + " = "):
                     values[name] = pyast.literal_eval(line[len(name) + 3:])
         return cls(values["TL_ARGS"], values["TL_COUNTED"],
                    "@njit(parallel=TL_PARALLEL" in text,
                    "tl_matmul(" in text or "tl_gram(" in text,
-                   "\ndef tl_part" in text, values["TL_ARRAYS"])
+                   "\ndef tl_part" in text, values["TL_ARRAYS"],
+                   values.get("TL_BLAS", (True, ())))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -175,6 +175,7 @@ class CompiledProgram:
         self._counts_at = next((k for k, (kind, _) in enumerate(self._args)
                                 if kind == "counts"), -1)
         self._blas = header.blas
+        self._blas_at = header.blas_at
         # (a plain-Python module, `jit=False`, has no threads to set)
         self._threaded = bool(module_key) and (header.parallel or header.blas)
         self._rt: Any = None   # numba_rt (thread policy), imported before the first JIT call
@@ -333,24 +334,41 @@ class CompiledProgram:
                 self._jit_plans.clear()
             sizes = {n: int(bound[n]) for n in self._size_names}
             work = kernel_work(self.program, sizes)
+            blas = self._blas and self._whole_blas(sizes)
             plan = self._jit_plans[key] = (
                 self._jit_kernel(sizes, work),
-                self._rt.threads_for(work, self._blas) if self._threaded else 0,
-                heap.heap_bytes([a.box_entries(sizes) for a in self.arrays]))
-        kernel, threads, on_heap = plan
+                self._rt.threads_for(work, blas) if self._threaded else 0,
+                heap.heap_bytes([a.box_entries(sizes) for a in self.arrays]), blas)
+        kernel, threads, on_heap, blas = plan
         if on_heap:   # arrays above glibc's mmap threshold: from the heap (heap.py)
             with heap.ArraysOnHeap(on_heap):
-                return self._run_threads(kernel, threads, kargs)
-        return self._run_threads(kernel, threads, kargs)
+                return self._run_threads(kernel, threads, blas, kargs)
+        return self._run_threads(kernel, threads, blas, kargs)
 
-    def _run_threads(self, kernel: Any, threads: int, kargs: list[Any]) -> Any:
-        """`kernel` on `threads` (`numba_rt.threads_for`; 0: a serial kernel)."""
+    def _whole_blas(self, sizes: Mapping[str, int]) -> bool:
+        """Whether a call at `sizes` makes a BLAS call outside row panels (`TL_BLAS`): a
+        product computed in panels inside the parallel loop of its reader is small (a few
+        rows), so Numba's loops keep their threads and each BLAS call runs on one."""
+        whole, tests = self._blas_at
+        if whole:
+            return True
+        env = {name: sizes[key] for name, (kind, key) in
+               zip(_kernel_params(self.source), self._args) if kind == "size"}
+        return not all(eval(t, {"__builtins__": {}, "max": max, "min": min}, env)
+                       for t in tests)
+
+    def _run_threads(self, kernel: Any, threads: int, blas: bool, kargs: list[Any]) -> Any:
+        """`kernel` on `threads` (`numba_rt.threads_for`; 0: a serial kernel); `blas`: it
+        calls BLAS outside row panels at these sizes."""
         if threads == 0:
             return kernel(*kargs)
         # BLAS owns the threads where it runs: Numba's loops of such a kernel use one
-        self._rt.use_threads(1 if self._blas else abs(threads))
+        self._rt.use_threads(1 if blas else abs(threads))
         if threads < 0:    # a BLAS call to keep on fewer threads than BLAS would take
             with self._rt.BlasThreads(-threads):
+                return kernel(*kargs)
+        if self._blas and threads > 1:   # row panels only: one BLAS thread per Numba thread
+            with self._rt.BlasThreads(1):
                 return kernel(*kargs)
         return kernel(*kargs)
 

@@ -142,6 +142,10 @@ class NumbaEmitter:
         # is printed, its panels by the code name of the row loop (`_strip_loop`)
         self.row_panels: dict[str, RowPanel] = {} if instrument else dict(plan.panels)
         self.strips: dict[str, RowPanel] = {}
+        # BLAS outside row panels, and when each row-panel product runs in panels (as code
+        # of the size arguments): the kernel's threads at given sizes (`TL_BLAS`)
+        self.blas_whole = False
+        self.panel_tests: list[str] = []
 
     # -- names -------------------------------------------------------------------------------
 
@@ -291,6 +295,10 @@ class NumbaEmitter:
             self.strips, self.ex.panels = {}, {}
         outs = [self.var(v) for v in self.p.output_vars()]
         w(1, f"return ({', '.join(outs)},)")
+        w.lines.insert(w.lines.index(f"TL_PARALLEL = {PARALLEL}  # prange loops only"),
+                       "TL_BLAS = " + repr((self.blas_whole, tuple(self.panel_tests))))
+        body_start += 1
+        deco += 1
         if self.ex.hoisted:
             w.lines[body_start:body_start] = (
                 [INDENT + "# the inputs' elements at constant indices, read once"] +
@@ -417,6 +425,12 @@ class NumbaEmitter:
             w(1, "else:")
             w(2, f"_R{k} = {STRIP_ROWS}")
             d = 2
+            # (the same test of the sizes, for the header: `TL_BLAS`)
+            extents = (f"({self._extent(ranges, names)})"
+                       for names in (b.i_left, b.i_right, rhs.sum_names()))
+            self.panel_tests.append(panel_code(*extents)[0] + self._size_guard(b.guard))
+        else:
+            self.blas_whole = True
         w(d, f"if {m} > 0 and {n} > 0 and {kk} > 0{self._size_guard(b.guard)}:")
         left = self._blas_operand(b.left.var, b.left_perm, f"({m}, {kk})", len(b.i_left))
         right = self._blas_operand(b.right.var, b.right_perm, f"({kk}, {n})",
@@ -438,6 +452,7 @@ class NumbaEmitter:
     def emit_gram(self, s: StmtPlan, g: GramForm, guard: Pred) -> None:
         """`v = c * X^T diag(d) X` (backends/gram.py) as `tl_gram`: syrk on the rows of X
         scaled by sqrt|d|, the rows with d < 0 subtracted."""
+        self.blas_whole = True
         w, rhs, name = self.w, s.rhs, self.var(s.var)
         k = self._tag(s)
         ranges = rhs.ranges()

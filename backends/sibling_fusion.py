@@ -25,15 +25,15 @@ statements:
 A unit may also share only the outer loops of its members' nests (*prefix sharing*): a
 statement over `[i0:H, i1:W]` and one over `[i0:H, i1:W, i2:2]` (maxpool's gradient) run in
 one nest over `(i0, i1)`, inside which each member runs the rest of its own nest in turn.
-Members of such a unit have one alternative and no relation loop; the shared steps are the
-longest prefix of all members' printed steps that ends with a loop, under the conjuncts of
-their guards (on the sizes) that they all have, a member testing its others inside the
-shared loops (`shared_steps`); a
-member that reads an earlier member of the unit reads it at the same values of the shared
-loops (it was computed in full for them, earlier in the same iteration).  Members of the same
-nest next to each other run their own steps together (`groups`); a member keeps a value in a
-local for the later members of its run, and for all later members when it has no steps of
-its own.
+Members of such a unit have one alternative and no relation loop.  The shared steps are
+the longest prefix of all members' printed steps that ends with a loop, under the conjuncts
+of their guards (on the sizes) that they all have; a member tests its others inside the
+shared loops (`shared_steps`).  A member that reads an earlier member of the unit reads it
+at the same values of the shared loops (it was computed in full for them, earlier in the
+same iteration).  Members of the same nest next to each other run their own steps together
+(`groups`); a member keeps a value in a local for the later members of its run, and for all
+later members when it has no steps of its own.  Sums run by rows (`exact`) and row-panel
+readers share only whole nests.
 
 Every member computes each element with the same operations as alone (the same expression
 printer, its own facts), so results are bit for bit those of separate nests; a value a
@@ -143,9 +143,9 @@ def prefix_vars(s: StmtPlan, prefix: Prefix) -> tuple[str, ...]:
     return tuple(st.var for st in steps[:prefix.cut] if isinstance(st, Loop))
 
 
-def own_steps(s: StmtPlan, unit: Sequence[StmtPlan]) -> bool:
-    """Whether member `s` runs loops or tests of its own inside its unit's shared nest."""
-    prefix = shared_steps(unit)
+def own_steps(s: StmtPlan, prefix: Prefix | None) -> bool:
+    """Whether member `s` runs loops or tests of its own inside the nest its unit shares
+    (`prefix`: `shared_steps` of the unit)."""
     if prefix is None:
         return False
     nest = nest_steps(s)
@@ -170,11 +170,12 @@ def in_scope(unit: Sequence[StmtPlan]) -> dict[str, frozenset[str]]:
     its own run (`groups`), and all of them when it has no steps of its own."""
     out: dict[str, frozenset[str]] = {}
     runs = groups(unit)
+    prefix = shared_steps(unit) if len(runs) > 1 else None
     for k, run in enumerate(runs):
         later_runs = frozenset(t.var for r in runs[k + 1:] for t in r)
         for m, s in enumerate(run):
             mine = frozenset(t.var for t in run[m + 1:])
-            out[s.var] = mine if own_steps(s, unit) else mine | later_runs
+            out[s.var] = mine if own_steps(s, prefix) else mine | later_runs
     return out
 
 

@@ -69,6 +69,21 @@ def test_nnmatfac_computes_w_h_in_panels_and_agrees(fn):
             assert_same(numba_cpu.compile_program(p, engine=engine)(args), want, atol=1e-9)
 
 
+def test_a_kernel_whose_blas_runs_only_in_panels_keeps_its_threads():
+    """nnmatfac's f calls BLAS only for the panels of W H: where they run, the call is not
+    a BLAS call for threading (Numba's loops keep their threads, each panel product runs on
+    one BLAS thread); where the product is stored whole, it is (`TL_BLAS`)."""
+    f = tl.load(EXAMPLES / "nnmatfac.tl")["nnmatfac"]
+    c = numba_cpu.compile_program(f.run_to(f.default_stage()))
+    assert c._blas and not c._blas_at[0] and len(c._blas_at[1]) == 1
+    assert not c._whole_blas({"N": 2000, "M": 2000, "K": 5})
+    assert c._whole_blas({"N": 2000, "M": 2000, "K": 40})   # K too big: stored whole
+    assert c._whole_blas({"N": 100, "M": 100, "K": 5})      # fits in the cache
+    g = tl.load(EXAMPLES / "qform.tl")["qform_grad"]
+    c = numba_cpu.compile_program(g.run_to(g.default_stage()))
+    assert not c._blas or c._blas_at[0]
+
+
 def test_machine_estimate_moves_no_product_that_runs_in_panels():
     from tensorlang.backends.common import machine_model
     f = tl.load(EXAMPLES / "nnmatfac.tl")["nnmatfac"]
