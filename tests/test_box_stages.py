@@ -2,11 +2,10 @@
 turn.  A call whose boxes are large runs its kernels on the JIT engine (the AOT image is
 serial and calls no BLAS); either way the values are the interpreter's.  A call leaves no
 reference cycle (its arrays are freed at once, so the next call reuses their memory), and
-the heap keeps freed memory for that reuse (backends/heap.py)."""
+the heap keeps freed memory for that reuse (backends/heap.py, tests/test_heap.py)."""
 from __future__ import annotations
 
 import gc
-import resource
 import sys
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 
 import tensorlang as tl
 from tensorlang import api
-from tensorlang.backends import box_stages, heap, numba_cpu
+from tensorlang.backends import box_stages, numba_cpu
 from tensorlang.ir.tssa import BoxRhs
 from tensorlang.semantics.cost import cost_program
 
@@ -128,31 +127,3 @@ def test_a_call_leaves_no_reference_cycle():
     finally:
         gc.set_debug(was)
         gc.garbage.clear()
-
-
-def test_freed_kernel_memory_is_reused_without_page_faults():
-    """A kernel's 8 MB output, freed and allocated again call after call: about 2,000 page
-    faults a call when the heap gives the memory back to the system; none once it keeps it."""
-    if not heap.keep_freed_memory():
-        pytest.skip("no glibc mallopt here")
-    numba = pytest.importorskip("numba")
-
-    @numba.njit
-    def fresh(n):
-        a = np.empty((n, n))
-        for i in range(n):
-            for j in range(n):
-                a[i, j] = i - j
-        b = np.empty((n, n))
-        for i in range(n):
-            for j in range(n):
-                b[i, j] = a[j, i]
-        return b
-
-    for _ in range(3):
-        fresh(1000)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    for _ in range(5):
-        fresh(1000)
-    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 5
-    assert faults < 400, faults
