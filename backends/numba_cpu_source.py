@@ -53,6 +53,13 @@ MAX_CONSTANT_ARGS = 1_000
 # Rows per strip of a row-panel product's reader where the product is stored whole (the
 # strips then only set the parallel grain).
 STRIP_ROWS = 16
+# Points per block of a sum run by rows that reads its terms down a column
+# (`NumbaEmitter._column_blocked`): each term's row is read over a run of this many points.
+COLUMN_BLOCK = 16
+COLUMN_ROWS = 32
+# A sum run by rows whose group of elements is a constant range at most this long adds each
+# element's terms into a local of its own (`NumbaEmitter._static_group`).
+GROUP_UNROLL = 8
 
 
 class SourceWriter:
@@ -312,7 +319,8 @@ class NumbaEmitter:
                 w.lines[body_start:], [a[1] for a in args],
                 '@njit(parallel=False, cache=True, error_model="numpy")',
                 distinct='@njit(parallel=False, cache=True, error_model="numpy", '
-                         'pipeline_class=TlNoAlias)' if self.jit else "")
+                         'pipeline_class=TlNoAlias)' if self.jit else "",
+                vectors=frozenset({CONSTS}))
             w.lines[deco:deco] = funcs
             deco, body_start = deco + len(funcs), body_start + len(funcs)
             if any("pipeline_class=TlNoAlias" in ln for ln in funcs):
@@ -342,11 +350,16 @@ class NumbaEmitter:
         mostly mean "absent", "unit" and "negate") by `tl_c[k]`, an element of the argument
         `tl_c` (`_hoist_constants` later reads each into a local at the top of the function
         that uses it), and floats in comments by `c`: programs that differ only in their
-        constants then share one module, one Numba compilation and one cache entry.  A
-        kernel with more than `MAX_CONSTANT_ARGS` constants is left as it is."""
+        constants then share one module, one Numba compilation and one cache entry.  Equal
+        constants are one element, so that LLVM still sees equal factors as equal and shares
+        their products (nbody's Hessian-vector product multiplies each of its 2M pair terms
+        by 2.0 in six places: 52 -> 36 ms a call once they were one `tl_c` element); programs
+        share a module when their constants are equal in the same places.  A kernel with
+        more than `MAX_CONSTANT_ARGS` distinct constants is left as it is."""
         w = self.w
         body = w.lines[body_start:]
         edits: dict[int, list[tuple[int, int, str]]] = {}
+        slots: dict[float, int] = {}     # equal constants share an element (see above)
         reader = io.StringIO("\n".join(body) + "\n").readline
         tokens = [t for t in tokenize.generate_tokens(reader)
                   if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
@@ -362,9 +375,10 @@ class NumbaEmitter:
                     value, start = -value, tokens[k - 1].start[1]
                 if value in (0.0, 1.0, -1.0):
                     continue
-                name = f"{CONSTS}[{len(self.constants)}]"
-                self.constants.append(value)
-                edits.setdefault(row, []).append((start, tok.end[1], name))
+                if value not in slots:
+                    slots[value] = len(self.constants)
+                    self.constants.append(value)
+                edits.setdefault(row, []).append((start, tok.end[1], f"{CONSTS}[{slots[value]}]"))
             elif tok.type == tokenize.COMMENT:
                 edits.setdefault(row, []).append(
                     (tok.start[1], tok.end[1], _FLOAT.sub("c", tok.string)))
@@ -667,6 +681,31 @@ class NumbaEmitter:
             return None
         return last, isteps
 
+    def _static_group(self, s: StmtPlan, last: Loop) -> tuple[str, int, int] | None:
+        """(generator, start, length) of the group loop `last` of a sum run by rows when its
+        range is constant and at most GROUP_UNROLL long (nbody's three coordinates): the
+        terms are then added into one local per element (`_group_terms`) instead of through
+        the accumulator array, whose load-add-store per term made each row's walk wait on
+        the memory round trip of the previous term."""
+        if not (last.lo.isdigit() and last.stop.isdigit()):
+            return None
+        lo, n = int(last.lo), int(last.stop) - int(last.lo)
+        names = [g for g in s.rhs.gen_names() if self.index(g) == last.var]
+        if len(names) != 1 or not 0 < n <= GROUP_UNROLL:
+            return None
+        return names[0], lo, n
+
+    def _group_terms(self, s: StmtPlan, facts: Facts, group: tuple[str, int, int],
+                     local: str, depth: int) -> None:
+        """The terms of a static group's elements, each added to its local (`local`_k), in
+        the group's order."""
+        name, lo, n = group
+        saved = dict(self.ex.rename)
+        for k in range(n):
+            self.ex.rename[name] = str(lo + k)
+            self.body(depth, f"{local}_{k}", "+", s.rhs, facts, "", sums=True)
+        self.ex.rename = saved
+
     def row_grouped(self) -> dict[str, str]:
         """Statement -> the generator index that `sums_by_row` makes innermost (its inner
         loops then run once per point of the other indices), for the statements it applies
@@ -713,6 +752,9 @@ class NumbaEmitter:
         if grouped is None:
             return False
         last, isteps = grouped
+        if self._column_blocked(s, osteps, last, isteps):
+            self._sums_by_row_blocked(s, opart, osteps, isteps, otag, ctx)
+            return True
         g, ipart, itag = last.var, s.inner[0], otag + "i"
         w, rhs, t = self.w, s.rhs, otag
         acc, glo, glen = f"_acc{self._tag(s)}", f"_glo{t}", f"_glen{t}"
@@ -738,8 +780,12 @@ class NumbaEmitter:
             # block folds where the count would reach BLOCK, so no count per term
             idepth = self.steps(isteps[:-1], depth, "seq", ictx)
             hi, b = f"_rbh{t}", f"_rbb{t}"
+            group, local = self._static_group(s, last), f"_x{t}"
+            n = 0 if group is None else group[2]
+            # (a static group's locals taken from the array and put back around the walk)
             w.block(idepth, [f"{hi} = {last_in.stop}",
                              f"for {b} in range({last_in.lo}, {hi}, {accumulate.BLOCK}):",
+                             *[f"{INDENT}{local}_{k} = {acc}[{k}]" for k in range(n)],
                              f"{INDENT}for {last_in.var} in range({b}, "
                              f"min({b} + {accumulate.BLOCK}, {hi})):"])
             w.block(idepth + 2, last_in.head)
@@ -747,9 +793,13 @@ class NumbaEmitter:
                 self.ex.positions[last_in.position] = last_in.var
                 if self.inline:
                     self.inline_at(last_in.position, idepth + 2)
-            w(idepth + 2, f"for {g} in range({glo}, {glo} + {glen}):")
-            self.body(idepth + 3, f"{acc}[{g} - {glo}]", "+", rhs,
-                      s.body_facts(opart, ipart), "", sums=True)
+            if group is None:
+                w(idepth + 2, f"for {g} in range({glo}, {glo} + {glen}):")
+                self.body(idepth + 3, f"{acc}[{g} - {glo}]", "+", rhs,
+                          s.body_facts(opart, ipart), "", sums=True)
+            else:
+                self._group_terms(s, s.body_facts(opart, ipart), group, local, idepth + 2)
+                w.block(idepth + 1, [f"{acc}[{k}] = {local}_{k}" for k in range(n)])
             w.block(idepth + 1, [f"if {b} + {accumulate.BLOCK} <= {hi}:",
                                  *[INDENT + ln for ln in fold]])
         else:
@@ -774,6 +824,119 @@ class NumbaEmitter:
                         f"if _s{t} - _s{t} == 0.0 else _s{t}",
                         f"{INDENT * 2}{store} = {tot}"])
         return True
+
+    def _column_blocked(self, s: StmtPlan, osteps: list[Step], last: Loop,
+                        isteps: list[Step]) -> bool:
+        """Whether `sums_by_row` runs `s` over blocks of COLUMN_BLOCK points of its parallel
+        loop `o` (`_sums_by_row_blocked`): its body reads an array down a column (the
+        sum's index in a leading position, `o` in the last: nbody's `v11[j, i]` summed
+        over `j`), each term a row apart, so that one point's walk touches a page per term
+        (a TLB miss each) where a block's walk reads a run of `o`.  Only for the plain form
+        whose results the block gives bit for bit: `o` the one outer loop but the group's,
+        one inner loop whose start does not depend on `o` (all points of a block close
+        their blocks of terms at the same indices), the inner steps before it guards."""
+        loops = [st for st in osteps[:-1] if isinstance(st, Loop)]
+        if len(loops) != 1 or loops[0] is not osteps[-2]:
+            return False
+        o, inner = loops[0], isteps[-1]
+        if o.head or o.position is not None or o.var in self.strips or \
+                not isinstance(inner, Loop) or inner.head or inner.position is not None or \
+                not all(isinstance(st, Guard) for st in isteps[:-1]):
+            return False
+        word = re.compile(rf"\b{re.escape(o.var)}\b")
+        if any(word.search(text) for text in (inner.lo, last.lo, last.stop)):
+            return False
+        names = s.rhs.gen_names() + s.rhs.sum_names()
+        outer = {n for n in names if self.index(n) == o.var}
+        walked = {n for n in names if self.index(n) == inner.var}
+        for v, idx in plan_reads(s.rhs, self.plan):
+            if len(idx) >= 2 and outer & {n for n, _ in idx[-1].terms} and \
+                    walked & {n for a in idx[:-1] for n, _ in a.terms} and \
+                    not walked & {n for n, _ in idx[-1].terms}:
+                return True
+        return False
+
+    def _sums_by_row_blocked(self, s: StmtPlan, opart: Part, osteps: list[Step],
+                             isteps: list[Step], otag: str, ctx: LoopContext) -> None:
+        """`sums_by_row` over blocks of COLUMN_BLOCK points `o` of the parallel loop: per
+        block, each point's guard and end of the inner loop, then the inner loop over the
+        block's longest range, each term added to the sums of the points whose range has
+        it (in the same order as point by point); a full block of terms of a point folds
+        where its own walk would fold it, and each point stores its totals as there."""
+        w, rhs, t, cb = self.w, s.rhs, otag, COLUMN_BLOCK
+        o, last, inner = osteps[-2], osteps[-1], isteps[-1]
+        assert isinstance(o, Loop) and isinstance(last, Loop) and isinstance(inner, Loop)
+        g, j = last.var, inner.var
+        acc, glo, glen = f"_acc{self._tag(s)}", f"_glo{t}", f"_glen{t}"
+        lo, cs, ce, hi, uh, b, m = (f"_clo{t}", f"_cs{t}", f"_ce{t}", f"_ch{t}", f"_cu{t}",
+                                    f"_rbb{t}", f"_cm{t}")
+        depth = self.steps(osteps[:-2], 1, "prange", ctx)
+        size = f"{cb} * {glen}"
+        at = f"({o.var} - {cs}) * {glen} + {g} - {glo}"
+        w.block(depth, [f"{lo} = {o.lo}",
+                        f"for _cb{t} in prange((max(0, {o.stop} - {lo}) + {cb - 1}) // {cb}):",
+                        f"{INDENT}{cs} = {lo} + _cb{t} * {cb}",
+                        f"{INDENT}{ce} = min({cs} + {cb}, {o.stop})",
+                        f"{INDENT}{glo} = {last.lo}",
+                        f"{INDENT}{glen} = max(0, {last.stop} - {glo})",
+                        f"{INDENT}_buf{t} = {accumulate.ROW_BUFFER}(3 * {size}) if {size} <= "
+                        f"{accumulate.ROW_MAX} else np.empty(3 * {size})",
+                        f"{INDENT}_buf{t}[:3 * {size}] = 0.0",
+                        f"{INDENT}{acc} = _buf{t}[:{size}]",
+                        f"{INDENT}{acc}_s = _buf{t}[{size}:2 * {size}]",
+                        f"{INDENT}{acc}_c = _buf{t}[2 * {size}:3 * {size}]",
+                        f"{INDENT}{hi} = np.empty({cb}, np.int64)",
+                        f"{INDENT}{m} = np.zeros({cb}, np.bool_)",
+                        f"{INDENT}{uh} = {inner.lo}",
+                        f"{INDENT}for {o.var} in range({cs}, {ce}):"])
+        depth += 2
+        # each point's end of the inner loop (its start where a guard fails: no terms)
+        w(depth, f"{hi}[{o.var} - {cs}] = {inner.lo}")
+        gdepth = depth
+        for st in isteps[:-1]:
+            assert isinstance(st, Guard)
+            w.block(gdepth, st.pre)
+            w(gdepth, f"if {st.code}:")
+            gdepth += 1
+        w(gdepth, f"{hi}[{o.var} - {cs}] = {inner.stop}")
+        w(depth, f"{uh} = max({uh}, {hi}[{o.var} - {cs}])")
+        depth -= 1
+        merge = [f"for {g} in range({glo}, {glo} + {glen}):",
+                 f"{INDENT}{acc}_s[{at}], {acc}_c[{at}] = "
+                 f"{accumulate.NEUMAIER}({acc}_s[{at}], {acc}_c[{at}], {acc}[{at}])"]
+        w.block(depth, [f"for {b} in range({inner.lo}, {uh}, {accumulate.BLOCK}):",
+                        f"{INDENT}for _jb{t} in range({b}, min({b} + {accumulate.BLOCK}, {uh}), "
+                        f"{COLUMN_ROWS}):",
+                        f"{INDENT * 2}for {o.var} in range({cs}, {ce}):"])
+        group = self._static_group(s, last)
+        facts = s.body_facts(opart, s.inner[0])
+        walk = f"for {j} in range(_jb{t}, min(_jb{t} + {COLUMN_ROWS}, {hi}[{o.var} - {cs}])):"
+        if group is None:
+            w.block(depth + 3, [walk, f"{INDENT}for {g} in range({glo}, {glo} + {glen}):"])
+            self.body(depth + 5, f"{acc}[{at}]", "+", rhs, facts, "", sums=True)
+        else:   # (as in `sums_by_row`)
+            local, n = f"_x{t}", group[2]
+            row = f"({o.var} - {cs}) * {glen}"
+            w.block(depth + 3, [*[f"{local}_{k} = {acc}[{row} + {k}]" for k in range(n)], walk])
+            self._group_terms(s, facts, group, local, depth + 4)
+            w.block(depth + 3, [f"{acc}[{row} + {k}] = {local}_{k}" for k in range(n)])
+        w.block(depth + 1, [f"for {o.var} in range({cs}, {ce}):",
+                            f"{INDENT}if {b} + {accumulate.BLOCK} <= {hi}[{o.var} - {cs}]:",
+                            *[INDENT * 2 + ln for ln in merge],
+                            f"{INDENT * 3}{acc}[{at}] = 0.0",
+                            f"{INDENT * 2}{m}[{o.var} - {cs}] = True"])
+        store, tot = self.store(s), f"_tot{t}"
+        w.block(depth, [f"for {o.var} in range({cs}, {ce}):",
+                        f"{INDENT}if not {m}[{o.var} - {cs}]:",
+                        f"{INDENT * 2}for {g} in range({glo}, {glo} + {glen}):",
+                        f"{INDENT * 3}{store} = {acc}[{at}]",
+                        f"{INDENT}else:",
+                        *[INDENT * 2 + ln for ln in merge],
+                        f"{INDENT * 2}for {g} in range({glo}, {glo} + {glen}):",
+                        f"{INDENT * 3}_s{t} = {acc}_s[{at}]",
+                        f"{INDENT * 3}{tot} = _s{t} + {acc}_c[{at}] "
+                        f"if _s{t} - _s{t} == 0.0 else _s{t}",
+                        f"{INDENT * 3}{store} = {tot}"])
 
     def reduce_at(self, s: StmtPlan, opart: Part, otag: str, depth: int, cnt: str,
                   chunked: bool) -> str:

@@ -135,32 +135,6 @@ def _float_from_bits(typingctx, bits):  # type: ignore[no-untyped-def]
     return types.float64(types.int64), codegen
 
 
-_INV_LN2 = 1.4426950408889634
-_LN2_HI = 6.93147180369123816490e-01   # ln 2 to 32 bits: k * _LN2_HI is exact for |k| < 2^20
-_LN2_LO = 1.90821492927058770002e-10
-_ROUND = 6755399441055744.0            # 1.5 * 2^52: x + _ROUND - _ROUND rounds x to an integer
-_EXP_MAX = 709.782712893384            # exp(x) overflows above
-_EXP_MIN = -745.1332191019412          # and is 0 below
-
-
-@njit(**_JIT)
-def tl_exp(x):  # type: ignore[no-untyped-def]
-    xc = x if x < 709.9 else 709.9      # (NaN becomes 709.9 here: it is put back at the end)
-    xc = xc if xc > -745.5 else -745.5
-    k = (xc * _INV_LN2 + _ROUND) - _ROUND
-    r = (xc - k * _LN2_HI) - k * _LN2_LO
-    q = 0.5 + r * (1.0 / 6 + r * (1.0 / 24 + r * (1.0 / 120 + r * (1.0 / 720 + r * (
-        1.0 / 5040 + r * (1.0 / 40320 + r * (1.0 / 362880 + r * (1.0 / 3628800 + r * (
-            1.0 / 39916800 + r * (1.0 / 479001600 + r * (1.0 / 6227020800)))))))))))
-    p = 1.0 + (r + (r * r) * q)
-    ki = np.int64(k)
-    k1 = ki >> 1
-    y = p * _float_from_bits((k1 + 1023) << 52) * _float_from_bits((ki - k1 + 1023) << 52)
-    y = math.inf if x > _EXP_MAX else y
-    y = 0.0 if x < _EXP_MIN else y
-    return x if x != x else y
-
-
 @intrinsic
 def _bits_from_float(typingctx, x):  # type: ignore[no-untyped-def]
     """The int64 whose bits are those of the float64 `x` (a bit cast, no conversion)."""
@@ -170,6 +144,34 @@ def _bits_from_float(typingctx, x):  # type: ignore[no-untyped-def]
     def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
         return builder.bitcast(args[0], context.get_value_type(types.int64))
     return types.int64(types.float64), codegen
+
+
+_INV_LN2 = 1.4426950408889634
+_LN2_HI = 6.93147180369123816490e-01   # ln 2 to 32 bits: k * _LN2_HI is exact for |k| < 2^20
+_LN2_LO = 1.90821492927058770002e-10
+_ROUND = 6755399441055744.0            # 1.5 * 2^52: x + _ROUND - _ROUND rounds x to an integer
+_ROUND_BITS = 0x4338000000000000       # its bits: bits(x + _ROUND) - _ROUND_BITS is that integer
+_EXP_MAX = 709.782712893384            # exp(x) overflows above
+_EXP_MIN = -745.1332191019412          # and is 0 below
+
+
+@njit(**_JIT)
+def tl_exp(x):  # type: ignore[no-untyped-def]
+    xc = x if x < 709.9 else 709.9      # (NaN becomes 709.9 here: it is put back at the end)
+    xc = xc if xc > -745.5 else -745.5
+    t = xc * _INV_LN2 + _ROUND
+    k = t - _ROUND
+    r = (xc - k * _LN2_HI) - k * _LN2_LO
+    q = 0.5 + r * (1.0 / 6 + r * (1.0 / 24 + r * (1.0 / 120 + r * (1.0 / 720 + r * (
+        1.0 / 5040 + r * (1.0 / 40320 + r * (1.0 / 362880 + r * (1.0 / 3628800 + r * (
+            1.0 / 39916800 + r * (1.0 / 479001600 + r * (1.0 / 6227020800)))))))))))
+    p = 1.0 + (r + (r * r) * q)
+    ki = _bits_from_float(t) - _ROUND_BITS     # (k, without a float-to-int conversion)
+    k1 = ki >> 1
+    y = p * _float_from_bits((k1 + 1023) << 52) * _float_from_bits((ki - k1 + 1023) << 52)
+    y = math.inf if x > _EXP_MAX else y
+    y = 0.0 if x < _EXP_MIN else y
+    return x if x != x else y
 
 
 # -- log: fdlibm's algorithm without branches ---------------------------------------------------
@@ -222,12 +224,13 @@ def tl_tanh(x):  # type: ignore[no-untyped-def]
     a = abs(x)
     a = a if a < 22.0 else 22.0
     y = 2.0 * a
-    k = (y * _INV_LN2 + _ROUND) - _ROUND
+    t = y * _INV_LN2 + _ROUND
+    k = t - _ROUND
     r = (y - k * _LN2_HI) - k * _LN2_LO
     q = 0.5 + r * (1.0 / 6 + r * (1.0 / 24 + r * (1.0 / 120 + r * (1.0 / 720 + r * (
         1.0 / 5040 + r * (1.0 / 40320 + r * (1.0 / 362880 + r * (1.0 / 3628800 + r * (
             1.0 / 39916800 + r * (1.0 / 479001600 + r * (1.0 / 6227020800)))))))))))
-    u = (1.0 + (r + (r * r) * q)) * _float_from_bits((np.int64(k) + 1023) << 52)
+    u = (1.0 + (r + (r * r) * q)) * _float_from_bits((_bits_from_float(t) - _ROUND_BITS + 1023) << 52)
     s = a * a
     small = a < 0.625
     pn = a * s * (_TANH_P[0] + s * (_TANH_P[1] + s * _TANH_P[2]))

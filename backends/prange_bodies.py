@@ -47,10 +47,13 @@ _VIEWS = ("ascontiguousarray", "asarray", "asfortranarray", "reshape", "transpos
           "squeeze", "view", "swapaxes")
 
 
-def may_share(tree: ast.Module) -> "Callable[[str], str]":
+def may_share(tree: ast.Module, vectors: frozenset[str] = frozenset()
+              ) -> "Callable[[str], str]":
     """For the names of a kernel body, a representative per group of names whose arrays may
     share memory (assigned one from another, through the expressions above); the kernel's
-    parameters are read-only inputs, which may share without harm."""
+    parameters are read-only inputs, which may share without harm.  `vectors`: 1-D arrays
+    whose subscripts are elements (the constants `tl_c`: `v4 = tl_c[0]` is a float, no
+    view of it)."""
     parent: dict[str, str] = {}
 
     def find(n: str) -> str:
@@ -60,7 +63,7 @@ def may_share(tree: ast.Module) -> "Callable[[str], str]":
 
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign):   # (a store into an element makes no new name)
-            sources = _sources(node.value)
+            sources = _sources(node.value, vectors)
             for target in node.targets:
                 names = [target] if isinstance(target, ast.Name) else \
                     [t for t in getattr(target, "elts", ()) if isinstance(t, ast.Name)]
@@ -70,22 +73,25 @@ def may_share(tree: ast.Module) -> "Callable[[str], str]":
     return find
 
 
-def _sources(e: ast.expr) -> set[str]:
+def _sources(e: ast.expr, vectors: frozenset[str]) -> set[str]:
     if isinstance(e, ast.Name):
         return {e.id}
     if isinstance(e, ast.IfExp):
-        return _sources(e.body) | _sources(e.orelse)
+        return _sources(e.body, vectors) | _sources(e.orelse, vectors)
+    if isinstance(e, ast.Subscript) and isinstance(e.value, ast.Name) and \
+            e.value.id in vectors and not isinstance(e.slice, ast.Slice):
+        return set()
     if isinstance(e, (ast.Attribute, ast.Subscript, ast.Starred)):
-        return _sources(e.value)
+        return _sources(e.value, vectors)
     if isinstance(e, (ast.Tuple, ast.List)):
-        return set().union(*(_sources(x) for x in e.elts))
+        return set().union(*(_sources(x, vectors) for x in e.elts))
     if isinstance(e, ast.Call):
         f = e.func
         name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) \
             else ""
         if name in _VIEWS:
-            out = set().union(*(_sources(a) for a in e.args)) if e.args else set()
-            return out | (_sources(f.value) if isinstance(f, ast.Attribute) and
+            out = set().union(*(_sources(a, vectors) for a in e.args)) if e.args else set()
+            return out | (_sources(f.value, vectors) if isinstance(f, ast.Attribute) and
                           not (isinstance(f.value, ast.Name) and f.value.id == "np") else set())
     return set()
 
@@ -112,17 +118,18 @@ def _loops(stmts: list[ast.stmt], after: list[list[ast.stmt]]
 
 
 def outline(body: list[str], args: list[str], decorator: str, first: int = 0,
-            distinct: str = "") -> tuple[list[str], list[str]]:
+            distinct: str = "", vectors: frozenset[str] = frozenset()
+            ) -> tuple[list[str], list[str]]:
     """Outline the bodies of the `prange` loops of a kernel body (lines indented one level;
     `args`: the kernel's parameters): the functions (each after `decorator`, numbered from
     `first`; after `distinct` when given and no two of its arguments may share memory,
-    `may_share`) and the new body."""
+    `may_share` with `vectors`) and the new body."""
     text = textwrap.dedent("\n".join(body))
     tree = ast.parse(text)
     lines = text.split("\n")
     _, assigned = flow_of(tree.body, set())
     known = assigned | set(args)
-    group = may_share(tree)
+    group = may_share(tree, vectors)
     found = _loops(tree.body, [])
     funcs: list[str] = []
     # from the last loop up, so that the earlier loops' line numbers stay valid
