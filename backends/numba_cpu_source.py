@@ -44,11 +44,11 @@ PART_LINES = 150
 # region carries all their bodies, and a kernel whose nests are shared is no cheaper to
 # lower in parallel than the same kernel with a nest per statement.
 MAX_PARALLEL_LOOPS = 48
-# A kernel with more float constants than this keeps them as literals: each `tl_c[k]` read
-# costs Numba about 2 ms of compile time, twice what a statement costs (a chain of 10,000
-# statements `y = y * 0.5 + x[1]` compiled in 136 s with its 10,000 constants as
-# arguments), and a program that long gains nothing from sharing its module with programs
-# differing only in constants.
+# A kernel with more distinct float constants than this keeps them as literals: each
+# `tl_c[k]` read costs Numba about 2 ms of compile time, twice what a statement costs (a
+# chain of 10,000 statements `y = y * 0.5 + x[k]`, each 0.5 a `tl_c` element of its own
+# before equal constants shared one, compiled in 136 s), and a program that long gains
+# nothing from sharing its module with programs differing only in constants.
 MAX_CONSTANT_ARGS = 1_000
 # Rows per strip of a row-panel product's reader where the product is stored whole (the
 # strips then only set the parallel grain).
