@@ -57,9 +57,6 @@ STRIP_ROWS = 16
 # (`NumbaEmitter._column_blocked`): each term's row is read over a run of this many points.
 COLUMN_BLOCK = 16
 COLUMN_ROWS = 32
-# A sum run by rows whose group of elements is a constant range at most this long adds each
-# element's terms into a local of its own (`NumbaEmitter._static_group`).
-GROUP_UNROLL = 8
 
 
 class SourceWriter:
@@ -351,10 +348,9 @@ class NumbaEmitter:
         `tl_c` (`_hoist_constants` later reads each into a local at the top of the function
         that uses it), and floats in comments by `c`: programs that differ only in their
         constants then share one module, one Numba compilation and one cache entry.  Equal
-        constants are one element, so that LLVM still sees equal factors as equal and shares
-        their products (nbody's Hessian-vector product multiplies each of its 2M pair terms
-        by 2.0 in six places: 52 -> 36 ms a call once they were one `tl_c` element); programs
-        share a module when their constants are equal in the same places.  A kernel with
+        constants are one element, so that LLVM still sees equal factors as equal and may
+        share their products; programs share a module when their constants are equal in the
+        same places.  A kernel with
         more than `MAX_CONSTANT_ARGS` distinct constants is left as it is."""
         w = self.w
         body = w.lines[body_start:]
@@ -681,31 +677,6 @@ class NumbaEmitter:
             return None
         return last, isteps
 
-    def _static_group(self, s: StmtPlan, last: Loop) -> tuple[str, int, int] | None:
-        """(generator, start, length) of the group loop `last` of a sum run by rows when its
-        range is constant and at most GROUP_UNROLL long (nbody's three coordinates): the
-        terms are then added into one local per element (`_group_terms`) instead of through
-        the accumulator array, whose load-add-store per term made each row's walk wait on
-        the memory round trip of the previous term."""
-        if not (last.lo.isdigit() and last.stop.isdigit()):
-            return None
-        lo, n = int(last.lo), int(last.stop) - int(last.lo)
-        names = [g for g in s.rhs.gen_names() if self.index(g) == last.var]
-        if len(names) != 1 or not 0 < n <= GROUP_UNROLL:
-            return None
-        return names[0], lo, n
-
-    def _group_terms(self, s: StmtPlan, facts: Facts, group: tuple[str, int, int],
-                     local: str, depth: int) -> None:
-        """The terms of a static group's elements, each added to its local (`local`_k), in
-        the group's order."""
-        name, lo, n = group
-        saved = dict(self.ex.rename)
-        for k in range(n):
-            self.ex.rename[name] = str(lo + k)
-            self.body(depth, f"{local}_{k}", "+", s.rhs, facts, "", sums=True)
-        self.ex.rename = saved
-
     def row_grouped(self) -> dict[str, str]:
         """Statement -> the generator index that `sums_by_row` makes innermost (its inner
         loops then run once per point of the other indices), for the statements it applies
@@ -780,12 +751,8 @@ class NumbaEmitter:
             # block folds where the count would reach BLOCK, so no count per term
             idepth = self.steps(isteps[:-1], depth, "seq", ictx)
             hi, b = f"_rbh{t}", f"_rbb{t}"
-            group, local = self._static_group(s, last), f"_x{t}"
-            n = 0 if group is None else group[2]
-            # (a static group's locals taken from the array and put back around the walk)
             w.block(idepth, [f"{hi} = {last_in.stop}",
                              f"for {b} in range({last_in.lo}, {hi}, {accumulate.BLOCK}):",
-                             *[f"{INDENT}{local}_{k} = {acc}[{k}]" for k in range(n)],
                              f"{INDENT}for {last_in.var} in range({b}, "
                              f"min({b} + {accumulate.BLOCK}, {hi})):"])
             w.block(idepth + 2, last_in.head)
@@ -793,13 +760,9 @@ class NumbaEmitter:
                 self.ex.positions[last_in.position] = last_in.var
                 if self.inline:
                     self.inline_at(last_in.position, idepth + 2)
-            if group is None:
-                w(idepth + 2, f"for {g} in range({glo}, {glo} + {glen}):")
-                self.body(idepth + 3, f"{acc}[{g} - {glo}]", "+", rhs,
-                          s.body_facts(opart, ipart), "", sums=True)
-            else:
-                self._group_terms(s, s.body_facts(opart, ipart), group, local, idepth + 2)
-                w.block(idepth + 1, [f"{acc}[{k}] = {local}_{k}" for k in range(n)])
+            w(idepth + 2, f"for {g} in range({glo}, {glo} + {glen}):")
+            self.body(idepth + 3, f"{acc}[{g} - {glo}]", "+", rhs,
+                      s.body_facts(opart, ipart), "", sums=True)
             w.block(idepth + 1, [f"if {b} + {accumulate.BLOCK} <= {hi}:",
                                  *[INDENT + ln for ln in fold]])
         else:
@@ -908,18 +871,11 @@ class NumbaEmitter:
                         f"{INDENT}for _jb{t} in range({b}, min({b} + {accumulate.BLOCK}, {uh}), "
                         f"{COLUMN_ROWS}):",
                         f"{INDENT * 2}for {o.var} in range({cs}, {ce}):"])
-        group = self._static_group(s, last)
-        facts = s.body_facts(opart, s.inner[0])
-        walk = f"for {j} in range(_jb{t}, min(_jb{t} + {COLUMN_ROWS}, {hi}[{o.var} - {cs}])):"
-        if group is None:
-            w.block(depth + 3, [walk, f"{INDENT}for {g} in range({glo}, {glo} + {glen}):"])
-            self.body(depth + 5, f"{acc}[{at}]", "+", rhs, facts, "", sums=True)
-        else:   # (as in `sums_by_row`)
-            local, n = f"_x{t}", group[2]
-            row = f"({o.var} - {cs}) * {glen}"
-            w.block(depth + 3, [*[f"{local}_{k} = {acc}[{row} + {k}]" for k in range(n)], walk])
-            self._group_terms(s, facts, group, local, depth + 4)
-            w.block(depth + 3, [f"{acc}[{row} + {k}] = {local}_{k}" for k in range(n)])
+        w.block(depth + 3, [f"for {j} in range(_jb{t}, min(_jb{t} + {COLUMN_ROWS}, "
+                            f"{hi}[{o.var} - {cs}])):",
+                            f"{INDENT}for {g} in range({glo}, {glo} + {glen}):"])
+        self.body(depth + 5, f"{acc}[{at}]", "+", rhs, s.body_facts(opart, s.inner[0]), "",
+                  sums=True)
         w.block(depth + 1, [f"for {o.var} in range({cs}, {ce}):",
                             f"{INDENT}if {b} + {accumulate.BLOCK} <= {hi}[{o.var} - {cs}]:",
                             *[INDENT * 2 + ln for ln in merge],

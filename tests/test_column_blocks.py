@@ -1,7 +1,6 @@
 """Sums run by rows that read their terms down a column run over blocks of points
-(`NumbaEmitter._column_blocked`), a static group's terms go into locals
-(`NumbaEmitter._static_group`), and equal constants are one kernel argument (issue 14:
-nbody's Hessian-vector product).  Each form gives the bits of the plain one, and the
+(`NumbaEmitter._column_blocked`), and equal constants are one kernel argument (issue 14:
+nbody's Hessian-vector product).  The blocked form gives the bits of the plain one, and the
 interpreter's values."""
 from __future__ import annotations
 
@@ -17,32 +16,29 @@ numba_cpu = pytest.importorskip("tensorlang.backends.numba_cpu")
 from tensorlang.backends import numba_cpu_source  # noqa: E402
 from tensorlang.backends.numba_cpu_source import NumbaEmitter  # noqa: E402
 
-# (program, whether its sum is column-blocked, whether its group is static)
+# (program, whether its sum is column-blocked)
 CASES = {
     "triangle": ("def f(N: size, A: R[N, N], B: R[N, 3]) -> R[N, 3]:\n"
                  "    return gen i:N, c:3. sum j:N. [j < i] * A[j, i] * sin(B[j, c])\n",
-                 True, True),
+                 True),
     "wide_group": ("def f(N: size, M: size, A: R[N, N], B: R[N, M]) -> R[N, M]:\n"
                    "    return gen i:N, c:M. sum j:N. [j < i] * A[j, i] * sin(B[j, c])\n",
-                   True, False),
+                   True),
     "by_row": ("def f(N: size, A: R[N, N], B: R[N, 3]) -> R[N, 3]:\n"
                "    return gen i:N, c:3. sum j:N. [i < j] * A[i, j] * sin(B[j, c])\n",
-               False, True),
+               False),
 }
 
 
-def _source(text: str, blocked: bool = True, grouped: bool = True) -> str:
-    fn = tl.parse(text).f
-    p = fn.final_program()
-    saved = NumbaEmitter._column_blocked, NumbaEmitter._static_group
+def _source(text: str, blocked: bool = True) -> str:
+    p = tl.parse(text).f.final_program()
+    saved = NumbaEmitter._column_blocked
     try:
         if not blocked:
             NumbaEmitter._column_blocked = lambda *a: False   # type: ignore[method-assign]
-        if not grouped:
-            NumbaEmitter._static_group = lambda *a: None      # type: ignore[method-assign]
         return numba_cpu_source.module_source(p)
     finally:
-        NumbaEmitter._column_blocked, NumbaEmitter._static_group = saved
+        NumbaEmitter._column_blocked = saved
 
 
 _KERNELS: dict[str, object] = {}
@@ -59,12 +55,12 @@ def _run(src: str, args: dict) -> np.ndarray:
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_each_form_gives_the_plain_forms_bits_and_the_interpreters_values(name):
-    text, blocked, grouped = CASES[name]
+def test_the_blocked_form_gives_the_plain_forms_bits_and_the_interpreters_values(name):
+    text, blocked = CASES[name]
     src = _source(text)
-    assert ("_cb" in src) == blocked and ("_x" in src) == grouped
-    plain = _source(text, blocked=False, grouped=False)
-    assert "_cb" not in plain and "_x" not in plain
+    assert ("_cb" in src) == blocked
+    plain = _source(text, blocked=False)
+    assert "_cb" not in plain
     fn = tl.parse(text).f
     for n in (1, 2, 17, 40, 300):   # one point, a partial block, blocks of terms that fold
         sizes = {k: v for k, v in (("N", n), ("M", 5)) if k in {p.name for p in fn.params}}
