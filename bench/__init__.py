@@ -58,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
                         f"--doc {','.join(map(str, DOC_SIZES))}; workloads with a size cap "
                         "stop below it)")
     p.add_argument("--repeat", type=int, default=None, metavar="R",
-                   help="timed samples per measurement, median reported (default 5)")
+                   help="interleaved timing rounds (samples per measurement), the best reported "
+                        "(default 5)")
     p.add_argument("--quick", action="store_true",
                    help=f"sizes {','.join(map(str, QUICK_SIZES))}, 3 samples, short budget")
     p.add_argument("--budget", type=float, default=None, metavar="SECONDS",

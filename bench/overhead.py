@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .runner import load_average
 from .tasks import EXAMPLES
 
 TARGET = 2.0   # tensorlang / JAX per call at N = 1 (issue 14)
@@ -82,16 +83,10 @@ def run(rounds: int = 7, calls: int = 2000,
         rows.append({"case": name, "tensorlang_us": ours * 1e6, "jax_us": theirs * 1e6,
                      "ratio": ours / theirs})
     rec = {"rounds": rounds, "calls": calls, "target": TARGET, "rows": rows,
-           "load_average": _loadavg(), "numba_threads": os.environ.get("NUMBA_NUM_THREADS")}
+           "load_average": load_average(), "numba_threads": os.environ.get("NUMBA_NUM_THREADS")}
     progress(describe(rec))
     return rec
 
-
-def _loadavg() -> list[float] | None:
-    try:
-        return [round(v, 2) for v in os.getloadavg()]
-    except OSError:
-        return None
 
 
 def describe(rec: dict[str, Any]) -> str:

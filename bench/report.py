@@ -257,6 +257,10 @@ def machine_text(data: dict[str, Any]) -> str:
         lines.append("- `lscpu`: " + lscpu)
     lines.append("- The machine is shared with other work (2 cores): expect noise of tens of "
                  "percent between runs, more for calls under ~10 us.")
+    load = m.get("load_average") or {}
+    if load:
+        lines.append("- Load average (1, 5, 15 min) at the sweep's start: "
+                     f"{load.get('start')}; at its end: {load.get('end')}.")
     return "\n".join(lines)
 
 
@@ -438,15 +442,18 @@ def render(data: dict[str, Any], doc_path: str, plots: list[str]) -> str:
         "",
         "## Method",
         "",
-        "- One process, one measurement after another: the ratios between systems and between "
-        "f and its derivative are taken under the same conditions.",
+        "- One process. At each (workload, N) every system's f and derivatives are first "
+        "prepared, warmed up and checked; then they are timed together in interleaved rounds: "
+        "a round takes one sample of each in turn (forwards, then backwards in the next "
+        "round), so that load from other work hits every system and every function alike.",
         f"- Threads: {_threads_text(cfg.get('threads', 0))}",
         "- Each callable is called once to warm up (tracing, jit compilation, kernel load; "
         "recorded as `first_call` in results.json), once more to calibrate how many calls a "
         f"sample averages (a sample lasts >= {cfg.get('min_sample_s', 0.005) * 1e3:g} ms), then "
-        f"up to {cfg['repeat']} samples are taken (fewer when the {cfg['budget_s']:g} s budget "
-        "runs out, at least one); the median is reported. The garbage collector is off during "
-        "samples.",
+        f"gets one sample per round, up to {cfg['repeat']} rounds (fewer once its samples took "
+        f"the {cfg['budget_s']:g} s budget, at least one); the best sample is reported (the "
+        "least disturbed by other load; results.json keeps the median and spread too). The "
+        "garbage collector is off during samples.",
         "- Before timing, every system's f value is checked against the numpy reference of "
         "examples/numpy_ref.py, and every derivative against the hand-derived numpy one "
         f"(relative error <= {cfg.get('rtol', 1e-7):g} of the largest magnitude); "

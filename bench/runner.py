@@ -36,48 +36,76 @@ RTOL = 1e-7              # value agreement: |got - want| <= RTOL * max|want| (pe
 
 
 @dataclass
-class Timing:
-    median: float        # seconds per call, median over samples
-    first: float         # the first call: compilation / tracing included
-    samples: int
-    number: int          # calls per sample
-    spread: float        # (max - min) / median over samples
-    value: Any           # the result of the first call
+class Timed:
+    """A measurement being timed: its callable, the calls one sample averages, and the
+    samples so far (seconds per call)."""
+    fn: Callable[[], Any]
+    number: int
+    samples: list[float] = field(default_factory=list)
+
+    @property
+    def spent(self) -> float:
+        return sum(self.samples) * self.number
+
+    def summary(self) -> dict[str, Any]:
+        """The Measure fields of the samples: the best (reported), the median, the spread."""
+        best, med = min(self.samples), statistics.median(self.samples)
+        return {"time": best, "median": med, "samples": len(self.samples),
+                "number": self.number,
+                "spread": (max(self.samples) - best) / best if best > 0 else 0.0}
 
 
-def time_call(fn: Callable[[], Any], repeat: int, budget: float) -> Timing:
-    """Warm up once, calibrate the calls per sample, then take up to `repeat` samples,
-    stopping early (after at least one) once `budget` seconds are spent."""
+def calibrate(fn: Callable[[], Any]) -> tuple[Any, float, Timed]:
+    """Warm up once (the first call: compilation, tracing) and calibrate how many calls a
+    sample averages (>= MIN_SAMPLE_S): (first result, first-call seconds, the Timed, whose
+    first sample is the calibration call when that alone lasts long enough)."""
     t0 = time.perf_counter()
     value = fn()
     first = time.perf_counter() - t0
     t0 = time.perf_counter()
     fn()
     one = time.perf_counter() - t0
-    samples: list[float] = []
-    number = 1
     if one >= MIN_SAMPLE_S:
-        samples.append(one)  # the calibration call is a valid sample
-    else:
-        number = min(MAX_NUMBER, max(1, math.ceil(MIN_SAMPLE_S / max(one, 1e-7))))
-    deadline = time.perf_counter() + budget
+        return value, first, Timed(fn, 1, [one])
+    return value, first, Timed(fn, min(MAX_NUMBER, max(1, math.ceil(MIN_SAMPLE_S /
+                                                                     max(one, 1e-7)))))
+
+
+def time_rounds(entries: Sequence[Timed], repeat: int, budget: float,
+                guard: Callable[[], contextlib.AbstractContextManager[Any]] =
+                contextlib.nullcontext) -> dict[int, BaseException]:
+    """Up to `repeat` interleaved rounds: a round takes one sample of each entry in turn
+    (forwards in even rounds, backwards in odd ones), so that load on a shared machine hits
+    every system and every function alike; an entry leaves once it has a sample and its
+    samples took `budget` seconds.  `guard()` wraps each sample (time and memory limits).
+    The garbage collector is off during samples (as in `timeit`).  Returns the entries that
+    failed (index -> exception); they leave too."""
+    failed: dict[int, BaseException] = {}
     was_enabled = gc.isenabled()
     gc.collect()
-    gc.disable()  # a collection inside one sample would only add noise (as timeit does)
+    gc.disable()
     try:
-        while len(samples) < repeat:
-            t0 = time.perf_counter()
-            for _ in range(number):
-                fn()
-            samples.append((time.perf_counter() - t0) / number)
-            if time.perf_counter() > deadline:
+        for r in range(repeat):
+            order = range(len(entries)) if r % 2 == 0 else range(len(entries) - 1, -1, -1)
+            todo = [k for k in order if k not in failed and
+                    (not entries[k].samples or (len(entries[k].samples) < repeat and
+                                                entries[k].spent < budget))]
+            if not todo:
                 break
+            for k in todo:
+                e = entries[k]
+                try:
+                    with guard():
+                        t0 = time.perf_counter()
+                        for _ in range(e.number):
+                            e.fn()
+                        e.samples.append((time.perf_counter() - t0) / e.number)
+                except (MemoryError, MeasurementTimeout) as err:
+                    failed[k] = err
     finally:
         if was_enabled:
             gc.enable()
-    med = statistics.median(samples)
-    spread = (max(samples) - min(samples)) / med if med > 0 else 0.0
-    return Timing(med, first, len(samples), number, spread, value)
+    return failed
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,52 +295,51 @@ def _is_not_yet(err: BaseException) -> bool:
     return isinstance(err, (NotYetSupported, NotImplementedError))
 
 
-def measure(prepare: Callable[[], Callable[[], Any]], want: Any, repeat: int, budget: float,
-            memory: bool = True, allowance: int | None = None,
-            timeout: float | None = None) -> dict[str, Any]:
-    """Prepare, warm up, check against `want`, time, and measure memory (a Measure dict),
-    allocating at most `allowance` bytes more than before (status "oom" beyond) within
-    `timeout` seconds (status "timeout" beyond)."""
+def prepare_measure(prepare: Callable[[], Callable[[], Any]], want: Any, memory: bool = True,
+                    allowance: int | None = None,
+                    timeout: float | None = None) -> tuple[dict[str, Any], Timed | None]:
+    """Prepare, warm up, calibrate, check against `want` and measure memory: a Measure dict
+    without its time, and the Timed to take samples of (None when the measurement failed:
+    status "oom" beyond `allowance` bytes more than before, "timeout" beyond `timeout`
+    seconds, "n/a" or "error")."""
     try:
         with memory_guard(allowance), time_limit(timeout):
-            return _measure(prepare, want, repeat, budget, memory)
+            return _prepare(prepare, want, memory)
     except MemoryError as err:  # outside the calls themselves (e.g. comparing the result)
         return {"status": "oom", "time": None, "check": "unchecked",
-                "message": f"MemoryError: {err}"}
+                "message": f"MemoryError: {err}"}, None
     except MeasurementTimeout as err:
         return {"status": "timeout", "time": None, "check": "unchecked",
-                "message": str(err)}
+                "message": str(err)}, None
 
 
-def _measure(prepare: Callable[[], Callable[[], Any]], want: Any, repeat: int, budget: float,
-             memory: bool) -> dict[str, Any]:
-    m: dict[str, Any] = {"status": "ok", "time": None, "first_call": None, "samples": 0,
-                         "number": 0, "spread": None, "peak_tracemalloc": None,
+def _prepare(prepare: Callable[[], Callable[[], Any]], want: Any,
+             memory: bool) -> tuple[dict[str, Any], Timed | None]:
+    m: dict[str, Any] = {"status": "ok", "time": None, "median": None, "first_call": None,
+                         "samples": 0, "number": 0, "spread": None, "peak_tracemalloc": None,
                          "peak_rss_delta": None, "check": "unchecked", "max_rel_err": None,
                          "value": None, "message": ""}
     try:
         fn = prepare()
-        t = time_call(fn, repeat, budget)
+        value, m["first_call"], timed = calibrate(fn)
     except MemoryError as err:
         m["status"] = "oom"
         m["message"] = f"MemoryError (over the --mem-limit allowance): {err}"[:300]
-        return m
+        return m, None
     except MeasurementTimeout:
         raise
     except Exception as err:  # noqa: BLE001 -- one system's failure must not stop the suite
         m["status"] = "n/a" if _is_not_yet(err) else "error"
         m["message"] = f"{type(err).__name__}: {err}".splitlines()[0][:300]
-        return m
-    m.update(time=t.median, first_call=t.first, samples=t.samples, number=t.number,
-             spread=t.spread)
+        return m, None
     try:  # a scalar result is kept, so that values can be compared across systems
-        v = to_numpy(t.value)
+        v = to_numpy(value)
         m["value"] = v if isinstance(v, float) and math.isfinite(v) else None
     except Exception:  # noqa: BLE001 -- an unconvertible result is reported by the check
         pass
     if want is not None:
         try:
-            ok, rel, msg = compare(t.value, want)
+            ok, rel, msg = compare(value, want)
         except Exception as err:  # noqa: BLE001 -- an unconvertible result is a mismatch
             ok, rel, msg = False, math.inf, f"cannot compare: {type(err).__name__}: {err}"
         m["check"] = "ok" if ok else "mismatch"
@@ -323,7 +350,31 @@ def _measure(prepare: Callable[[], Callable[[], Any]], want: Any, repeat: int, b
             m["peak_tracemalloc"], m["peak_rss_delta"] = measure_memory(fn)
         except Exception as err:  # noqa: BLE001
             m["message"] = (m["message"] + f"; memory: {type(err).__name__}: {err}").strip("; ")
-    return m
+    return m, timed
+
+
+def time_measures(measures: Sequence[tuple[dict[str, Any], Timed]], repeat: int,
+                  budget: float, allowance: int | None = None,
+                  timeout: float | None = None) -> None:
+    """Time prepared measurements in interleaved rounds (`time_rounds`) and write their
+    times into their Measure dicts: the best sample (the least disturbed by other load),
+    with the median and spread beside it."""
+    def guard() -> contextlib.ExitStack:
+        stack = contextlib.ExitStack()
+        stack.enter_context(memory_guard(allowance))
+        stack.enter_context(time_limit(timeout))
+        return stack
+
+    failed = time_rounds([t for _, t in measures], repeat, budget, guard)
+    for k, (m, timed) in enumerate(measures):
+        err = failed.get(k)
+        if isinstance(err, MemoryError):
+            m.update(status="oom", time=None,
+                     message=f"MemoryError (over the --mem-limit allowance): {err}"[:300])
+        elif err is not None:
+            m.update(status="timeout", time=None, message=str(err))
+        else:
+            m.update(timed.summary())
 
 
 def _skipped(cap: int | None) -> dict[str, Any]:
@@ -356,6 +407,7 @@ class Suite:
     records: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[dict[str, Any]] = field(default_factory=list)
     cost_worker: Any = None      # bench.costs.CostWorker (None: no cost-model counts)
+    load_average: dict[str, Any] = field(default_factory=dict)  # at the sweep's start, end
 
 
 def make_inputs(task: Task, n: int, seed: int) -> tuple[dict[str, int], dict[str, Any]]:
@@ -388,33 +440,44 @@ def run_point(suite: Suite, task: Task, n: int, progress: Callable[[str], None],
         hand = systems_numpy.DERIVATIVES.get((task.name, d.key))
         if hand is not None and task.fits(n, d):
             d_ref[d.key] = hand(dargs[d.key])
-    out = []
-    for system in suite.systems:
+    records: list[dict[str, Any]] = []
+    timed: list[tuple[dict[str, Any], Timed]] = []
+
+    def prepared(m: tuple[dict[str, Any], Timed | None]) -> dict[str, Any]:
+        if m[1] is not None:
+            timed.append((m[0], m[1]))
+        return m[0]
+
+    for system in suite.systems:   # every system prepared and checked, then timed together
         rec: dict[str, Any] = {
             "workload": task.name, "system": system.name,
             "label": getattr(system, "label", system.name), "N": n, "sizes": sizes,
             "mem_method": system.mem_method, "cost": None, "derivatives": {}}
-        rec["f"] = measure(lambda: system.forward(task, args), f_ref, cfg.repeat, cfg.budget,
-                           cfg.memory, cfg.mem_allowance, cfg.timeout)
+        rec["f"] = prepared(prepare_measure(lambda: system.forward(task, args), f_ref,
+                                            cfg.memory, cfg.mem_allowance, cfg.timeout))
         for d in derivs:
             if not task.fits(n, d):
                 m = _skipped(task.cap(d))
             else:
-                m = measure(lambda d=d: system.derivative(task, d, dargs[d.key]),
-                            d_ref.get(d.key), cfg.repeat, cfg.budget, cfg.memory,
-                            cfg.mem_allowance, cfg.timeout)
+                m = prepared(prepare_measure(
+                    lambda d=d: system.derivative(task, d, dargs[d.key]), d_ref.get(d.key),
+                    cfg.memory, cfg.mem_allowance, cfg.timeout))
                 arrays = getattr(system, "kernel_arrays", None)
                 if arrays is not None and m.get("status") == "ok":
                     m["arrays"] = arrays(task, d, sizes)
             m["label"] = d.label
-            tf, td = rec["f"].get("time"), m.get("time")
-            m["ratio"] = td / tf if tf and td else None
             rec["derivatives"][d.key] = m
         if system.name == "tensorlang" and suite.cost_worker is not None:
             rec["cost"] = _costs(suite.cost_worker, task, n, args, derivs)
+        records.append(rec)
+    time_measures(timed, cfg.repeat, cfg.budget, cfg.mem_allowance, cfg.timeout)
+    timed.clear()   # (the callables hold the systems' compiled functions and their inputs)
+    for rec in records:
+        for m in rec["derivatives"].values():
+            tf, td = rec["f"].get("time"), m.get("time")
+            m["ratio"] = td / tf if tf and td else None
         progress(_progress_line(rec))
-        out.append(rec)
-    return out
+    return records
 
 
 def _cost_args(args: dict[str, Any]) -> dict[str, Any]:
@@ -453,6 +516,7 @@ def run_suite(suite: Suite, tasks: Sequence[Task], progress: Callable[[str], Non
     # out of the collector's view makes the collections between measurements cheap.
     gc.collect()
     gc.freeze()
+    suite.load_average["start"] = load_average()
     points: list[tuple[Task, int, tuple[str, ...] | None]] = []
     for t in tasks:   # the sweep sizes, and between them the derivatives' target sizes
         extra = t.extra_points(list(cfg.sizes))
@@ -474,6 +538,7 @@ def run_suite(suite: Suite, tasks: Sequence[Task], progress: Callable[[str], Non
             progress(f"    {task.name} N={n}: failed: {type(err).__name__}: {err}")
         if checkpoint is not None:
             checkpoint(suite)
+    suite.load_average["end"] = load_average()
     return suite
 
 
@@ -557,6 +622,14 @@ def startup_all(tasks: Iterable[Task], backend: str,
 # Results file
 
 
+def load_average() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages (other work on the machine), if known."""
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        return None
+
+
 def machine_info(suite: Suite) -> dict[str, Any]:
     import platform
 
@@ -576,6 +649,7 @@ def machine_info(suite: Suite) -> dict[str, Any]:
             "memory_bytes": mem, "platform": platform.platform(),
             "python": platform.python_version(),
             "systems": {s.name: s.version() for s in suite.systems},
+            "load_average": dict(suite.load_average),
             "unavailable": dict(suite.unavailable)}
 
 

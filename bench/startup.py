@@ -37,6 +37,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .runner import load_average
 from .tasks import EXAMPLES, ROOT
 
 HESSIAN_FILE = EXAMPLES / "qform.tl"
@@ -185,7 +186,7 @@ def run(rounds: int = 5, progress: Callable[[str], None] = lambda s: None,
         "tl_run": tl_cmd,
         "api_first": [py, "-c", _API_FIRST.format(func=HESSIAN_FUNC), str(HESSIAN_FILE)],
     }
-    out: dict[str, Any] = {"rounds": rounds, "limits": LIMITS, "load_average": _loadavg()}
+    out: dict[str, Any] = {"rounds": rounds, "limits": LIMITS, "load_average": load_average()}
     with tempfile.TemporaryDirectory(prefix="tl-bench-startup-") as tmp:
         env = _env(os.path.join(tmp, "warm"), os.path.join(tmp, "pycache"))
         with open(os.path.join(tmp, "numba_floor.py"), "w", encoding="utf-8") as fh:
@@ -226,7 +227,7 @@ def run(rounds: int = 5, progress: Callable[[str], None] = lambda s: None,
         out["ratios_of_cpu"] = ratios(best_cpu)
         if cold:
             out["cold"] = _cold(tmp, timeout, progress)
-    out["load_average_after"] = _loadavg()
+    out["load_average_after"] = load_average()
     return out
 
 
@@ -259,12 +260,6 @@ def _cold(tmp: str, timeout: float, progress: Callable[[str], None],
         records.append(rec)
     return records
 
-
-def _loadavg() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
 
 
 def describe(rec: dict[str, Any]) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from bench import runner, systems_numpy, table  # noqa: E402
 from bench.tasks import TASKS  # noqa: E402
 
 TINY = ["--sizes", "4", "--repeat", "1", "--budget", "0", "--threads", "0", "--no-plots"]
-MEASURE_KEYS = {"status", "time", "first_call", "samples", "number", "spread",
+MEASURE_KEYS = {"status", "time", "median", "first_call", "samples", "number", "spread",
                 "peak_tracemalloc", "peak_rss_delta", "check", "max_rel_err", "value",
                 "message"}
 
@@ -56,6 +57,7 @@ def test_main_smoke_schema_and_agreement(tmp_path, capsys):
             "startup"} <= set(data)
     assert data["config"]["sizes"] == [4] and data["config"]["names"] == ["qform"]
     assert data["machine"]["cpus"] >= 1
+    assert set(data["machine"]["load_average"]) == {"start", "end"}
     recs = {r["system"]: r for r in data["records"]}
     assert set(recs) == set(systems)
     for rec in recs.values():
@@ -325,11 +327,36 @@ def test_compare_detects_differences():
     assert runner.compare(np.array([np.nan, 1.0]), np.array([np.nan, 1.0]))[0]
 
 
-def test_time_call_takes_median_and_respects_budget():
-    calls = []
-    t = runner.time_call(lambda: calls.append(1) or 42, repeat=3, budget=10.0)
-    assert t.value == 42 and t.samples == 3 and t.number >= 1 and t.median > 0
-    assert len(calls) == 2 + 3 * t.number
+def test_time_rounds_interleave_and_respect_budget():
+    calls: list[str] = []
+    entries = []
+    for name in "ab":
+        value, _, t = runner.calibrate(lambda name=name: calls.append(name) or 42)
+        assert value == 42 and t.number >= 1 and not t.samples
+        entries.append(t)
+    del calls[:]
+    assert runner.time_rounds(entries, repeat=3, budget=10.0) == {}
+    a, b = entries
+    assert len(a.samples) == len(b.samples) == 3
+    # one sample of each per round, the second round backwards: a b | b a | a b
+    n = a.number
+    m = b.number
+    assert calls == ["a"] * n + ["b"] * m + ["b"] * m + ["a"] * n + ["a"] * n + ["b"] * m
+    s = a.summary()
+    assert s["time"] == min(a.samples) <= s["median"] and s["samples"] == 3
+    # over budget after its first sample: an entry leaves after one round
+    slow = runner.Timed(lambda: time.sleep(0.002), 1)
+    assert runner.time_rounds([slow], repeat=5, budget=0.001) == {} and len(slow.samples) == 1
+
+
+def test_time_rounds_report_an_entry_that_fails():
+    def boom() -> None:
+        raise MemoryError("over")
+
+    ok, bad = runner.Timed(lambda: None, 1), runner.Timed(boom, 1)
+    failed = runner.time_rounds([ok, bad], repeat=2, budget=10.0)
+    assert list(failed) == [1] and isinstance(failed[1], MemoryError)
+    assert len(ok.samples) == 2 and not bad.samples
 
 
 def test_cells_and_memory_formatting():
