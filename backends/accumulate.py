@@ -180,6 +180,16 @@ def block_loop(acc: str, var: str, lo: str, stop: str, tag: str, indent: str,
     return opening, f"{buf}[{j} - {b}]", middle
 
 
+def block_again(var: str, tag: str, flag: str, indent: str) -> list[str]:
+    """The lines, after a block's loop, that run it once more when `flag` is set (the body
+    follows, two levels deeper than the first line): a block computed with a fast form that
+    holds for most arguments only (`numba_rt.tl_log_normal`) is computed again with the
+    exact one when one of its arguments is outside."""
+    return [f"if {flag}:",
+            f"{indent}for _tbj{tag} in range(_tbb{tag}, _tbe{tag}):",
+            f"{indent * 2}{var} = {NONNEG}(_tbj{tag})"]
+
+
 def result(acc: str, indent: str, call: bool = False) -> tuple[list[str], str]:
     """Lines that close the open block, and the expression of the sum.  A non-finite total
     (an inf or nan term: it never turns finite again) is the plain total, as a loop's sum
@@ -204,4 +214,4 @@ def extreme_update(acc: str, op: str, value: str, indent: str) -> list[str]:
 __all__ = ["BLOCK", "LANES", "SHORT", "SHORT_CHEAP", "NEUMAIER", "BLOCK_BUFFER", "ROW_BUFFER",
            "ROW_MAX", "NONNEG",
            "BLOCK_CLOSE", "init", "merge", "neumaier", "add", "block_sum", "block_close",
-           "block_loop", "result", "extreme_init", "extreme_update"]
+           "block_loop", "block_again", "result", "extreme_init", "extreme_update"]

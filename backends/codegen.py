@@ -727,6 +727,9 @@ class ExprPrinter:
         # (text of the read -> local): each checked read is a branch, and Numba's compile
         # time grows faster than linearly with the branches of a function.
         self.hoistable: frozenset[str] = frozenset()
+        # while not None, logs print as `log_normal` and their arguments are collected here
+        # (a block of a sum, numba_cpu_source `_block_again`)
+        self.normal_logs: list[str] | None = None
         self.hoisted: dict[str, str] = {}
         # Temporaries stored as coordinate vectors (set by the emitter, `storage.
         # coordinate_layouts`), and the position variable of each coordinate loop printed
@@ -858,6 +861,9 @@ class ExprPrinter:
             args = [self._read(o, ops, facts, pre, base) for o in ops]
             if rhs.fn == "pow" and rhs.params[0] in POWERS:
                 return POWERS[rhs.params[0]].format(x=args[0], p=BUILTIN_PREFIX)
+            if rhs.fn == "log" and self.normal_logs is not None:
+                self.normal_logs.append(args[0])
+                return f"{BUILTIN_PREFIX}log_normal({args[0]})"
             args += [num(c) for c in rhs.params]
             return f"{BUILTIN_PREFIX}{rhs.fn}({', '.join(args)})"
         return self.product(rhs.coeff, ops, facts, pre, base)

@@ -15,9 +15,9 @@ from tensorlang.ir.tssa import Program
 from tensorlang.syntax import ssa_printer
 from tensorlang.syntax.errors import NotYetSupported
 
-from .codegen import (MASK, SIZE, VALUE, BlasPlan, ExprPrinter, Namer, ProgramPlan, RowPanel,
-                      StmtPlan, builtins_used, num, panel_code, plan_program, plan_reads,
-                      safe_comment)
+from .codegen import (BUILTIN_PREFIX, MASK, SIZE, VALUE, BlasPlan, ExprPrinter, Namer,
+                      ProgramPlan, RowPanel, StmtPlan, builtins_used, num, panel_code,
+                      plan_program, plan_reads, safe_comment)
 from .codegen_nest import (Assign, Facts, Guard, Lines, Loop, Part, RelNames, Step, part_steps,
                            pred_code)
 from .gram import GramForm
@@ -87,6 +87,7 @@ class LoopContext:
     block: bool = False
     target: str = ""
     test_line: int = -1   # the line testing the loop's length against accumulate.SHORT_CHEAP
+    inner_line: int = -1  # the loop over a block's terms
     loop: Loop | None = None   # the blocked loop (its head is the short case's too)
     middle: list[str] = field(default_factory=list)
 
@@ -108,6 +109,9 @@ class NumbaEmitter:
     nonneg_members = True
     # each prange loop's body is a function of its own (backends/prange_bodies.py)
     outline_parallel_bodies = True
+    # a block of a sum computes its logs as `tl_log_normal`, again with `tl_log` when an
+    # argument is outside (`_block_again`)
+    fast_logs = True
 
     def __init__(self, plan: ProgramPlan, instrument: bool, jit: bool = True,
                  constants: bool = False) -> None:
@@ -229,6 +233,8 @@ class NumbaEmitter:
                    not isinstance(s.rhs, tssa.ExtremeRhs) for s in self.plan.stmts)
         gram = any(s.gram is not None for s in self.plan.stmts)
         helpers = [f"tl_{fn}" for fn in used] + (["tl_matmul"] if blas else []) + \
+            (["tl_log_normal", "tl_log_outside"] if "log" in used and sums and
+             self.blocked_sums and self.fast_logs else []) + \
             (["tl_matmul_into"] if self.row_panels else []) + \
             (["tl_gram"] if gram else []) + \
             ([accumulate.NEUMAIER] if sums and self.neumaier_call else []) + \
@@ -923,8 +929,17 @@ class NumbaEmitter:
                                 ictx)
             if ictx.target:   # a blocked loop: each term into the block's buffer, or (a short
                 # loop) added one by one
-                term = self.body(idepth, ictx.target, "=", rhs, s.body_facts(opart, ipart),
-                                 ictx.cnt, sums=True)
+                # a block's logs as tl_log_normal, the block again with tl_log if an
+                # argument is outside (not when instrumented: its terms would count twice)
+                self.ex.normal_logs = [] if self.fast_logs and not ictx.cnt else None
+                try:
+                    term = self.body(idepth, ictx.target, "=", rhs,
+                                     s.body_facts(opart, ipart), ictx.cnt, sums=True)
+                    logs = self.ex.normal_logs
+                finally:
+                    self.ex.normal_logs = None
+                if logs:
+                    self._block_again(logs, idepth, ictx, rhs, s.body_facts(opart, ipart))
                 if "tl_" in term or "/" in term:   # a call or a division: blocks pay sooner
                     w.lines[ictx.test_line] = w.lines[ictx.test_line].replace(
                         f" >= {accumulate.SHORT_CHEAP}", f" >= {accumulate.SHORT}", 1)
@@ -1280,6 +1295,22 @@ class NumbaEmitter:
         ctx.cnts = its
         return depth + 1
 
+    def _block_again(self, logs: list[str], depth: int, ctx: LoopContext, rhs: tssa.Rhs,
+                     facts: Facts) -> None:
+        """After a block's body at `depth` that computed its logs as `tl_log_normal` of
+        `logs`: the test of those arguments and the block again with `tl_log` (a zero, a
+        subnormal, a negative number, an inf or a NaN among them; see numba_rt)."""
+        w, flag = self.w, f"_tbx{ctx.tag}"
+        w.lines.insert(ctx.inner_line, INDENT * (depth - 1) + f"{flag} = False")
+        for arg in dict.fromkeys(logs):
+            w(depth, f"{flag} |= {BUILTIN_PREFIX}log_outside({arg})")
+        assert ctx.loop is not None
+        w.block(depth - 1, accumulate.block_again(ctx.loop.var, ctx.tag, flag, INDENT))
+        w.block(depth + 1, ctx.loop.head)
+        if ctx.loop.position is not None and self.inline:
+            self.inline_at(ctx.loop.position, depth + 1)
+        self.body(depth + 1, ctx.target, "=", rhs, facts, "", sums=True)
+
     def _block_loop(self, var: str, lo: str, stop: str, depth: int, ctx: LoopContext) -> int:
         """`for var in range(lo, stop)`, the innermost loop of the sum into `ctx.acc`, as
         blocks (accumulate.block_loop): the body assigns its term to `ctx.target`, and
@@ -1288,6 +1319,8 @@ class NumbaEmitter:
             ctx.acc, var, lo, stop, ctx.tag, INDENT, accumulate.SHORT_CHEAP)
         ctx.test_line = len(self.w.lines) + next(k for k, line in enumerate(opening)
                                                  if line.startswith("if "))
+        assert opening[-2].lstrip().startswith("for ")
+        ctx.inner_line = len(self.w.lines) + len(opening) - 2
         self.w.block(depth, opening)
         return depth + 3
 

@@ -65,9 +65,14 @@ def test_a_plain_range_sum_has_no_per_term_count():
         src = _source(fn)
         assert f"{accumulate.BLOCK_CLOSE}(" in src
         bodies = _block_bodies(src)
-        assert len(bodies) == 1 and len(bodies[0]) == 2, bodies   # the index, the term
-        assert f"{accumulate.NONNEG}(" in bodies[0][0] and "_tb" in bodies[0][1]
-        assert not any(re.search(r"_n\b|\bif\b", ln) for ln in bodies[0])  # no count, no branch
+        # a term with a log: the test of its arguments, and the block again (test_log_blocks)
+        logs = "tl_log(" in src
+        assert len(bodies) == 1 + logs, bodies
+        for body in bodies:
+            body = [ln for ln in body if "tl_log_outside(" not in ln]
+            assert len(body) == 2, bodies   # the index, the term
+            assert f"{accumulate.NONNEG}(" in body[0] and "_tb" in body[1]
+            assert not any(re.search(r"_n\b|\bif\b", ln) for ln in body)  # no count, no branch
 
 
 def test_blocks_where_they_pay_and_where_the_index_is_not_negative():
