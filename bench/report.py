@@ -67,15 +67,22 @@ def griewank_rows(data: dict[str, Any]) -> list[list[str]]:
             cells.append(f"{rec['N']}: " + (table.fmt_ratio(r) if r is not None
                                                else table.fmt_cell(m)) + (" (!)" if bad else ""))
             last = r
-        cost_r, cost_n, star = None, None, ""
+        cost_r, cost_n, star, cost_f = None, None, "", None
         for rec in recs:
             cost = rec.get("cost") or {}
             cf, cd = (cost.get("f") or {}).get("total"), (cost.get(key) or {}).get("total")
             if cf and cd is not None:
-                cost_r, cost_n = cd / cf, rec["N"]
+                cost_r, cost_n, cost_f = cd / cf, rec["N"], cf
                 star = "*" if cost.get(key + "_message") else ""
         ok = None if last is None else last <= GRIEWANK_TARGET
         extra = " (materialised Hessian)" if key == "hessian" else ""
+        out = recs[-1]["derivatives"][key].get("out_size")
+        if ok is False and key != "hessian" and out and cost_f and \
+                out > GRIEWANK_TARGET * cost_f:
+            # SPEC 6 bounds a vjp's cost by 4 C(f) + |in| + |out|: writing the result alone
+            # is more than 3 C(f) here, whatever the arithmetic costs
+            extra += (f" (output-bound: the derivative writes {out:,} elements, C(f) = "
+                      f"{cost_f:,.0f}; SPEC 6's + |in| term)")
         extra += "; **values disagree with the reference (!)**" if wrong else ""
         rows.append([w, recs[0]["derivatives"][key]["label"], ", ".join(cells),
                      f"{cost_r:.3g}{star} (N={cost_n})" if cost_r is not None else "-",

@@ -318,7 +318,7 @@ def _prepare(prepare: Callable[[], Callable[[], Any]], want: Any,
     m: dict[str, Any] = {"status": "ok", "time": None, "median": None, "first_call": None,
                          "samples": 0, "number": 0, "spread": None, "peak_tracemalloc": None,
                          "peak_rss_delta": None, "check": "unchecked", "max_rel_err": None,
-                         "value": None, "message": ""}
+                         "value": None, "out_size": None, "message": ""}
     try:
         fn = prepare()
         value, m["first_call"], timed = calibrate(fn)
@@ -335,6 +335,7 @@ def _prepare(prepare: Callable[[], Callable[[], Any]], want: Any,
     try:  # a scalar result is kept, so that values can be compared across systems
         v = to_numpy(value)
         m["value"] = v if isinstance(v, float) and math.isfinite(v) else None
+        m["out_size"] = sum(int(np.size(leaf)) for leaf in flatten(v))
     except Exception:  # noqa: BLE001 -- an unconvertible result is reported by the check
         pass
     if want is not None:

@@ -23,7 +23,7 @@ from bench.tasks import TASKS  # noqa: E402
 TINY = ["--sizes", "4", "--repeat", "1", "--budget", "0", "--threads", "0", "--no-plots"]
 MEASURE_KEYS = {"status", "time", "median", "first_call", "samples", "number", "spread",
                 "peak_tracemalloc", "peak_rss_delta", "check", "max_rel_err", "value",
-                "message"}
+                "out_size", "message"}
 
 
 def _importable(name: str) -> bool:
@@ -183,6 +183,16 @@ def test_jax_rows_and_griewank_follow_issue_14():
     g = {r[0]: r for r in report.griewank_rows(data)}
     assert g["qform"][-1] == "met"          # 2.9 at N = 2000, though 5 at N = 100
     assert g["attention"][-1] == "met"
+    # a gradient whose output alone is more than 3 C(f) elements: said so (row_col)
+    out = rec("tensorlang", "row_col", 2000, 1.0, 100.0)
+    out["derivatives"]["grad"]["out_size"] = 2000 * 2000
+    out["cost"] = {"f": {"total": 3999}, "grad": {"total": 1}}
+    data["records"].append(out)
+    g = {r[0]: r for r in report.griewank_rows(data)}
+    assert g["row_col"][-1].startswith("**not met** (output-bound: the derivative writes "
+                                       "4,000,000 elements, C(f) = 3,999")
+    out["derivatives"]["grad"]["out_size"] = 3 * 3999
+    assert "output-bound" not in {r[0]: r for r in report.griewank_rows(data)}["row_col"][-1]
 
 
 def test_report_renders(tmp_path):
