@@ -218,7 +218,7 @@ def tl_log(x):  # type: ignore[no-untyped-def]
 # tl_log less its cases for zero, subnormal, negative, inf and NaN input (a scaling and four
 # selects per element: a quarter of its time in a loop).  A blocked sum computes each block
 # with it and tests every argument with `tl_log_outside`; a block with an argument outside
-# is computed again with tl_log (numba_cpu_source, `reduce_at`), so the sum has tl_log's bits.
+# is computed again with tl_log (`NumbaEmitter._block_again`): the sum has tl_log's bits.
 
 _NORMAL_MIN_BITS = 0x0010000000000000                  # bits of the smallest normal float
 _NORMAL_SPAN = 0x7FF0000000000000 - _NORMAL_MIN_BITS   # ... to those of inf (not included)
@@ -572,7 +572,7 @@ python_log_normal = python_log  # type: ignore[name-defined]  # noqa: F821
 
 
 def python_log_outside(x: float) -> bool:
-    return not (x >= 2.2250738585072014e-308 and x < math.inf)
+    return not (x >= _TINY and x < math.inf)
 
 
 python_neumaier = accumulate.neumaier

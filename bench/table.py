@@ -190,8 +190,9 @@ def _md_table(rows: list[list[str]]) -> str:
 
 def legend() -> str:
     return ("time: per call, the best of the interleaved rounds after warm-up; d/f: Griewank "
-            "ratio (time of the derivative / time of f); C(f), C(d): tensorlang cost-model totals (SPEC 3); mem: peak, t = "
-            "tracemalloc, r = sampled RSS increase; n/a: not supported yet; skip: N above the "
-            "size cap; OOM / TIMEOUT: over the per-measurement memory allowance (--mem-limit) / time "
-            "limit (--timeout); C(..)*: counted before the simplifier, which timed out; "
-            "! / MISMATCH: value disagrees with the numpy reference")
+            "ratio (time of the derivative / time of f); C(f), C(d): tensorlang cost-model "
+            "totals (SPEC 3); mem: peak, t = tracemalloc, r = sampled RSS increase; n/a: not "
+            "supported yet; skip: N above the size cap; OOM / TIMEOUT: over the "
+            "per-measurement memory allowance (--mem-limit) / time limit (--timeout); "
+            "C(..)*: counted before the simplifier, which timed out; ! / MISMATCH: value "
+            "disagrees with the numpy reference")
