@@ -27,6 +27,43 @@ numpy_ref = _load_refs()
 WORKLOADS = numpy_ref.WORKLOADS
 EXAMPLE_FILES = sorted(EXAMPLES.glob("*.tl"))
 
+# The hypothesis profile tests/conftest.py loads; a few heavy property tests draw fewer
+# examples under "ci" (ci_examples).
+CI_PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev") == "ci"
+
+
+def ci_examples(ci: int, other: int) -> int:
+    """max_examples of a heavy property test: `ci` under the "ci" profile, else `other`."""
+    return ci if CI_PROFILE else other
+
+
+# The per-workload tests (each workload against the interpreter: Numba's instrumented kernels
+# and their counted work, JAX on the example and its derivatives, the theorems' bounds, the
+# plain-Python kernels of the derivatives) run every workload with `-m slow`; CI leaves out
+# these six, each another function of an example file whose other functions stay
+# (imgarap.tl: imgarap, which computes the residuals; embedding.tl: gnn; stencil.tl:
+# dirichlet and upsample_loss, which call laplace and upsample; conv.tl: conv).  Compiling
+# them was a third of those tests' time (docs/decisions.md, "CI time").
+SLOW_WORKLOADS = frozenset({"arap_gn", "arap_residuals", "embag", "laplace", "upsample",
+                            "deconv_loss"})
+
+
+def workload_params(cases: Any = None, slow_if: Any = None) -> list[Any]:
+    """`cases` (default: the workload names, sorted) as pytest parameters; a case whose
+    workload (its first element, for a tuple) is in SLOW_WORKLOADS, or for which `slow_if`
+    holds, is marked slow."""
+    import pytest
+
+    out = []
+    for case in sorted(WORKLOADS) if cases is None else cases:
+        name = case[0] if isinstance(case, tuple) else case
+        if name in SLOW_WORKLOADS or (slow_if is not None and slow_if(case)):
+            out.append(pytest.param(*case if isinstance(case, tuple) else (case,),
+                                    marks=pytest.mark.slow))
+        else:
+            out.append(case)
+    return out
+
 
 # Agreement of a backend with the interpreter (SPEC 8: rtol 1e-9 for float64)
 RTOL, ATOL = 1e-9, 1e-12

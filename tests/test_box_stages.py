@@ -65,7 +65,11 @@ def test_boxes_work_is_the_cost_of_the_box_statements():
                 assert box_stages.boxes_work(p, sizes) == want
 
 
-@pytest.mark.parametrize("grad", [False, True])
+# CI: gp's value (its JIT kernels are also the large call of
+# test_the_backend_picks_the_jit_from_the_size_of_the_boxes); its gradient, whose kernels are
+# compiled for the JIT only here, with -m slow, as every workload's in
+# test_every_workload_on_the_jit_path_agrees_with_the_interpreter (docs/decisions.md, "CI time").
+@pytest.mark.parametrize("grad", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_large_calls_run_the_kernels_on_the_jit_and_agree(grad):
     """The threshold at 0: every call is large; random inputs of several sizes against the
     interpreter; the threshold above the call's boxes: the kernels' own engine choice."""
@@ -112,9 +116,12 @@ def test_the_backend_picks_the_jit_from_the_size_of_the_boxes():
         assert _kernel_engines(staged, sizes) == {engine}
 
 
-def test_a_call_leaves_no_reference_cycle():
-    fn = _function("kalman_nll", True)
-    w = LINALG_WORKLOADS["kalman_nll"]
+# CI: gp's gradient (its kernels are test_linalg's too); Kalman's (five kernels more to
+# compile) with -m slow (docs/decisions.md, "CI time").
+@pytest.mark.parametrize("name", ["gp_nlml", pytest.param("kalman_nll", marks=pytest.mark.slow)])
+def test_a_call_leaves_no_reference_cycle(name):
+    fn = _function(name, True)
+    w = LINALG_WORKLOADS[name]
     args = w.inputs(w.sizes(6), np.random.default_rng(0))
     run = fn.compile("numba")
     run(**args)

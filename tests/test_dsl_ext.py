@@ -201,12 +201,15 @@ def test_maxpool_gradient_agrees_with_numpy_ties_shared_equally() -> None:
     assert got[0, 1] == 0.0 and got[1, 0] == 0.0
 
 
-def test_attention_gradient_agrees_with_finite_differences() -> None:
+# CI: the function and its gradient interpreted; compiled by Numba (two kernels no other CI
+# test compiles, 17 s) with -m slow (docs/decisions.md, "CI time").
+@pytest.mark.parametrize("backend", ["interp", pytest.param("numba", marks=pytest.mark.slow)])
+def test_attention_gradient_agrees_with_finite_differences(backend) -> None:
     f = tl.from_def(build_attention())
     rng = np.random.default_rng(2)
     Q, K, V = (rng.standard_normal((3, 2)) for _ in range(3))
-    assert np.isclose(f(Q=Q, K=K, V=V), attention_numpy(Q, K, V))
-    gQ, (gK, gV) = tl.grad(f, "Q", "K", "V").compile("numba")(Q=Q, K=K, V=V)
+    assert np.isclose(f.compile(backend)(Q=Q, K=K, V=V), attention_numpy(Q, K, V))
+    gQ, (gK, gV) = tl.grad(f, "Q", "K", "V").compile(backend)(Q=Q, K=K, V=V)
     want = (finite_difference(lambda q: attention_numpy(q, K, V), Q),
             finite_difference(lambda k: attention_numpy(Q, k, V), K),
             finite_difference(lambda v: attention_numpy(Q, K, v), V))

@@ -23,7 +23,7 @@ pytest.importorskip("jax")
 
 import tensorlang as tl  # noqa: E402
 from examples_util import (ATOL, EXAMPLES, ROOT, RTOL, WORKLOADS, assert_same,  # noqa: E402
-                           derived_random_case, to_program)
+                           derived_random_case, to_program, workload_params)
 from tensorlang.ir import ast  # noqa: E402
 from tensorlang.ir import tssa  # noqa: E402
 from tensorlang.ir.build import Builder  # noqa: E402
@@ -64,8 +64,10 @@ def test_every_builtin_matches_the_interpreter_on_special_values():
 # Examples and their derivatives
 
 
-@pytest.mark.parametrize("name", sorted(WORKLOADS))
-@pytest.mark.parametrize("stage", ["ssa", "simplified"])
+# CI: the program the backend gets (simplified); the Tensor SSA before the simplifier (every
+# example's other constructs, half of this test's time) with -m slow, as SLOW_WORKLOADS.
+@pytest.mark.parametrize("name", workload_params())
+@pytest.mark.parametrize("stage", [pytest.param("ssa", marks=pytest.mark.slow), "simplified"])
 def test_example_agrees_with_the_interpreter(name, stage):
     w = WORKLOADS[name]
     p = tl.load(str(EXAMPLES / w.file))[w.func].run_to(stage)
@@ -80,7 +82,11 @@ def _derived_cases() -> list[tuple[str, str]]:
     return [(name, kind) for name in sorted(WORKLOADS) for kind in ("vjp", "jvp", "hessian")]
 
 
-@pytest.mark.parametrize("name,kind", _derived_cases())
+# SLOW_WORKLOADS, and the Hessians (the largest programs, 40% of this test's time), with -m
+# slow: CI runs the Hessians written in the example files through the API
+# (test_derived_defs_of_the_example_files_through_the_api) and random derived programs.
+@pytest.mark.parametrize("name,kind", workload_params(_derived_cases(),
+                                                      slow_if=lambda c: c[1] == "hessian"))
 def test_derived_examples_agree_with_the_interpreter(name, kind):
     """Our derivatives of the examples (the derive stage on their SSA) on the jax backend."""
     w = WORKLOADS[name]
@@ -100,16 +106,20 @@ def test_derived_examples_agree_with_the_interpreter(name, kind):
         assert_same(c(args), interpret(core, args))
 
 
-def test_derived_defs_of_the_example_files_through_the_api():
+# stencil.tl's (upsample_grad's simplification: a third of this test's time) with -m slow;
+# test_quasi_index runs upsample_loss's gradient on JAX in CI (docs/decisions.md, "CI time").
+@pytest.mark.parametrize("path", [
+    pytest.param(p, marks=pytest.mark.slow) if p.name == "stencil.tl" else p
+    for p in sorted(EXAMPLES.glob("*.tl"))], ids=lambda p: p.name)
+def test_derived_defs_of_the_example_files_through_the_api(path):
     """Every derived def written in examples/*.tl, compiled with `compile("jax")`."""
-    for path in sorted(EXAMPLES.glob("*.tl")):
-        module = tl.load(str(path))
-        for name in module.derived_names():
-            fn = module[name]
-            core = fn.core()
-            sizes = {q.name: 3 for q in core.params if isinstance(q.type, ast.TSize)}
-            args = random_args(core, sizes, np.random.default_rng(7))
-            assert_same(fn.compile("jax")(**args), fn.interpret(**args))
+    module = tl.load(str(path))
+    for name in module.derived_names():
+        fn = module[name]
+        core = fn.core()
+        sizes = {q.name: 3 for q in core.params if isinstance(q.type, ast.TSize)}
+        args = random_args(core, sizes, np.random.default_rng(7))
+        assert_same(fn.compile("jax")(**args), fn.interpret(**args))
 
 
 # ---------------------------------------------------------------------------------------------

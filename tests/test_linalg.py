@@ -106,9 +106,11 @@ def _jax_args(args, names):
     return [jnp.asarray(args[k]) for k in names]
 
 
+# CI: every example on the interpreter at n = 3; n = 7 (as much time again: the derivatives
+# interpreted and JAX compiled at a new shape) with -m slow (docs/decisions.md, "CI time").
 @pytest.mark.parametrize("backend", ["interp", pytest.param("numba", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name", sorted(CASES))
-@pytest.mark.parametrize("n", [3, 7])
+@pytest.mark.parametrize("n", [3, pytest.param(7, marks=pytest.mark.slow)])
 def test_value_gradient_jvp_hvp_match_jax(name, n, backend):
     w, f, args, fn, names, wrt = _setup(name, n)
     jargs = _jax_args(args, names)

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import tensorlang as tl
 from backends import numba_cpu
+from examples_util import ci_examples
 from tensorlang import api, pipeline
 from tensorlang.ir import ast
 from tensorlang.passes.vjp import vjp_program
@@ -138,7 +139,8 @@ def test_a_coordinate_vector_counts_the_relations_members():
 
 @pytest.mark.parametrize("strategy, examples", [
     (programs(), 60), (programs(real_output_only=True), 60),
-    (theorem_programs(max_size=4), 15)])    # (nested sums over N x M: slow in plain Python)
+    # (nested sums over N x M: slow in plain Python, 1.3 s an example)
+    (theorem_programs(max_size=4), ci_examples(10, 15))])
 def test_random_programs_allocate_at_most_the_estimate(strategy, examples):
     """On random programs (at larger sizes than drawn, so that arrays outweigh the call's
     own few KiB; a real result, so that every array is a temporary; the theorem programs'

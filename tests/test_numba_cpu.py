@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 import tensorlang as tl
 from examples_util import (ATOL, EXAMPLES, ROOT, RTOL, WORKLOADS, NanEmpty, assert_same,
-                           derived_random_case, to_program)
+                           derived_random_case, to_program, workload_params)
 from tensorlang.ir import ast
 from tensorlang.ir import tssa
 from tensorlang.ir.build import Builder
@@ -140,7 +140,7 @@ def test_every_builtin_has_a_scalar_implementation():
 # Examples: equivalence and the work done
 
 
-@pytest.mark.parametrize("name", sorted(WORKLOADS))
+@pytest.mark.parametrize("name", workload_params())   # SLOW_WORKLOADS: -m slow
 def test_example_agrees_with_the_interpreter(name):
     w, p = example(name)
     c = compile_program(p, instrument=True)
@@ -155,7 +155,12 @@ def test_example_agrees_with_the_interpreter(name):
 CUBIC = {"qform2": (5, 20, 60)}
 
 
-@pytest.mark.parametrize("name", sorted(WORKLOADS))
+# SLOW_WORKLOADS, and the five whose large calls compile a kernel of their own (the others
+# run test_example_agrees_with_the_interpreter's), with -m slow (docs/decisions.md, "CI time").
+COUNTED_SLOW = {"attention", "gnn", "imgarap", "matfac", "upsample_loss"}
+
+
+@pytest.mark.parametrize("name", workload_params(slow_if=COUNTED_SLOW.__contains__))
 def test_counted_iterations_track_the_cost_model(name):
     """The innermost iterations the kernel executes stay within a small constant factor of
     the SPEC 3 cost, for N = 10 .. 1000: the loop nests visit only the points where the
@@ -214,7 +219,11 @@ FEATURE_SIZES = [dict(N=0, M=0, K=0), dict(N=1, M=2, K=0), dict(N=5, M=4, K=3),
                  dict(N=7, M=9, K=2)]
 
 
-@pytest.mark.parametrize("jit", [False, True], ids=["python", "numba"])
+# CI: the generated code in plain Python; compiled by Numba (one large kernel, 23 s) with
+# -m slow; CI compiles these loops in test_relation_loops, test_relation_storage and
+# test_index_array_kernels (docs/decisions.md, "CI time").
+@pytest.mark.parametrize("jit", [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["python", "numba"])
 def test_loop_nest_features_agree_with_the_interpreter(jit):
     fn = tl.parse(FEATURES_TL)["features"]
     c = compile_program(fn.run_to("ssa"), instrument=True, jit=jit)
@@ -353,7 +362,7 @@ def _check_derived(name: str, kind: str, jit: bool) -> None:
             assert_same(got, want)
 
 
-@pytest.mark.parametrize("name,kind", _derived_cases())
+@pytest.mark.parametrize("name,kind", workload_params(_derived_cases()))   # SLOW_WORKLOADS
 def test_derived_examples_python_mode(name, kind):
     _check_derived(name, kind, jit=False)
 

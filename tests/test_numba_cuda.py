@@ -56,11 +56,19 @@ SIZES = (0, 1, 3)
 # The programs: every example function, derived functions, loop-nest features
 
 
+# Which example programs test_examples_and_their_derivatives_agree_with_the_interpreter runs:
+# all of them, or (TL_CUDA_EXAMPLES=files, test_kernels_under_the_simulator's CI variant) the
+# functions as written in the files, without the vjp and jvp of every forward function
+# (those are two thirds of the programs; the slow variant runs them under the simulator too).
+ALL_EXAMPLES = os.environ.get("TL_CUDA_EXAMPLES", "all") == "all"
+
+
 @lru_cache(maxsize=None)
-def example_programs() -> list[tuple[str, Any, tssa.Program, tuple[ast.Param, ...]]]:
+def example_programs(generated: bool = True
+                     ) -> list[tuple[str, Any, tssa.Program, tuple[ast.Param, ...]]]:
     """(name, workload, SSA program, parameters) for every function of examples/*.tl:
     forward functions, their derived functions (grad, hessian, hvp, jvp as written in the
-    files), and vjp/jvp of every forward function."""
+    files), and (`generated`) vjp/jvp of every forward function."""
     derive = pytest.importorskip("tensorlang.passes.derive")
     by_func = {(w.file, w.func): w for w in WORKLOADS.values()}
     out = []
@@ -69,7 +77,7 @@ def example_programs() -> list[tuple[str, Any, tssa.Program, tuple[ast.Param, ..
         for name in mod.forward_names():
             w, d = by_func[(path.name, name)], mod[name].core()
             out.append((name, w, to_program(d), d.params))
-            for kind in ("vjp", "jvp"):
+            for kind in ("vjp", "jvp") if generated else ():
                 p = derive.derive(to_program(d), kind)
                 out.append((f"{kind}({name})", w, p, p.params))
         for name in mod.derived_names():
@@ -94,7 +102,7 @@ def example_args(w: Any, params: tuple[ast.Param, ...], n: int) -> dict[str, Any
 
 @runs_kernels
 def test_examples_and_their_derivatives_agree_with_the_interpreter():
-    for name, w, p, _ in example_programs():
+    for name, w, p, _ in example_programs() if ALL_EXAMPLES else example_programs(False):
         c = compile_program(p)
         for n in SIZES:
             args = example_args(w, p.params, n)
@@ -366,10 +374,14 @@ def test_kernels_compile_to_ptx(name):
 # This file under the simulator, from a process where it is off
 
 
-def test_kernels_under_the_simulator(tmp_path):
+@pytest.mark.parametrize("examples", ["files", pytest.param("all", marks=pytest.mark.slow)])
+def test_kernels_under_the_simulator(tmp_path, examples):
+    """CI: the example functions as written in the files (see ALL_EXAMPLES); -m slow: the vjp
+    and jvp of every forward function too (docs/decisions.md, "CI time")."""
     if RUNS_KERNELS:
         pytest.skip("kernels run in this process")
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", TENSORLANG_CACHE_DIR=str(tmp_path),
+               TL_CUDA_EXAMPLES=examples,
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider",

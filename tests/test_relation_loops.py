@@ -56,7 +56,11 @@ CHAINS = [
 ]
 
 
-@pytest.mark.parametrize("body,wrt", CHAINS)
+# CI compiles the matfac chain and its gradient in U (on both engines); the gradient in V,
+# the tanh and exp chains (the same loops around other scalar code) and the chain under
+# `E(i, j) and i != j` run with -m slow (docs/decisions.md, "CI time").
+@pytest.mark.parametrize("body,wrt", [
+    c if k == 0 else pytest.param(*c, marks=pytest.mark.slow) for k, c in enumerate(CHAINS)])
 def test_relation_loops_compiled_agree_with_the_interpreter(body, wrt):
     """Compiled (Numba), f and gradient, on relations of several densities, at sizes whose
     coordinate chunks and CSR rows are long enough for blocks (and rows too short)."""

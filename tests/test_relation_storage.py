@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tensorlang as tl
-from examples_util import EXAMPLES, NanEmpty, assert_same, to_program
+from examples_util import EXAMPLES, NanEmpty, assert_same, ci_examples, to_program
 from tensorlang.ir import ast
 from tensorlang.semantics.interp import interpret
 from tensorlang.testing import random_args
@@ -158,7 +158,7 @@ OUTER = ["sum i:N, j:M. [{m}] * ({t}) ** 2", "sum i:N, j:M. [{m}] * exp({t})",
          "sum i:N. sum j:M. [{m}] * sigmoid({t}) * ({t})"]
 
 
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=ci_examples(20, 40), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(mask=st.sampled_from(MASKS), term=st.sampled_from(TERMS), outer=st.sampled_from(OUTER),
        wrt=st.sampled_from(["A", "U"]), n=st.integers(0, 5), m=st.integers(0, 5),

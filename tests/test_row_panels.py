@@ -36,6 +36,11 @@ def test_panels_are_planned_for_reads_by_rows_and_agree_in_python(case):
     assert_same(src(case.args), _want(case), atol=1e-9)
 
 
+# Each example compiles a kernel for the JIT (7 s): with -m slow.  CI keeps the random
+# programs in plain Python (the same generated code, planned and run: the test above) and
+# nnmatfac's panels compiled on both engines, panels running or not (the test below)
+# (docs/decisions.md, "CI time").
+@pytest.mark.slow
 @settings(max_examples=8)
 @given(row_panel_programs())
 def test_panels_agree_with_the_interpreter_on_the_jit_engine(case):

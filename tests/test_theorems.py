@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, find, given, settings
 
 import tensorlang as tl
-from examples_util import EXAMPLES, WORKLOADS
+from examples_util import EXAMPLES, WORKLOADS, ci_examples, workload_params
 from tensorlang import pipeline
 from tensorlang.ir import ast, tssa
 from tensorlang.passes.vjp import vjp_program
@@ -44,7 +44,7 @@ assert ast.SPEC_BUILTINS | {"dtanh", "dsigmoid", "dtan", "step", "sign", "ge", "
 _EXAMPLE_NAMES = sorted(WORKLOADS)
 
 
-@pytest.mark.parametrize("name", _EXAMPLE_NAMES)
+@pytest.mark.parametrize("name", workload_params(_EXAMPLE_NAMES))   # SLOW_WORKLOADS: -m slow
 @pytest.mark.parametrize("n", [2, 6])
 def test_bounds_hold_on_every_example(name, n):
     w = WORKLOADS[name]
@@ -256,7 +256,7 @@ def test_pinned_programs_compiled_derivatives_are_right(src):
     assert lhs == pytest.approx(float(dy @ ty), rel=1e-9, abs=1e-9)
 
 
-@settings(max_examples=15, deadline=None, derandomize=True,
+@settings(max_examples=ci_examples(10, 15), deadline=None, derandomize=True,  # 1 s each
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(theorem_programs())
 def test_bounds_hold_as_compiled_on_random_theorem_programs(case):
