@@ -104,8 +104,15 @@ def test_part_a_defs_are_the_parsers(name: str) -> None:
     assert_same_program(build_part_a()[name], PART_A)
 
 
-def test_part_a_values_agree_with_numpy() -> None:
-    defs = {k: tl.from_def(d) for k, d in build_part_a().items()}
+# CI: interpreted, but for this file's own two (nested, unequal); all compiled by Numba with
+# -m slow.  The others are the parsed programs of test_language_ext (assert_same_program
+# above), which CI compiles and checks against the interpreter there (docs/decisions.md,
+# "CI time").
+@pytest.mark.parametrize("backend", ["interp", pytest.param("numba", marks=pytest.mark.slow)])
+def test_part_a_values_agree_with_numpy(backend) -> None:
+    own = {"nested", "unequal"}
+    defs = {k: tl.from_def(d).compile("numba" if k in own else backend)
+            for k, d in build_part_a().items()}
     rng = np.random.default_rng(0)
     A = rng.standard_normal((4, 5))
     x, y = rng.uniform(0.5, 2.0, 6), rng.uniform(0.5, 2.0, 6)
@@ -308,7 +315,11 @@ def build_stencil() -> dict[str, ast.Def]:
             "upsample_loss": loss}
 
 
-def test_periodic_laplacian_and_upsampling_are_the_examples() -> None:
+# CI: interpreted; compiled by Numba with -m slow: the programs are stencil.tl's
+# (assert_same_program), whose upsample_loss gradient CI compiles and checks against JAX in
+# test_quasi_index (docs/decisions.md, "CI time").
+@pytest.mark.parametrize("backend", ["interp", pytest.param("numba", marks=pytest.mark.slow)])
+def test_periodic_laplacian_and_upsampling_are_the_examples(backend) -> None:
     defs = build_stencil()
     assert_same_program(defs["laplace"], STENCIL)
     assert_same_program(defs["dirichlet"], STENCIL, [defs["laplace"]])
@@ -317,16 +328,16 @@ def test_periodic_laplacian_and_upsampling_are_the_examples() -> None:
     rng = np.random.default_rng(5)
     u = rng.standard_normal((4, 3))
     lap = (np.roll(u, -1, 0) + np.roll(u, 1, 0) + np.roll(u, -1, 1) + np.roll(u, 1, 1) - 4 * u)
-    np.testing.assert_allclose(tl.from_def(defs["laplace"])(u=u), lap)
+    np.testing.assert_allclose(tl.from_def(defs["laplace"]).compile(backend)(u=u), lap)
     dirichlet = tl.from_def(defs["dirichlet"], [defs["laplace"]])
-    assert np.isclose(dirichlet(u=u), -0.5 * (u * lap).sum())
+    assert np.isclose(dirichlet.compile(backend)(u=u), -0.5 * (u * lap).sum())
     np.testing.assert_allclose(tl.grad(dirichlet, "u").interpret(u=u), -lap, atol=1e-12)
     x, s, t = rng.standard_normal((3, 2)), rng.standard_normal((6, 4)), rng.standard_normal(
         (6, 4))
     rep = np.repeat(np.repeat(x, 2, 0), 2, 1)
     loss = tl.from_def(defs["upsample_loss"], [defs["upsample"]])
-    assert np.isclose(loss(x=x, s=s, t=t), ((s * rep - t) ** 2).sum())
-    gx, gs = tl.grad(loss, "x", "s").compile("numba")(x=x, s=s, t=t)
+    assert np.isclose(loss.compile(backend)(x=x, s=s, t=t), ((s * rep - t) ** 2).sum())
+    gx, gs = tl.grad(loss, "x", "s").compile(backend)(x=x, s=s, t=t)
     r = 2 * (s * rep - t)
     np.testing.assert_allclose(gs, r * rep, rtol=1e-10)
     np.testing.assert_allclose(gx, (r * s).reshape(3, 2, 2, 2).sum(axis=(1, 3)), rtol=1e-10)
@@ -365,15 +376,19 @@ def test_index_array_layers_are_the_examples() -> None:
     assert dsl.index_array(3) is dsl.Z[3]
 
 
-def test_embedding_bag_gradient_agrees_with_numpy() -> None:
+# CI: interpreted; compiled by Numba with -m slow: embedding.tl's embag (the DSL builds the
+# same program, test_index_array_layers_are_the_examples), whose gradient CI compiles in
+# test_index_array_kernels and test_aot (docs/decisions.md, "CI time").
+@pytest.mark.parametrize("backend", ["interp", pytest.param("numba", marks=pytest.mark.slow)])
+def test_embedding_bag_gradient_agrees_with_numpy(backend) -> None:
     f = tl.from_def(build_embag())
     rng = np.random.default_rng(6)
     tok = rng.integers(0, 4, (3, 5))
     E, w, y = rng.standard_normal((4, 2)), rng.standard_normal(2), rng.standard_normal(3)
     h = E[tok].sum(1)
     r = h @ w - y
-    assert np.isclose(f(tok=tok, E=E, w=w, y=y), (r ** 2).sum())
-    gE, gw = tl.grad(f, "E", "w").compile("numba")(tok=tok, E=E, w=w, y=y)
+    assert np.isclose(f.compile(backend)(tok=tok, E=E, w=w, y=y), (r ** 2).sum())
+    gE, gw = tl.grad(f, "E", "w").compile(backend)(tok=tok, E=E, w=w, y=y)
     want_E = np.zeros_like(E)
     np.add.at(want_E, tok.ravel(), np.repeat(2 * r, 5)[:, None] * w[None, :])
     np.testing.assert_allclose(gE, want_E, rtol=1e-10)
