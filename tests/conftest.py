@@ -8,6 +8,8 @@ os.environ.setdefault("TENSORLANG_STRICT", "1")
 import pytest
 from hypothesis import HealthCheck, settings
 
+from examples_util import HYPOTHESIS_PROFILE
+
 settings.register_profile(
     "ci", max_examples=25, deadline=None, derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -17,7 +19,7 @@ settings.register_profile(
 settings.register_profile(
     "thorough", max_examples=1000, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+settings.load_profile(HYPOTHESIS_PROFILE)
 
 
 def pytest_configure(config: pytest.Config) -> None:

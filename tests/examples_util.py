@@ -29,12 +29,22 @@ EXAMPLE_FILES = sorted(EXAMPLES.glob("*.tl"))
 
 # The hypothesis profile tests/conftest.py loads; a few heavy property tests draw fewer
 # examples under "ci" (ci_examples).
-CI_PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev") == "ci"
+HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE",
+                                    "ci" if os.environ.get("CI") else "dev")
 
 
 def ci_examples(ci: int, other: int) -> int:
     """max_examples of a heavy property test: `ci` under the "ci" profile, else `other`."""
-    return ci if CI_PROFILE else other
+    return ci if HYPOTHESIS_PROFILE == "ci" else other
+
+
+def slow_params(cases: Any, slow: Any) -> list[Any]:
+    """`cases` as pytest parameters (a tuple case: one argument each), those for which
+    `slow(case)` holds marked slow: CI runs the rest (docs/decisions.md, "CI time")."""
+    import pytest
+
+    return [pytest.param(*case if isinstance(case, tuple) else (case,), marks=pytest.mark.slow)
+            if slow(case) else case for case in cases]
 
 
 # The per-workload tests (each workload against the interpreter: Numba's instrumented kernels
@@ -52,17 +62,9 @@ def workload_params(cases: Any = None, slow_if: Any = None) -> list[Any]:
     """`cases` (default: the workload names, sorted) as pytest parameters; a case whose
     workload (its first element, for a tuple) is in SLOW_WORKLOADS, or for which `slow_if`
     holds, is marked slow."""
-    import pytest
-
-    out = []
-    for case in sorted(WORKLOADS) if cases is None else cases:
-        name = case[0] if isinstance(case, tuple) else case
-        if name in SLOW_WORKLOADS or (slow_if is not None and slow_if(case)):
-            out.append(pytest.param(*case if isinstance(case, tuple) else (case,),
-                                    marks=pytest.mark.slow))
-        else:
-            out.append(case)
-    return out
+    return slow_params(sorted(WORKLOADS) if cases is None else cases,
+                       lambda c: (c[0] if isinstance(c, tuple) else c) in SLOW_WORKLOADS
+                       or (slow_if is not None and slow_if(c)))
 
 
 # Agreement of a backend with the interpreter (SPEC 8: rtol 1e-9 for float64)

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tensorlang as tl
+from examples_util import slow_params
 from tensorlang.ir.ast import TRel
 from tensorlang.semantics.cost import cost_def
 from tensorlang.semantics.cost_formula import (
@@ -45,8 +46,7 @@ SLOW_FUNCTIONS = {("stencil.tl", "upsample_grad"), ("imgarap.tl", "imgarap_grad"
                   ("imgarap.tl", "arap_jvp"), ("imgarap.tl", "arap_vjp")}
 
 
-@pytest.mark.parametrize("path,name", [
-    pytest.param(*f, marks=pytest.mark.slow) if f in SLOW_FUNCTIONS else f for f in _functions()])
+@pytest.mark.parametrize("path,name", slow_params(_functions(), SLOW_FUNCTIONS.__contains__))
 def test_example_formula_equals_cost_at_random_sizes(path: str, name: str) -> None:
     fn = tl.load(Path(EXAMPLES[0]).parent / path)[name]
     if _has_relations(fn):

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 
 import tensorlang as tl
-from examples_util import EXAMPLES, assert_same
+from examples_util import EXAMPLES, assert_same, slow_params
 from tensorlang import api
 from tensorlang.backends import gram
 from tensorlang.backends.codegen import plan_program
@@ -107,10 +107,9 @@ def wgram4(N: size, L: size, K: size, X: R[K, N, L], d: R[K]) -> R[N, N, L, L]:
 
 # CI: every program on the AOT engine, wgram and wgram_t on the JIT too; wgram4 on the JIT
 # (a third of the file's time, compiling) with -m slow (docs/decisions.md, "CI time").
-@pytest.mark.parametrize("engine,name", [
-    (engine, name) if (engine, name) != ("jit", "wgram4")
-    else pytest.param(engine, name, marks=pytest.mark.slow)
-    for engine in ("jit", "aot") for name in ("wgram", "wgram_t", "wgram4")])
+@pytest.mark.parametrize("engine,name", slow_params(
+    [(engine, name) for engine in ("jit", "aot") for name in ("wgram", "wgram_t", "wgram4")],
+    lambda c: c == ("jit", "wgram4")))
 def test_weighted_gram_kernels_agree_with_the_interpreter(name, engine):
     """User-written weighted Gram products (the base in either layout, a sum of scaled
     terms, two output axes per side in interleaved order) run as `tl_gram`."""

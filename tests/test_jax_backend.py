@@ -23,7 +23,7 @@ pytest.importorskip("jax")
 
 import tensorlang as tl  # noqa: E402
 from examples_util import (ATOL, EXAMPLES, ROOT, RTOL, WORKLOADS, assert_same,  # noqa: E402
-                           derived_random_case, to_program, workload_params)
+                           derived_random_case, slow_params, to_program, workload_params)
 from tensorlang.ir import ast  # noqa: E402
 from tensorlang.ir import tssa  # noqa: E402
 from tensorlang.ir.build import Builder  # noqa: E402
@@ -108,9 +108,9 @@ def test_derived_examples_agree_with_the_interpreter(name, kind):
 
 # stencil.tl's (upsample_grad's simplification: a third of this test's time) with -m slow;
 # test_quasi_index runs upsample_loss's gradient on JAX in CI (docs/decisions.md, "CI time").
-@pytest.mark.parametrize("path", [
-    pytest.param(p, marks=pytest.mark.slow) if p.name == "stencil.tl" else p
-    for p in sorted(EXAMPLES.glob("*.tl"))], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", slow_params(sorted(EXAMPLES.glob("*.tl")),
+                                             lambda p: p.name == "stencil.tl"),
+                         ids=lambda p: p.name)
 def test_derived_defs_of_the_example_files_through_the_api(path):
     """Every derived def written in examples/*.tl, compiled with `compile("jax")`."""
     module = tl.load(str(path))

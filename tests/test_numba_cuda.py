@@ -60,7 +60,9 @@ SIZES = (0, 1, 3)
 # all of them, or (TL_CUDA_EXAMPLES=files, test_kernels_under_the_simulator's CI variant) the
 # functions as written in the files, without the vjp and jvp of every forward function
 # (those are two thirds of the programs; the slow variant runs them under the simulator too).
-ALL_EXAMPLES = os.environ.get("TL_CUDA_EXAMPLES", "all") == "all"
+CUDA_EXAMPLES = os.environ.get("TL_CUDA_EXAMPLES", "all")
+assert CUDA_EXAMPLES in ("all", "files"), f"TL_CUDA_EXAMPLES={CUDA_EXAMPLES!r}: all or files"
+ALL_EXAMPLES = CUDA_EXAMPLES == "all"
 
 
 @lru_cache(maxsize=None)

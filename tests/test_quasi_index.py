@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tensorlang as tl
-from examples_util import EXAMPLES
+from examples_util import EXAMPLES, slow_params
 from tensorlang.proofs import catalogue, rules_quasi
 from tensorlang.semantics import grid
 from tensorlang.syntax.errors import ParseError, ShapeError, TypeCheckError
@@ -259,8 +259,7 @@ def _leaves(v):
 SLOW_CASES = ("dirichlet", "embag", "gnn")
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW_CASES
-                                  else c for c in sorted(CASES)])
+@pytest.mark.parametrize("case", slow_params(sorted(CASES), SLOW_CASES.__contains__))
 @pytest.mark.parametrize("seed", [0, 1])
 def test_grad_jvp_hessian_agree_with_jax(case, seed) -> None:
     _need_jax()

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tensorlang as tl
-from examples_util import EXAMPLES, assert_same, to_program
+from examples_util import EXAMPLES, assert_same, slow_params, to_program
 from tensorlang.semantics.interp import interpret
 from tensorlang.testing import random_args
 
@@ -59,8 +59,7 @@ CHAINS = [
 # CI compiles the matfac chain and its gradient in U (on both engines); the gradient in V,
 # the tanh and exp chains (the same loops around other scalar code) and the chain under
 # `E(i, j) and i != j` run with -m slow (docs/decisions.md, "CI time").
-@pytest.mark.parametrize("body,wrt", [
-    c if k == 0 else pytest.param(*c, marks=pytest.mark.slow) for k, c in enumerate(CHAINS)])
+@pytest.mark.parametrize("body,wrt", slow_params(CHAINS, lambda c: c != CHAINS[0]))
 def test_relation_loops_compiled_agree_with_the_interpreter(body, wrt):
     """Compiled (Numba), f and gradient, on relations of several densities, at sizes whose
     coordinate chunks and CSR rows are long enough for blocks (and rows too short)."""
